@@ -1,0 +1,40 @@
+# Two entry points do all set-up themselves on a fresh Debian + Python 3.11 machine:
+#   make demo   installs what is needed and runs the end-to-end job
+#   make test   installs what is needed and runs the whole test suite
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+SYSPKGS := fuse3 libfuse3-dev pkg-config git
+
+.PHONY: demo test bench sysdeps venv clean
+
+sysdeps:
+	@missing=""; for p in $(SYSPKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing system packages:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+$(STAMP): pyproject.toml | sysdeps
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[fuse,model,dev]'
+	touch $(STAMP)
+
+venv: sysdeps $(STAMP)
+
+test: venv
+	$(PY) -m pytest -q
+
+demo: venv
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m git_pf.demo
+
+bench: venv
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m benchmarks
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,43 @@
+"""Canonical JSON: the one byte encoding of every JSON document git-pf stores.
+
+Sorted keys, separators ``,`` and ``:``, UTF-8 without ASCII escaping, no
+NaN/Infinity, a trailing newline for whole documents. A document whose
+strings hold unpaired surrogates (text that was not valid UTF-8, read with
+``surrogateescape``) is written with ASCII escapes instead, so it stays valid
+UTF-8 and still round-trips. The same value always
+gives the same bytes, so the same state always gives the same git tree id.
+Pure functions; no I/O.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def dumps(value: Any) -> str:
+    """The canonical text of ``value`` (one line, no trailing newline)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def encode(value: Any) -> bytes:
+    """A canonical JSON document: ``dumps(value)`` + newline, as UTF-8."""
+    text = dumps(value)
+    try:
+        return (text + "\n").encode("utf-8")
+    except UnicodeEncodeError:
+        escaped = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+        return (escaped + "\n").encode("ascii")
+
+
+def encode_lines(values: list[Any]) -> bytes:
+    """Canonical JSONL: one canonical object per line, each ending in a newline."""
+    return b"".join(encode(v) for v in values)
+
+
+def loads(data: bytes | str) -> Any:
+    return json.loads(data)
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """The canonical bytes of one value without the trailing newline (what gets hashed)."""
+    return encode(value)[:-1]

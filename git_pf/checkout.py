@@ -1,0 +1,115 @@
+"""Checkout: write chosen layers of an image into a directory, all or nothing.
+
+The result is built in a temporary sibling directory and moved into place
+only when complete, so a failure (a corrupt or missing object) leaves the
+destination as it was. The world goes to the directory itself; other
+layers go under ``.pf/`` when the world is included, else straight into the
+directory, with their paths as in the image tree (docs/format.md).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import image as img, refs
+from .errors import UsageError
+from .world import attrs as attrs_mod
+from .world.restore import RestoreStats, restore
+
+LAYER_FILES = {
+    "trace": [img.TRACE_MESSAGES],
+    "effects": [img.EFFECTS_LEDGER],
+    "env": [img.WORLD_ENV],
+}
+LAYERS = ("world",) + tuple(LAYER_FILES)
+SIDECAR = ".pf"
+
+
+@dataclass(frozen=True)
+class CheckoutResult:
+    image: img.ImageInfo
+    path: Path
+    layers: tuple[str, ...]
+    stats: RestoreStats
+
+    def to_json(self) -> dict:
+        return {"id": self.image.id, "path": str(self.path), "layers": list(self.layers),
+                "files": self.stats.files, "bytes": self.stats.bytes, "pointers": self.stats.pointers}
+
+
+def parse_layers(spec: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    names = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
+    unknown = [n for n in names if n not in LAYERS]
+    if unknown or not names:
+        raise UsageError(f"--layers: unknown layer '{unknown[0] if unknown else ''}' (choose from {','.join(LAYERS)})")
+    return tuple(dict.fromkeys(names))
+
+
+def _prepare_dest(dest: Path, force: bool) -> bool:
+    """Check the destination; True when it exists and must be replaced."""
+    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+        raise UsageError(f"--into: '{dest}' exists and is not a directory")
+    if not dest.exists():
+        if not dest.parent.is_dir():
+            raise UsageError(f"--into: parent directory of '{dest}' does not exist")
+        return False
+    if any(os.scandir(dest)) and not force:
+        raise UsageError(f"--into: '{dest}' is not empty (use --force to replace its contents)")
+    return True
+
+
+def checkout(repo, rev: str, into: Path, layers=("world",), force: bool = False) -> CheckoutResult:
+    git = repo.git
+    image = img.read_image(git, refs.resolve(git, rev))
+    layers = parse_layers(layers)
+    dest = Path(os.path.abspath(into))
+    replace = _prepare_dest(dest, force)
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.pf-checkout-"))
+    try:
+        os.chmod(tmp, 0o777 & ~umask)
+        stats = _fill(repo, image, layers, tmp)
+        _swap_into_place(tmp, dest, replace)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return CheckoutResult(image, dest, layers, stats)
+
+
+def _fill(repo, image: img.ImageInfo, layers: tuple[str, ...], tmp: Path) -> RestoreStats:
+    git = repo.git
+    stats = RestoreStats()
+    if "world" in layers:
+        world = img.subtree(git, image.tree, img.WORLD_FS)
+        attrs = attrs_mod.decode(img.read_file(git, image.tree, img.WORLD_ATTRS) or b"")
+        if world is not None:
+            stats = restore(git, repo.store, world, attrs, os.fsencode(tmp))
+    side = tmp / SIDECAR if "world" in layers else tmp
+    for layer in layers:
+        for path in LAYER_FILES.get(layer, []):
+            data = img.read_file(git, image.tree, path)
+            if data is None:
+                continue
+            target = side / os.fsdecode(path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+    return stats
+
+
+def _swap_into_place(tmp: Path, dest: Path, replace: bool) -> None:
+    if not replace:
+        os.rename(tmp, dest)
+        return
+    try:
+        os.rename(tmp, dest)  # succeeds when dest is an empty directory
+        return
+    except OSError:
+        pass
+    old = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.pf-old-"))
+    os.rename(dest, old / "d")
+    os.rename(tmp, dest)
+    shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,107 @@
+"""``git pf show``, ``git pf log`` and ``git pf diff``: reading images."""
+from __future__ import annotations
+
+import subprocess
+from typing import Optional
+
+import typer
+
+from .. import refs
+from ..errors import UsageError
+from . import format as fmt
+from .app import JsonOpt, app, emit, open_repo
+
+
+@app.command()
+def show(rev: str = typer.Argument("HEAD", help="The image to show."), as_json: bool = JsonOpt) -> None:
+    """Show an image: id, parents, agent, subject and a summary of every layer."""
+    repo = open_repo()
+    image = repo.resolve(rev)
+
+    def human() -> None:
+        typer.echo(f"image {image.id}")
+        for i, parent in enumerate(image.parents):
+            typer.echo(f"{'Parent' if len(image.parents) == 1 else f'Parent {i + 1}'}: {parent}")
+        typer.echo(f"Author: {image.author}")
+        typer.echo(f"Date:   {fmt.date(image)}")
+        agent = image.manifest.get("agent", {})
+        if agent.get("kind"):
+            typer.echo(f"Agent:  {agent['kind']}{'/' + agent['version'] if agent.get('version') else ''}")
+        if image.manifest.get("label"):
+            typer.echo(f"Label:  {image.manifest['label']}")
+        typer.echo("")
+        for line in image.message.rstrip("\n").splitlines():
+            typer.echo(f"    {line}".rstrip())
+        typer.echo("")
+        for line in fmt.layers(image):
+            typer.echo(line)
+
+    emit(as_json, image.to_json(), human)
+
+
+@app.command()
+def log(
+    rev: Optional[str] = typer.Argument(None, help="Branch or image to start from (default: the current branch)."),
+    graph: bool = typer.Option(False, "--graph", help="Draw the history graph (as git log --graph)."),
+    max_count: Optional[int] = typer.Option(None, "-n", "--max-count", help="Show at most N images."),
+    first_parent: bool = typer.Option(False, "--first-parent", help="Follow only the first parent of merges."),
+    oneline: bool = typer.Option(False, "--oneline", help="One line per image."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """List the images of a line of history, newest first."""
+    repo = open_repo()
+    if max_count is not None and max_count < 0:
+        raise UsageError("-n must not be negative")
+    if graph and not as_json:
+        start = refs.resolve(repo.git, rev or "HEAD")
+        args = ["git", "--git-dir", str(repo.git_dir), "log", "--graph", "--format=%h %s", start]
+        args += ["--first-parent"] if first_parent else []
+        args += [f"--max-count={max_count}"] if max_count is not None else []
+        subprocess.run(args, check=True)
+        return
+    images = repo.log(rev, max_count, first_parent)
+
+    def human() -> None:
+        for image in images:
+            if oneline:
+                typer.echo(f"{image.short} {image.subject}")
+                continue
+            typer.echo(f"image {image.id}")
+            typer.echo(f"Date:   {fmt.date(image)}")
+            typer.echo(f"\n    {image.subject}\n")
+
+    emit(as_json, [i.to_json() for i in images], human)
+
+
+@app.command()
+def diff(
+    a: str = typer.Argument(..., help="The old image."),
+    b: str = typer.Argument(..., help="The new image."),
+    stat: bool = typer.Option(False, "--stat", help="Counts per layer only."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Compare two images layer by layer: files, messages, effects, env."""
+    d = open_repo().diff(a, b)
+
+    def human() -> None:
+        w = d.world
+        typer.echo(f"world:   {len(w.added)} added, {len(w.changed)} changed, {len(w.removed)} removed"
+                   + (f", {len(w.attrs_changed)} attrs changed" if w.attrs_changed else ""))
+        if not stat:
+            for sign, paths in (("A", w.added), ("M", w.changed), ("D", w.removed), ("T", w.attrs_changed)):
+                for p in paths:
+                    typer.echo(f"  {sign} {p}")
+        t = d.trace
+        typer.echo(f"trace:   {t.before} -> {t.after} messages, "
+                   + ("history rewritten" if t.rewritten else f"{t.appended} appended"))
+        typer.echo(f"effects: {d.effects.added} added, {d.effects.removed} removed")
+        e = d.env
+        typer.echo(f"env:     {len(e.added)} added, {len(e.changed)} changed, {len(e.removed)} removed")
+        if not stat:
+            for sign, keys in (("A", e.added), ("M", e.changed), ("D", e.removed)):
+                for k in keys:
+                    typer.echo(f"  {sign} {k}")
+        for path in d.other:
+            typer.echo(f"other:   {path} changed")
+
+    emit(as_json, d.to_json(), human)

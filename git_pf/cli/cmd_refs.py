@@ -1,0 +1,68 @@
+"""``git pf ls``, ``git pf branch`` and ``git pf tag``: naming images."""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from ..errors import UsageError
+from .app import JsonOpt, app, emit, open_repo
+
+
+@app.command("ls")
+def ls(as_json: bool = JsonOpt) -> None:
+    """List branches and tags with the image each names."""
+    entries = open_repo().refs()
+
+    def human() -> None:
+        for e in entries:
+            mark = "*" if e.current else " "
+            typer.echo(f"{mark} {e.kind:<6} {e.name:<24} {e.id[:12]} {e.subject}")
+
+    emit(as_json, [e.to_json() for e in entries], human)
+
+
+def _list(kind: str, as_json: bool) -> None:
+    entries = [e for e in open_repo().refs() if e.kind == kind]
+    emit(as_json, [e.to_json() for e in entries],
+         lambda: [typer.echo(f"{'*' if e.current else ' '} {e.name}") for e in entries])
+
+
+@app.command()
+def branch(
+    name: Optional[str] = typer.Argument(None, help="Branch to create (or delete with -d)."),
+    rev: str = typer.Argument("HEAD", help="Image the new branch starts at."),
+    delete: bool = typer.Option(False, "-d", "--delete", help="Delete the branch."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """List branches, create one at REV, or delete one with -d."""
+    repo = open_repo()
+    if name is None:
+        if delete:
+            raise UsageError("branch -d needs a branch name")
+        return _list("branch", as_json)
+    if delete:
+        old = repo.delete_branch(name)
+        return emit(as_json, {"deleted": name, "id": old}, lambda: typer.echo(f"Deleted branch {name} (was {old[:12]})"))
+    image = repo.create_branch(name, rev)
+    emit(as_json, {"created": name, "id": image.id}, lambda: typer.echo(f"{image.id} {name}"))
+
+
+@app.command()
+def tag(
+    name: Optional[str] = typer.Argument(None, help="Tag to create (or delete with -d)."),
+    rev: str = typer.Argument("HEAD", help="Image to tag."),
+    delete: bool = typer.Option(False, "-d", "--delete", help="Delete the tag."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """List tags, tag REV as NAME, or delete a tag with -d."""
+    repo = open_repo()
+    if name is None:
+        if delete:
+            raise UsageError("tag -d needs a tag name")
+        return _list("tag", as_json)
+    if delete:
+        old = repo.delete_tag(name)
+        return emit(as_json, {"deleted": name, "id": old}, lambda: typer.echo(f"Deleted tag {name} (was {old[:12]})"))
+    image = repo.create_tag(name, rev)
+    emit(as_json, {"created": name, "id": image.id}, lambda: typer.echo(f"{image.id} {name}"))

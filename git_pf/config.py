@@ -1,0 +1,39 @@
+"""git-pf settings, read from ``git config`` under ``pf.*`` (docs/config.md).
+
+Only reading and defaults live here; commands decide what to do with them.
+"""
+from __future__ import annotations
+
+import pygit2
+
+from .errors import UsageError
+
+DEFAULT_LARGE_FILE_THRESHOLD = 1024 * 1024
+
+
+def large_file_threshold(repo: pygit2.Repository) -> int:
+    """``pf.largeFileThreshold`` in bytes (git's k/m/g suffixes allowed); default 1 MiB."""
+    try:
+        value = repo.config.get_int("pf.largeFileThreshold")
+    except KeyError:
+        return DEFAULT_LARGE_FILE_THRESHOLD
+    except (ValueError, pygit2.GitError):
+        raise UsageError("pf.largeFileThreshold must be a size in bytes (k/m/g suffixes allowed)") from None
+    if value < 1:
+        raise UsageError("pf.largeFileThreshold must be at least 1")
+    return value
+
+
+def get_str(repo: pygit2.Repository, key: str) -> str | None:
+    try:
+        return repo.config[key]
+    except KeyError:
+        return None
+
+
+def signature(repo: pygit2.Repository) -> pygit2.Signature:
+    """The committer: git's user.name / user.email, else a fixed git-pf identity."""
+    try:
+        return repo.default_signature
+    except (KeyError, pygit2.GitError):
+        return pygit2.Signature("git-pf", "git-pf@localhost")

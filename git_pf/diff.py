@@ -1,0 +1,124 @@
+"""Comparing two images layer by layer.
+
+World: files added / changed / removed (plus attribute-only changes);
+trace: messages appended, or whether the history was rewritten; effects:
+entries added and removed (by entry hash); env: keys added / changed /
+removed; any other layer path that differs is listed by name. Read-only.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+
+import pygit2
+
+from . import effects as effects_mod, image as img, trace
+from .gittree import diff_trees
+from .world import attrs as attrs_mod
+from .world.env import Env
+from .world.names import from_tree
+
+_KNOWN = {img.MANIFEST, img.WORLD_ATTRS, img.WORLD_ENV, img.TRACE_MESSAGES, img.EFFECTS_LEDGER}
+
+
+@dataclass
+class WorldDiff:
+    added: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    attrs_changed: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TraceDiff:
+    before: int = 0
+    after: int = 0
+    appended: int = 0
+    rewritten: bool = False  # True when A's messages are not a prefix of B's
+
+
+@dataclass
+class EffectsDiff:
+    added: int = 0
+    removed: int = 0
+
+
+@dataclass
+class EnvDiff:
+    added: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ImageDiff:
+    a: str
+    b: str
+    world: WorldDiff
+    trace: TraceDiff
+    effects: EffectsDiff
+    env: EnvDiff
+    other: list[str]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @property
+    def empty(self) -> bool:
+        w, e = self.world, self.env
+        return not (w.added or w.changed or w.removed or w.attrs_changed or self.trace.appended
+                    or self.trace.rewritten or self.effects.added or self.effects.removed
+                    or e.added or e.changed or e.removed or self.other)
+
+
+def _unescape(path: bytes) -> str:
+    return os.fsdecode(b"/".join(from_tree(p) for p in path.split(b"/")))
+
+
+def _world(git, a: img.ImageInfo, b: img.ImageInfo) -> WorldDiff:
+    out = WorldDiff()
+    ta, tb = (img.subtree(git, x.tree, img.WORLD_FS) for x in (a, b))
+    for path, old, new in diff_trees(git, bytes.fromhex(ta) if ta else None, bytes.fromhex(tb) if tb else None):
+        bucket = out.added if old is None else out.removed if new is None else out.changed
+        bucket.append(_unescape(path))
+    aa = attrs_mod.decode(img.read_file(git, a.tree, img.WORLD_ATTRS) or b"")
+    ab = attrs_mod.decode(img.read_file(git, b.tree, img.WORLD_ATTRS) or b"")
+    touched = set(out.added) | set(out.changed) | set(out.removed)
+    for p in sorted(aa.keys() | ab.keys()):
+        ja, jb = (x[p].to_json() if p in x else None for x in (aa, ab))
+        if ja != jb and os.fsdecode(p) not in touched:
+            out.attrs_changed.append(os.fsdecode(p))
+    return out
+
+
+def _trace(git, a, b) -> TraceDiff:
+    ma = trace.decode(img.read_file(git, a.tree, img.TRACE_MESSAGES) or b"")
+    mb = trace.decode(img.read_file(git, b.tree, img.TRACE_MESSAGES) or b"")
+    prefix = trace.is_prefix(ma, mb)
+    return TraceDiff(len(ma), len(mb), len(mb) - len(ma) if prefix else 0, not prefix)
+
+
+def _effects(git, a, b) -> EffectsDiff:
+    ea = {effects_mod.entry_hash(e) for e in effects_mod.decode(img.read_file(git, a.tree, img.EFFECTS_LEDGER) or b"")}
+    eb = {effects_mod.entry_hash(e) for e in effects_mod.decode(img.read_file(git, b.tree, img.EFFECTS_LEDGER) or b"")}
+    return EffectsDiff(len(eb - ea), len(ea - eb))
+
+
+def _env(git, a, b) -> EnvDiff:
+    va = Env.decode(img.read_file(git, a.tree, img.WORLD_ENV) or b"{}").vars
+    vb = Env.decode(img.read_file(git, b.tree, img.WORLD_ENV) or b"{}").vars
+    return EnvDiff(sorted(vb.keys() - va.keys()), sorted(k for k in va.keys() & vb.keys() if va[k] != vb[k]),
+                   sorted(va.keys() - vb.keys()))
+
+
+def _other(git, a, b) -> list[str]:
+    out = set()
+    for path, _, _ in diff_trees(git, bytes.fromhex(a.tree), bytes.fromhex(b.tree)):
+        if path.startswith(img.WORLD_FS + b"/") or path in _KNOWN:
+            continue
+        out.add(os.fsdecode(path))
+    return sorted(out)
+
+
+def diff(git: pygit2.Repository, a: img.ImageInfo, b: img.ImageInfo) -> ImageDiff:
+    return ImageDiff(a.id, b.id, _world(git, a, b), _trace(git, a, b), _effects(git, a, b), _env(git, a, b), _other(git, a, b))

@@ -1,0 +1,65 @@
+"""Forking: N new branches, each one image whose parent is the source image.
+
+A fork's tree is the source's tree (with the label set to the exploration
+text when one is given), so every layer tree is shared; fork commits differ
+by their ``Pf-Fork`` trailer, so each fork has its own id.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from . import canonjson, config, image as img, refs
+from .errors import UsageError
+
+MAX_FORKS = 100_000
+
+
+@dataclass(frozen=True)
+class Fork:
+    name: str
+    id: str
+    index: int
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "id": self.id, "index": self.index}
+
+
+def _next_index(existing: dict[str, str], prefix: str) -> int:
+    pat = re.compile(re.escape(prefix) + r"-(\d+)$")
+    used = [int(m.group(1)) for m in (pat.match(n) for n in existing) if m]
+    return max(used, default=0) + 1
+
+
+def default_prefix(rev: str, source: img.ImageInfo) -> str:
+    if rev and "~" not in rev and "^" not in rev and not rev.startswith("refs/") and rev not in ("HEAD", "@"):
+        try:
+            return refs.check_name(f"{rev}-fork")
+        except UsageError:
+            pass
+    return f"fork-{source.id[:8]}"
+
+
+def fork(repo, rev: str, n: int, prefix: str | None = None, explore: str | None = None) -> list[Fork]:
+    git = repo.git
+    if not 1 <= n <= MAX_FORKS:
+        raise UsageError(f"-n must be between 1 and {MAX_FORKS}")
+    source = img.read_image(git, refs.resolve(git, rev))
+    prefix = refs.check_name(prefix or default_prefix(rev, source), "fork prefix")
+    start = _next_index(refs.list_refs(git, refs.HEADS), prefix)
+    tree = source.tree
+    if explore is not None and explore != source.manifest.get("label"):
+        manifest = dict(source.manifest, label=explore)
+        edit = img.TreeEdit(git, source.tree)
+        edit.put_file(img.MANIFEST, canonjson.encode(manifest))
+        tree = edit.write()
+    sig = config.signature(git)
+    subject = f"fork of {source.short}" + (f": {explore}" if explore else "")
+    forks = []
+    for i in range(start, start + n):
+        name = f"{prefix}-{i}"
+        message = img.format_message(subject, [("Pf-Fork", f"{source.id} {i - start + 1}/{n}")])
+        commit = str(git.create_commit(None, sig, sig, message, tree, [source.id]))
+        refs.update_branch(git, name, commit, None, f"pf fork: {subject}")
+        forks.append(Fork(name, commit, i))
+    return forks

@@ -1,0 +1,110 @@
+"""Checking a repository's images and side store.
+
+Every ref under ``refs/pf/`` must name a valid image; every image reachable
+from them must have a readable manifest, attrs and trace, a sound effects
+chain, and pointers whose side-store objects exist; every local side-store
+object must hash to its name. Reports problems; repairs nothing.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import pygit2
+
+from . import effects as effects_mod, image as img, pointer as pointer_fmt, refs, trace
+from .errors import PfError
+from .gittree import lookup, read_blob
+from .sidestore import SideStore, decode_chunk_index
+from .world import attrs as attrs_mod
+from .world.names import to_tree
+
+
+@dataclass
+class FsckReport:
+    images: int = 0
+    objects: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "images": self.images, "objects": self.objects, "problems": self.problems}
+
+
+def _image_refs(git: pygit2.Repository) -> dict[str, str]:
+    return {name: oid for name, oid in refs.list_refs(git, refs.ROOT).items() if name not in ("objects",)}
+
+
+def _check_pointers(git, store: SideStore, image: img.ImageInfo, report: FsckReport, seen: set[str]) -> None:
+    world = img.subtree(git, image.tree, img.WORLD_FS)
+    attrs = attrs_mod.decode(img.read_file(git, image.tree, img.WORLD_ATTRS) or b"")
+    for rel, entry in attrs.items():
+        if not entry.pointer or world is None:
+            continue
+        found = lookup(git, bytes.fromhex(world), b"/".join(to_tree(p) for p in rel.split(b"/")))
+        where = f"image {image.short} path '{os.fsdecode(rel)}'"
+        if found is None:
+            report.problems.append(f"{where}: attrs name a pointer that is not in the tree")
+            continue
+        try:
+            ptr = pointer_fmt.decode(read_blob(git, found[1]))
+        except ValueError as e:
+            report.problems.append(f"{where}: damaged pointer ({e})")
+            continue
+        if ptr.oid in seen:
+            continue
+        seen.add(ptr.oid)
+        needed = [ptr.oid] if ptr.chunks is None else [ptr.chunks]
+        if ptr.chunks is not None and store.has(ptr.chunks):
+            try:
+                needed += [c.oid for c in decode_chunk_index(store.get(ptr.chunks))]
+            except PfError as e:
+                report.problems.append(f"{where}: {e}")
+        for oid in needed:
+            if not store.has(oid):
+                report.problems.append(f"{where}: side-store object {oid} is missing")
+
+
+def _check_image(git, store, image: img.ImageInfo, report: FsckReport, seen: set[str]) -> None:
+    try:
+        trace.decode(img.read_file(git, image.tree, img.TRACE_MESSAGES) or b"")
+        ledger = effects_mod.decode(img.read_file(git, image.tree, img.EFFECTS_LEDGER) or b"")
+        for problem in effects_mod.verify(ledger):
+            report.problems.append(f"image {image.short}: effects {problem}")
+        _check_pointers(git, store, image, report, seen)
+    except PfError as e:
+        report.problems.append(f"image {image.short}: {e}")
+
+
+def fsck(git: pygit2.Repository, store: SideStore) -> FsckReport:
+    report = FsckReport()
+    starts = []
+    for name, oid in _image_refs(git).items():
+        try:
+            img.read_image(git, oid)
+            starts.append(oid)
+        except (PfError, KeyError, ValueError) as e:
+            report.problems.append(f"ref refs/pf/{name}: {e}")
+    seen_ptrs: set[str] = set()
+    if starts:
+        walker = git.walk(starts[0])
+        for oid in starts[1:]:
+            walker.push(oid)
+        for commit in walker:
+            report.images += 1
+            try:
+                image = img.read_image(git, str(commit.id))
+            except PfError as e:
+                report.problems.append(f"image {str(commit.id)[:12]}: {e}")
+                continue
+            _check_image(git, store, image, report, seen_ptrs)
+    for oid in store.iter_oids():
+        report.objects += 1
+        try:
+            store.get(oid)
+        except PfError as e:
+            report.problems.append(str(e))
+    return report

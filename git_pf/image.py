@@ -1,0 +1,173 @@
+"""The image: one agent snapshot as a git commit whose tree holds every layer.
+
+Knows the tree layout of format v1 (docs/format.md), the ``pf.json``
+manifest, and the commit message with its ``Pf-*`` trailers; reads images
+back as typed ``ImageInfo`` values. Does not walk sandboxes or touch refs.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import pygit2
+
+from . import canonjson
+from .errors import DataError, UsageError
+from .gittree import MODE_FILE, MODE_TREE, TreeWriter, edit, lookup, read_blob
+
+SCHEMA = 1
+MANIFEST = b"pf.json"
+WORLD_FS = b"world/fs"
+WORLD_ATTRS = b"world/fs.attrs.jsonl"
+WORLD_ENV = b"world/env.json"
+WORLD_PROCS = b"world/procs.json"
+TRACE_MESSAGES = b"trace/messages.jsonl"
+EFFECTS_LEDGER = b"effects/ledger.jsonl"
+
+_TRAILER = re.compile(r"^(Pf-[A-Za-z-]+): (.*)$")
+
+
+@dataclass(frozen=True)
+class Agent:
+    kind: str | None = None
+    version: str | None = None
+    fingerprint: str | None = None
+
+    @classmethod
+    def parse(cls, spec: str | None, fingerprint: str | None = None) -> "Agent":
+        """``KIND[/VERSION]``."""
+        if not spec:
+            return cls(None, None, fingerprint)
+        kind, _, version = spec.partition("/")
+        if not kind:
+            raise UsageError(f"--agent: '{spec}' is not KIND[/VERSION]")
+        return cls(kind, version or None, fingerprint)
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "version": self.version, "fingerprint": self.fingerprint}
+
+    def label(self) -> str:
+        return f"{self.kind}/{self.version}" if self.version else (self.kind or "")
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """An image as read back: commit metadata plus its manifest."""
+
+    id: str
+    tree: str
+    parents: tuple[str, ...]
+    subject: str
+    message: str
+    time: int
+    offset: int
+    author: str
+    manifest: dict = field(hash=False, compare=False)
+    trailers: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def short(self) -> str:
+        return self.id[:12]
+
+    def trailer(self, key: str) -> list[str]:
+        return [v for k, v in self.trailers if k == key]
+
+    def to_json(self) -> dict:
+        return {
+            "id": self.id,
+            "tree": self.tree,
+            "parents": list(self.parents),
+            "subject": self.subject,
+            "time": self.time,
+            "offset": self.offset,
+            "author": self.author,
+            "trailers": [list(t) for t in self.trailers],
+            "manifest": self.manifest,
+        }
+
+
+def make_manifest(agent: Agent, label: str, layers: dict) -> dict:
+    return {"schema": SCHEMA, "agent": agent.to_json(), "label": label, "layers": layers}
+
+
+def format_message(subject: str, trailers: list[tuple[str, str]]) -> str:
+    subject = " ".join(subject.split()) or "snapshot"
+    body = "\n".join(f"{k}: {v}" for k, v in trailers)
+    return f"{subject}\n\n{body}\n" if trailers else f"{subject}\n"
+
+
+def parse_trailers(message: str) -> tuple[tuple[str, str], ...]:
+    last = message.strip().split("\n\n")[-1]
+    return tuple((m.group(1), m.group(2)) for m in (_TRAILER.match(line) for line in last.splitlines()) if m)
+
+
+def read_image(repo: pygit2.Repository, oid: str) -> ImageInfo:
+    """The image at commit ``oid``; raises when the commit is not a git-pf image."""
+    commit = repo.get(oid)
+    if not isinstance(commit, pygit2.Commit):
+        raise UsageError(f"{oid[:12]} is not a commit")
+    manifest = read_manifest(repo, commit.tree_id.raw)
+    if manifest is None:
+        raise UsageError(f"{oid[:12]} is a commit but not a git-pf image (no pf.json)")
+    msg = commit.message
+    return ImageInfo(
+        id=str(commit.id),
+        tree=str(commit.tree_id),
+        parents=tuple(str(p) for p in commit.parent_ids),
+        subject=msg.split("\n", 1)[0],
+        message=msg,
+        time=commit.commit_time,
+        offset=commit.commit_time_offset,
+        author=f"{commit.author.name} <{commit.author.email}>",
+        manifest=manifest,
+        trailers=parse_trailers(msg),
+    )
+
+
+def read_manifest(repo: pygit2.Repository, tree: bytes) -> dict | None:
+    found = lookup(repo, tree, MANIFEST)
+    if found is None or found[0] == MODE_TREE:
+        return None
+    try:
+        manifest = canonjson.loads(read_blob(repo, found[1]))
+    except ValueError:
+        raise DataError("pf.json is not valid JSON") from None
+    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
+        raise DataError(f"unsupported image schema {manifest.get('schema') if isinstance(manifest, dict) else '?'}")
+    return manifest
+
+
+def read_file(repo: pygit2.Repository, tree: str | bytes, path: bytes) -> bytes | None:
+    """The bytes of the blob at ``path`` in an image tree, or None when absent."""
+    raw = bytes.fromhex(tree) if isinstance(tree, str) else tree
+    found = lookup(repo, raw, path)
+    if found is None or found[0] == MODE_TREE:
+        return None
+    return read_blob(repo, found[1])
+
+
+def subtree(repo: pygit2.Repository, tree: str, path: bytes) -> str | None:
+    found = lookup(repo, bytes.fromhex(tree), path)
+    return found[1].hex() if found and found[0] == MODE_TREE else None
+
+
+class TreeEdit:
+    """Accumulates layer files and subtrees for a new image tree based on an old one."""
+
+    def __init__(self, repo: pygit2.Repository, base_tree: str | None):
+        self.repo = repo
+        self.writer = TreeWriter(repo)
+        self.base = bytes.fromhex(base_tree) if base_tree else None
+        self.changes: dict[bytes, tuple[int, bytes] | None] = {}
+
+    def put_file(self, path: bytes, data: bytes) -> None:
+        self.changes[path] = (MODE_FILE, self.writer.write_blob(data))
+
+    def put_tree(self, path: bytes, tree_hex: str) -> None:
+        self.changes[path] = (MODE_TREE, bytes.fromhex(tree_hex))
+
+    def remove(self, path: bytes) -> None:
+        self.changes[path] = None
+
+    def write(self) -> str:
+        return edit(self.writer, self.repo, self.base, self.changes).hex()

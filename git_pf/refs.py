@@ -1,0 +1,133 @@
+"""The ``refs/pf/`` namespace and revision parsing.
+
+Branches live at ``refs/pf/heads/<name>``, tags at ``refs/pf/tags/<name>``,
+the session's current branch is the symbolic ``refs/pf/HEAD``, and the
+side-store index (owned by the transport) at ``refs/pf/objects``. A
+revision is a branch or tag name, ``HEAD``, a full ``refs/pf/...`` name, or
+a hex id prefix, followed by any chain of ``~N`` / ``^N``. Reads and moves
+refs; never writes objects.
+"""
+from __future__ import annotations
+
+import re
+
+import pygit2
+
+from .errors import PfError, UnknownRevision, UsageError
+
+ROOT = "refs/pf/"
+HEADS = "refs/pf/heads/"
+TAGS = "refs/pf/tags/"
+HEAD = "refs/pf/HEAD"
+OBJECTS = "refs/pf/objects"
+DEFAULT_BRANCH = "main"
+
+_SUFFIX = re.compile(r"([~^])(\d*)")
+_HEX = re.compile(r"^[0-9a-fA-F]{4,40}$")
+
+
+def check_name(name: str, what: str = "branch") -> str:
+    if not name or not pygit2.reference_is_valid_name(HEADS + name) or name == "HEAD":
+        raise UsageError(f"'{name}' is not a valid {what} name")
+    return name
+
+
+def current_branch(repo: pygit2.Repository) -> str | None:
+    """The branch refs/pf/HEAD points at (which may not exist yet), or None."""
+    try:
+        ref = repo.references.get(HEAD)
+    except (ValueError, pygit2.GitError):
+        return None
+    if ref is None or ref.type != pygit2.enums.ReferenceType.SYMBOLIC:
+        return None
+    target = ref.target
+    return target[len(HEADS) :] if target.startswith(HEADS) else None
+
+
+def set_head(repo: pygit2.Repository, branch: str) -> None:
+    repo.references.create(HEAD, HEADS + branch, force=True)
+
+
+def branch_tip(repo: pygit2.Repository, name: str) -> str | None:
+    ref = repo.references.get(HEADS + name)
+    return str(ref.target) if ref is not None else None
+
+
+def update_branch(repo: pygit2.Repository, name: str, new: str, old: str | None, log: str) -> None:
+    """Move ``name`` from ``old`` (None: must not exist) to ``new`` atomically."""
+    full = HEADS + name
+    try:
+        if old is None:
+            repo.create_reference_direct(full, pygit2.Oid(hex=new), False, message=log)
+        else:
+            ref = repo.references[full]
+            if str(ref.target) != old:
+                raise PfError(f"branch '{name}' moved while this command ran; nothing was changed")
+            ref.set_target(new, log)
+    except pygit2.AlreadyExistsError:
+        raise PfError(f"branch '{name}' was created while this command ran; nothing was changed") from None
+    except pygit2.GitError as e:
+        raise PfError(f"cannot update branch '{name}': {e}") from None
+
+
+def list_refs(repo: pygit2.Repository, prefix: str) -> dict[str, str]:
+    """``{name: image id}`` of every direct ref under ``prefix``."""
+    out = {}
+    for full in repo.references:
+        if full.startswith(prefix):
+            ref = repo.references[full]
+            if ref.type == pygit2.enums.ReferenceType.DIRECT:
+                out[full[len(prefix) :]] = str(ref.target)
+    return dict(sorted(out.items()))
+
+
+def _base_oid(repo: pygit2.Repository, base: str) -> str | None:
+    if base in ("HEAD", "@"):
+        branch = current_branch(repo)
+        return branch_tip(repo, branch) if branch else None
+    candidates = [base] if base.startswith(ROOT) else [HEADS + base, TAGS + base, ROOT + base]
+    for full in candidates:
+        try:
+            ref = repo.references.get(full)
+        except (ValueError, pygit2.InvalidSpecError):
+            ref = None
+        if ref is not None:
+            return str(ref.resolve().target)
+    if _HEX.match(base):
+        try:
+            obj = repo.revparse_single(base)
+        except (KeyError, ValueError, pygit2.GitError) as e:
+            if "ambiguous" in str(e):
+                raise UnknownRevision(f"short id '{base}' is ambiguous") from None
+            return None
+        return str(obj.peel(pygit2.Commit).id) if isinstance(obj, (pygit2.Commit, pygit2.Tag)) else None
+    return None
+
+
+def resolve(repo: pygit2.Repository, rev: str) -> str:
+    """The commit id that ``rev`` names; UnknownRevision when it names none."""
+    cut = min((i for i in (rev.find("~"), rev.find("^")) if i >= 0), default=len(rev))
+    base, suffix = rev[:cut], rev[cut:]
+    oid = _base_oid(repo, base) if base else None
+    if oid is None:
+        raise UnknownRevision(f"unknown revision '{rev}'")
+    pos = 0
+    for m in _SUFFIX.finditer(suffix):
+        if m.start() != pos:
+            break
+        pos = m.end()
+        op, num = m.group(1), int(m.group(2)) if m.group(2) else 1
+        commit = repo[oid]
+        if op == "~":
+            for _ in range(num):
+                if not commit.parent_ids:
+                    raise UnknownRevision(f"revision '{rev}' goes past the first image")
+                commit = repo[commit.parent_ids[0]]
+        elif num:
+            if num > len(commit.parent_ids):
+                raise UnknownRevision(f"revision '{rev}': image {str(commit.id)[:12]} has no parent {num}")
+            commit = repo[commit.parent_ids[num - 1]]
+        oid = str(commit.id)
+    if pos != len(suffix):
+        raise UnknownRevision(f"unknown revision '{rev}'")
+    return oid

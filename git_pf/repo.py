@@ -1,0 +1,137 @@
+"""``git_pf.Repo``: the Python API, a thin facade over one module per operation.
+
+Opens (or initialises) a git repository, owns its side store, and exposes
+snapshot / fork / checkout / log / resolve / diff / show / refs / fsck
+returning typed dataclasses. The CLI calls only this class.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pygit2
+
+from . import checkout as checkout_mod, diff as diff_mod, fork as fork_mod, fsck as fsck_mod, history, image as img, refs
+from .errors import NotARepository, UsageError
+from .sidestore import SideStore
+from .snapshot import SnapshotRequest, SnapshotResult, take
+from .world.env import Env
+
+
+class Repo:
+    def __init__(self, git: pygit2.Repository):
+        self.git = git
+        self.git_dir = Path(git.path).resolve()
+        self.store = SideStore(self.git_dir / "pf" / "objects")
+
+    # -- opening --------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | os.PathLike = ".") -> "Repo":
+        """The repository containing ``path`` (searching upwards, as git does)."""
+        try:
+            found = pygit2.discover_repository(str(path))
+        except pygit2.GitError:
+            found = None
+        if found is None:
+            raise NotARepository(f"not a git repository: '{path}' (run 'git pf init')")
+        return cls(pygit2.Repository(found))
+
+    @classmethod
+    def init(cls, path: str | os.PathLike = ".") -> tuple["Repo", bool]:
+        """Make ``path`` a git repository when it is not one; returns (repo, created)."""
+        p = Path(path)
+        if p.exists() and not p.is_dir():
+            raise UsageError(f"'{path}' exists and is not a directory")
+        found = pygit2.discover_repository(str(p)) if p.exists() else None
+        git = pygit2.Repository(found) if found else None
+        if git is not None and Path(git.workdir or git.path).resolve() == p.resolve():
+            repo, created = cls(git), False
+        else:
+            p.mkdir(parents=True, exist_ok=True)
+            repo, created = cls(pygit2.init_repository(str(p))), True
+        (repo.git_dir / "pf" / "objects").mkdir(parents=True, exist_ok=True)
+        return repo, created
+
+    # -- images ---------------------------------------------------------
+    def resolve(self, rev: str) -> img.ImageInfo:
+        return img.read_image(self.git, refs.resolve(self.git, rev))
+
+    def snapshot(self, fs_root: str | os.PathLike, *, name: str | None = None, agent: str | img.Agent | None = None,
+                 messages: list[dict] | None = None, effects: list[dict] | None = None, env: Env | dict | None = None,
+                 no_redact: set[str] | frozenset[str] = frozenset(), message: str | None = None,
+                 label: str | None = None, ignore: list[str] | tuple[str, ...] = (),
+                 allow_empty: bool = False) -> SnapshotResult:
+        if isinstance(agent, str) or agent is None:
+            agent = img.Agent.parse(agent)
+        if isinstance(env, dict):
+            env = Env(None, dict(env))
+        req = SnapshotRequest(Path(fs_root), name, agent, messages, effects, env, frozenset(no_redact), message,
+                              label, tuple(ignore), allow_empty)
+        return take(self, req)
+
+    def fork(self, rev: str, n: int, prefix: str | None = None, explore: str | None = None) -> list[fork_mod.Fork]:
+        return fork_mod.fork(self, rev, n, prefix, explore)
+
+    def checkout(self, rev: str, into: str | os.PathLike, layers=("world",), force: bool = False) -> checkout_mod.CheckoutResult:
+        return checkout_mod.checkout(self, rev, Path(into), layers, force)
+
+    def log(self, rev: str | None = None, limit: int | None = None, first_parent: bool = False) -> list[img.ImageInfo]:
+        start = refs.resolve(self.git, rev or "HEAD") if (rev or self.current_branch_tip()) else None
+        if start is None:
+            return []
+        return history.log(self.git, start, limit, first_parent)
+
+    def diff(self, a: str, b: str) -> diff_mod.ImageDiff:
+        return diff_mod.diff(self.git, self.resolve(a), self.resolve(b))
+
+    def read_layer(self, rev: str, path: str) -> bytes | None:
+        """The raw bytes of one file of an image tree (e.g. ``trace/messages.jsonl``)."""
+        return img.read_file(self.git, self.resolve(rev).tree, path.encode())
+
+    # -- refs -----------------------------------------------------------
+    def current_branch(self) -> str | None:
+        return refs.current_branch(self.git)
+
+    def current_branch_tip(self) -> str | None:
+        branch = self.current_branch()
+        return refs.branch_tip(self.git, branch) if branch else None
+
+    def refs(self) -> list[history.RefEntry]:
+        return history.list_refs(self.git)
+
+    def create_branch(self, name: str, rev: str = "HEAD") -> img.ImageInfo:
+        image = self.resolve(rev)
+        refs.update_branch(self.git, refs.check_name(name), image.id, None, f"pf branch: from {rev}")
+        return image
+
+    def delete_branch(self, name: str) -> str:
+        if name == self.current_branch():
+            raise UsageError(f"cannot delete branch '{name}': it is the current branch")
+        return self._delete(refs.HEADS, name, "branch")
+
+    def create_tag(self, name: str, rev: str = "HEAD") -> img.ImageInfo:
+        image = self.resolve(rev)
+        full = refs.TAGS + refs.check_name(name, "tag")
+        if self.git.references.get(full) is not None:
+            raise UsageError(f"tag '{name}' already exists")
+        self.git.references.create(full, image.id)
+        return image
+
+    def delete_tag(self, name: str) -> str:
+        return self._delete(refs.TAGS, name, "tag")
+
+    def _delete(self, prefix: str, name: str, what: str) -> str:
+        ref = self.git.references.get(prefix + name) if name else None
+        if ref is None:
+            raise UsageError(f"no such {what} '{name}'")
+        target = str(ref.target)
+        ref.delete()
+        return target
+
+    def switch(self, name: str) -> None:
+        """Make ``name`` the current branch (it need not exist yet)."""
+        refs.set_head(self.git, refs.check_name(name))
+
+    # -- maintenance ----------------------------------------------------
+    def fsck(self) -> fsck_mod.FsckReport:
+        return fsck_mod.fsck(self.git, self.store)

@@ -1,0 +1,224 @@
+"""The local side store: content-addressed, zstd-compressed objects outside git's odb.
+
+Objects live at ``$GIT_DIR/pf/objects/<2 hex>/<62 hex>``, named by the sha256
+of their raw bytes, each a single zstd frame, written atomically (temp file,
+fsync, rename) and verified on every read. Large content is split into
+FastCDC chunks, one object per chunk, plus a chunk-index object when there is
+more than one chunk (docs/sidestore.md). This module knows nothing of images,
+refs or transport; a transport plugs in through ``SideStore.fetcher``.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+import zstandard
+
+from .chunking import chunk_spans
+from .errors import CorruptObject, MissingObject
+
+OID_RE = re.compile(r"^[0-9a-f]{64}$")
+ZSTD_LEVEL = 3
+_WORKERS = max(2, min(8, os.cpu_count() or 2))
+_local = threading.local()
+
+
+def _compressor() -> zstandard.ZstdCompressor:
+    c = getattr(_local, "cctx", None)
+    if c is None:
+        c = _local.cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True)
+    return c
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    d = getattr(_local, "dctx", None)
+    if d is None:
+        d = _local.dctx = zstandard.ZstdDecompressor()
+    return d
+
+
+def sha256_hex(data) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class Chunk:
+    oid: str
+    size: int
+
+
+@dataclass(frozen=True)
+class LargeObject:
+    """A large content item as stored: its whole-content oid, size and chunk list."""
+
+    oid: str
+    size: int
+    chunks: tuple[Chunk, ...]
+    index_oid: str | None  # the chunk-index object; None when there is a single chunk
+
+
+def encode_chunk_index(chunks: Iterable[Chunk]) -> bytes:
+    return "".join(f"{c.oid} {c.size}\n" for c in chunks).encode("ascii")
+
+
+def decode_chunk_index(data: bytes) -> tuple[Chunk, ...]:
+    out = []
+    for line in data.decode("ascii").splitlines():
+        oid, size = line.split(" ")
+        out.append(Chunk(oid, int(size)))
+    return tuple(out)
+
+
+class SideStore:
+    """Content-addressed object store under one directory."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        # Called with a list of missing oids before a read fails; a transport
+        # sets this to fetch them in one batch (lazy fetch).
+        self.fetcher: Callable[[list[str]], None] | None = None
+
+    # -- single objects -------------------------------------------------
+    def path_for(self, oid: str) -> Path:
+        return self.root / oid[:2] / oid[2:]
+
+    def has(self, oid: str) -> bool:
+        return self.path_for(oid).is_file()
+
+    def put(self, data, oid: str | None = None) -> str:
+        """Store ``data``; returns its oid. A no-op when the object exists."""
+        if oid is None:
+            oid = sha256_hex(data)
+        path = self.path_for(oid)
+        if path.is_file():
+            return oid
+        self._write_atomic(path, _compressor().compress(data))
+        return oid
+
+    def put_verified(self, oid: str, data: bytes) -> None:
+        """Store ``data`` received from elsewhere, refusing it unless it hashes to ``oid``."""
+        actual = sha256_hex(data)
+        if actual != oid:
+            raise CorruptObject(f"object {oid[:12]} received corrupt (content hashes to {actual[:12]})")
+        self.put(data, oid)
+
+    def put_compressed(self, oid: str, frame: bytes) -> None:
+        """Store a zstd frame received from elsewhere after checking it decodes to ``oid``."""
+        try:
+            data = _decompressor().decompress(frame)
+        except zstandard.ZstdError as e:
+            raise CorruptObject(f"object {oid[:12]} received corrupt: {e}") from None
+        actual = sha256_hex(data)
+        if actual != oid:
+            raise CorruptObject(f"object {oid[:12]} received corrupt (content hashes to {actual[:12]})")
+        path = self.path_for(oid)
+        if not path.is_file():
+            self._write_atomic(path, frame)
+
+    def read_compressed(self, oid: str) -> bytes:
+        """The stored zstd frame of ``oid`` (not verified; for transports)."""
+        self.ensure([oid])
+        return self.path_for(oid).read_bytes()
+
+    def get(self, oid: str) -> bytes:
+        """The verified raw bytes of ``oid``; raises MissingObject / CorruptObject."""
+        self.ensure([oid])
+        path = self.path_for(oid)
+        try:
+            frame = path.read_bytes()
+        except FileNotFoundError:
+            raise MissingObject(f"side-store object {oid} is missing") from None
+        try:
+            data = _decompressor().decompress(frame)
+        except zstandard.ZstdError:
+            raise CorruptObject(f"side-store object {oid} is corrupt (not a zstd frame)") from None
+        if sha256_hex(data) != oid:
+            raise CorruptObject(f"side-store object {oid} is corrupt (content does not hash to its name)")
+        return data
+
+    def ensure(self, oids: Iterable[str]) -> None:
+        """Make every oid local, asking ``fetcher`` for the missing ones in one batch."""
+        missing = [o for o in oids if not self.has(o)]
+        if missing and self.fetcher is not None:
+            self.fetcher(missing)
+        for o in missing:
+            if not self.has(o):
+                raise MissingObject(f"side-store object {o} is missing")
+
+    def iter_oids(self) -> Iterator[str]:
+        if not self.root.is_dir():
+            return
+        for d in sorted(self.root.iterdir()):
+            if len(d.name) != 2 or not d.is_dir():
+                continue
+            for f in sorted(d.iterdir()):
+                oid = d.name + f.name
+                if OID_RE.match(oid):
+                    yield oid
+
+    def remove(self, oid: str) -> None:
+        self.path_for(oid).unlink(missing_ok=True)
+
+    def _write_atomic(self, path: Path, frame: bytes) -> None:
+        tmpdir = self.root / "tmp"
+        tmpdir.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=tmpdir, prefix="obj-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(frame)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+
+    # -- large content --------------------------------------------------
+    def put_large(self, buf) -> LargeObject:
+        """Chunk ``buf`` (bytes, memoryview or mmap), store every chunk, return the layout."""
+        view = memoryview(buf)
+        whole = hashlib.sha256()
+        spans = list(chunk_spans(view))
+
+        def store(span: tuple[int, int]) -> Chunk:
+            off, n = span
+            part = view[off : off + n]
+            return Chunk(self.put(part), n)
+
+        with ThreadPoolExecutor(_WORKERS) as pool:
+            chunk_futs = pool.map(store, spans)
+            whole.update(view)
+            chunks = tuple(chunk_futs)
+        index_oid = self.put(encode_chunk_index(chunks)) if len(chunks) > 1 else None
+        return LargeObject(whole.hexdigest(), len(view), chunks, index_oid)
+
+    def chunks_of(self, oid: str, size: int, index_oid: str | None) -> tuple[Chunk, ...]:
+        if index_oid is None:
+            return (Chunk(oid, size),) if size else ()
+        return decode_chunk_index(self.get(index_oid))
+
+    def iter_large(self, oid: str, size: int, index_oid: str | None) -> Iterator[bytes]:
+        """Yield the verified chunks of a large object; checks the whole-content hash at the end."""
+        chunks = self.chunks_of(oid, size, index_oid)
+        self.ensure(c.oid for c in chunks)
+        whole = hashlib.sha256()
+        total = 0
+        for c in chunks:
+            data = self.get(c.oid)
+            whole.update(data)
+            total += len(data)
+            yield data
+        if total != size or whole.hexdigest() != oid:
+            raise CorruptObject(f"large object {oid} does not reassemble to its recorded hash")

@@ -1,0 +1,153 @@
+"""Taking a snapshot: capture the world, take or inherit each layer, write one image.
+
+Order of writes: git objects and side-store objects first, the branch ref
+last (compare-and-swap), so an interrupted snapshot leaves no ref and only
+unreferenced objects that ``git gc`` / ``git pf gc`` remove. Layers not given
+are inherited from the parent image unchanged.
+"""
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import canonjson, config, effects as effects_mod, image as img, refs, trace
+from .errors import UsageError
+from .world import attrs as attrs_mod
+from .world.capture import CaptureStats, capture
+from .world.env import Env, redact
+from .world.statcache import StatCache
+
+
+@dataclass(frozen=True)
+class SnapshotRequest:
+    fs_root: Path
+    branch: str | None = None
+    agent: img.Agent = img.Agent()
+    messages: list[dict] | None = None
+    effects: list[dict] | None = None
+    env: Env | None = None
+    no_redact: frozenset[str] = frozenset()
+    message: str | None = None
+    label: str | None = None
+    ignore: tuple[str, ...] = ()
+    allow_empty: bool = False
+
+
+@dataclass(frozen=True)
+class SnapshotResult:
+    image: img.ImageInfo
+    branch: str
+    unchanged: bool  # True when the state equals the parent's and no image was written
+    stats: CaptureStats
+
+    def to_json(self) -> dict:
+        return {
+            "id": self.image.id,
+            "branch": self.branch,
+            "unchanged": self.unchanged,
+            "tree": self.image.tree,
+            "files": self.stats.files,
+            "bytes": self.stats.bytes,
+            "pointers": self.stats.pointers,
+            "files_read": self.stats.files_read,
+            "warnings": self.stats.skipped,
+        }
+
+
+def resolve_fs_root(fs_root: Path, git_dir: Path) -> bytes:
+    """The real absolute path of the sandbox, refusing ones that cannot be captured."""
+    try:
+        real = os.path.realpath(fs_root, strict=True)
+    except FileNotFoundError:
+        raise UsageError(f"--fs-root: '{fs_root}' does not exist") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UsageError(f"--fs-root: '{fs_root}' is a symlink loop") from None
+        raise UsageError(f"--fs-root: cannot resolve '{fs_root}': {e.strerror}") from None
+    if not os.path.isdir(real):
+        raise UsageError(f"--fs-root: '{fs_root}' is not a directory")
+    if not os.access(real, os.R_OK | os.X_OK):
+        raise UsageError(f"--fs-root: '{fs_root}' is not readable")
+    git_real = os.path.realpath(git_dir)
+    if real == git_real or real.startswith(git_real + os.sep):
+        raise UsageError(f"--fs-root: '{fs_root}' is inside the git directory")
+    return os.fsencode(real)
+
+
+def _layer_summary(cap_stats: CaptureStats, messages: list[dict], ledger: list[dict], env: Env) -> dict:
+    return {
+        "world": {"files": cap_stats.files, "bytes": cap_stats.bytes, "pointers": cap_stats.pointers,
+                  "env_vars": len(env.vars), "redacted": len(env.redacted)},
+        "trace": {"messages": len(messages), "tokens_estimate": trace.estimate_tokens(messages)},
+        "effects": {"entries": len(ledger),
+                    "irreversible": sum(1 for e in ledger if e.get("side_effect_class") == "irreversible")},
+    }
+
+
+def take(repo, req: SnapshotRequest) -> SnapshotResult:
+    """Write a snapshot image for ``req`` on ``repo`` (a ``git_pf.Repo``).
+
+    Agent and label not given are inherited from the parent image."""
+    git = repo.git
+    root = resolve_fs_root(req.fs_root, repo.git_dir)
+    branch = refs.check_name(req.branch or refs.current_branch(git) or refs.DEFAULT_BRANCH)
+    parent_id = refs.branch_tip(git, branch)
+    parent = img.read_image(git, parent_id) if parent_id else None
+
+    threshold = config.large_file_threshold(git)
+    settings = (threshold, tuple(req.ignore))
+    cache = StatCache.load(repo.git_dir, root, settings, lambda t: t in git.odb)
+    exclude = {os.fsencode(os.path.realpath(repo.git_dir))}
+    cap = capture(git, repo.store, root, threshold=threshold, ignore=list(req.ignore), cache=cache, exclude=exclude)
+
+    edit = img.TreeEdit(git, parent.tree if parent else None)
+    edit.put_tree(img.WORLD_FS, cap.tree)
+    edit.put_file(img.WORLD_ATTRS, attrs_mod.encode(cap.attrs))
+    messages = _layer(req.messages, parent, img.TRACE_MESSAGES, trace.decode, repo)
+    ledger = effects_mod.chain(req.effects, "--effects") if req.effects is not None else \
+        _layer(None, parent, img.EFFECTS_LEDGER, effects_mod.decode, repo)
+    env = redact(req.env, set(req.no_redact)) if req.env is not None else \
+        _layer(None, parent, img.WORLD_ENV, Env.decode, repo, default=Env())
+    edit.put_file(img.TRACE_MESSAGES, trace.encode(messages))
+    edit.put_file(img.EFFECTS_LEDGER, effects_mod.encode(ledger))
+    edit.put_file(img.WORLD_ENV, env.encode())
+
+    layers = dict(parent.manifest.get("layers", {})) if parent else {}
+    layers.update(_layer_summary(cap.stats, messages, ledger, env))
+    agent, label = _identity(req, parent)
+    edit.put_file(img.MANIFEST, canonjson.encode(img.make_manifest(agent, label, layers)))
+    tree = edit.write()
+
+    if parent is not None and tree == parent.tree and not req.allow_empty:
+        cache.save(root, cap.tree)
+        refs.set_head(git, branch)
+        return SnapshotResult(parent, branch, True, cap.stats)
+
+    trailers = [("Pf-Agent", agent.label())] if agent.kind else []
+    message = img.format_message(req.message or f"snapshot of {os.fsdecode(os.path.basename(root))}", trailers)
+    sig = config.signature(git)
+    commit = git.create_commit(None, sig, sig, message, tree, [parent.id] if parent else [])
+    refs.update_branch(git, branch, str(commit), parent.id if parent else None, f"pf snapshot: {message.splitlines()[0]}")
+    refs.set_head(git, branch)
+    cache.save(root, cap.tree)
+    return SnapshotResult(img.read_image(git, str(commit)), branch, False, cap.stats)
+
+
+def _identity(req: SnapshotRequest, parent) -> tuple[img.Agent, str]:
+    """Agent and label: as given, else inherited from the parent image."""
+    old = parent.manifest if parent else {}
+    agent = req.agent if req.agent.kind else img.Agent(**old.get("agent", {})) if old else req.agent
+    label = req.label if req.label is not None else old.get("label", "")
+    return agent, label
+
+
+def _layer(given, parent, path: bytes, decode, repo, default=None):
+    if given is not None:
+        return given
+    if parent is not None:
+        data = img.read_file(repo.git, parent.tree, path)
+        if data is not None:
+            return decode(data)
+    return default if default is not None else []

@@ -1,0 +1,85 @@
+"""``world/env.json``: the agent's working directory and environment, secrets redacted.
+
+Redaction is on by default: a variable is redacted when its name looks
+secret (contains KEY, TOKEN, SECRET, PASSWORD, PASSWD, or ends in
+_CREDENTIALS / CREDENTIALS, case-insensitive) or its value looks like one (a
+bearer token, a URL with a password, a well-known key prefix, a JWT). A
+redacted value is replaced by a fixed marker and its name listed under
+``redacted``, so the same environment always gives the same bytes.
+Pure data handling plus reading a JSON file.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import canonjson
+from ..errors import InputFormatError
+
+REDACTED = "<redacted>"
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS", re.IGNORECASE)
+_SECRET_VALUE = [
+    re.compile(r"^\s*(bearer|basic|token)\s+\S{8,}", re.IGNORECASE),
+    re.compile(r"^[a-z][a-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@", re.IGNORECASE),  # scheme://user:pass@host
+    re.compile(r"^(sk-|sk_live_|rk_live_|ghp_|gho_|ghs_|github_pat_|glpat-|xox[abprs]-|AKIA|ASIA|hf_)[A-Za-z0-9_\-]{8,}"),
+    re.compile(r"^eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+$"),  # JWT
+]
+
+
+@dataclass
+class Env:
+    cwd: str | None = None
+    vars: dict[str, str] = field(default_factory=dict)
+    redacted: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"cwd": self.cwd, "env": dict(sorted(self.vars.items())), "redacted": sorted(self.redacted)}
+
+    def encode(self) -> bytes:
+        return canonjson.encode(self.to_json())
+
+    @classmethod
+    def decode(cls, data: bytes) -> "Env":
+        obj = canonjson.loads(data)
+        return cls(obj.get("cwd"), dict(obj.get("env", {})), list(obj.get("redacted", [])))
+
+
+def looks_secret(name: str, value: str) -> bool:
+    return bool(_SECRET_NAME.search(name)) or any(p.search(value) for p in _SECRET_VALUE)
+
+
+def redact(env: Env, keep: set[str]) -> Env:
+    out, redacted = {}, set(env.redacted)
+    for name, value in env.vars.items():
+        if name not in keep and value != REDACTED and looks_secret(name, value):
+            out[name] = REDACTED
+            redacted.add(name)
+        else:
+            out[name] = value
+    return Env(env.cwd, out, sorted(redacted))
+
+
+def from_process() -> Env:
+    return Env(os.getcwd(), dict(os.environ))
+
+
+def from_file(path: Path) -> Env:
+    """Read ``{"cwd": ..., "env": {...}}`` or a flat ``{"NAME": "value"}`` mapping."""
+    try:
+        obj = canonjson.loads(Path(path).read_bytes())
+    except FileNotFoundError:
+        raise InputFormatError(f"--env: no such file '{path}'") from None
+    except (OSError, ValueError) as e:
+        raise InputFormatError(f"--env: '{path}' is not valid JSON ({e})") from None
+    if not isinstance(obj, dict):
+        raise InputFormatError(f"--env: '{path}' must hold a JSON object")
+    if isinstance(obj.get("env"), dict):
+        cwd, variables = obj.get("cwd"), obj["env"]
+    else:
+        cwd, variables = None, obj
+    bad = [k for k, v in variables.items() if not isinstance(v, str)]
+    if bad or (cwd is not None and not isinstance(cwd, str)):
+        raise InputFormatError(f"--env: '{path}': every value must be a string (not {bad[0] if bad else 'cwd'})")
+    return Env(cwd, dict(variables))

@@ -1,0 +1,62 @@
+"""Which sandbox paths a snapshot skips: ``.gitignore`` files plus ``--ignore`` patterns.
+
+Semantics follow git: each directory's ``.gitignore`` applies below it, deeper
+files win, ``!`` re-includes, a trailing ``/`` matches directories only, and
+an ignored directory is never entered. ``--ignore`` patterns act like a
+``.gitignore`` at the sandbox root that takes precedence over every
+``.gitignore`` file (as git's command-line excludes do). The
+top-level ``.pf/`` directory (where checkout writes non-world layers) is
+always skipped. Pure path logic plus reading ``.gitignore`` files.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import pathspec
+
+ALWAYS_IGNORED_TOP = {b".pf"}
+
+
+@dataclass(frozen=True)
+class _Level:
+    prefix: str  # directory of the .gitignore, relative to the root, "" or ending in "/"
+    spec: pathspec.GitIgnoreSpec
+
+
+class IgnoreRules:
+    """An immutable stack of ignore specs; ``descend`` returns the stack for a subdirectory."""
+
+    def __init__(self, levels: tuple[_Level, ...] = (), override: pathspec.GitIgnoreSpec | None = None):
+        self._levels = levels
+        self._override = override
+
+    @classmethod
+    def for_root(cls, root: bytes, extra_patterns: list[str]) -> "IgnoreRules":
+        override = pathspec.GitIgnoreSpec.from_lines(extra_patterns) if extra_patterns else None
+        return cls((), override).descend(root, b"")
+
+    def descend(self, abs_dir: bytes, rel_dir: bytes) -> "IgnoreRules":
+        """Rules inside ``rel_dir``: these plus its ``.gitignore`` if it has one."""
+        try:
+            with open(os.path.join(abs_dir, b".gitignore"), "rb") as f:
+                lines = f.read().decode("utf-8", "surrogateescape").splitlines()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError):
+            return self
+        prefix = os.fsdecode(rel_dir) + "/" if rel_dir else ""
+        level = _Level(prefix, pathspec.GitIgnoreSpec.from_lines(lines))
+        return IgnoreRules(self._levels + (level,), self._override)
+
+    def ignored(self, rel_path: bytes, is_dir: bool) -> bool:
+        if not self._levels and self._override is None:
+            return False
+        path = os.fsdecode(rel_path) + ("/" if is_dir else "")
+        if self._override is not None:
+            result = self._override.check_file(path)
+            if result.include is not None:
+                return bool(result.include)
+        for level in reversed(self._levels):
+            result = level.spec.check_file(path[len(level.prefix) :])
+            if result.include is not None:
+                return bool(result.include)
+        return False
