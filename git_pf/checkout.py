@@ -4,10 +4,14 @@ The result is built in a temporary sibling directory and moved into place
 only when complete, so a failure (a corrupt or missing object) leaves the
 destination as it was. The world goes to the directory itself; other
 layers go under ``.pf/`` when the world is included, else straight into the
-directory, with their paths as in the image tree (docs/format.md).
+directory, with their paths as in the image tree (docs/format.md). A layer
+with its own writer (``EXTRA_LAYERS``: model, cache) writes into the
+directory itself when it is the only layer asked for, else into
+``<side>/<layer>/``.
 """
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import tempfile
@@ -24,7 +28,11 @@ LAYER_FILES = {
     "effects": [img.EFFECTS_LEDGER],
     "env": [img.WORLD_ENV],
 }
-LAYERS = ("world",) + tuple(LAYER_FILES)
+# Layers with their own writer, imported only when asked for (so the core never
+# imports torch): name -> "module:function", function(repo, image, dest: Path) -> None.
+# The function writes the layer's files into ``dest`` (created, empty).
+EXTRA_LAYERS: dict[str, str] = {}
+LAYERS = ("world",) + tuple(LAYER_FILES) + tuple(EXTRA_LAYERS)
 SIDECAR = ".pf"
 
 
@@ -90,6 +98,12 @@ def _fill(repo, image: img.ImageInfo, layers: tuple[str, ...], tmp: Path) -> Res
             stats = restore(git, repo.store, world, attrs, os.fsencode(tmp))
     side = tmp / SIDECAR if "world" in layers else tmp
     for layer in layers:
+        if layer in EXTRA_LAYERS:
+            module, _, func = EXTRA_LAYERS[layer].partition(":")
+            target = side / layer if len(layers) > 1 else tmp
+            target.mkdir(parents=True, exist_ok=True)
+            getattr(importlib.import_module(module), func)(repo, image, target)
+            continue
         for path in LAYER_FILES.get(layer, []):
             data = img.read_file(git, image.tree, path)
             if data is None:

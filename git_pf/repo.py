@@ -60,13 +60,13 @@ class Repo:
                  messages: list[dict] | None = None, effects: list[dict] | None = None, env: Env | dict | None = None,
                  no_redact: set[str] | frozenset[str] = frozenset(), message: str | None = None,
                  label: str | None = None, ignore: list[str] | tuple[str, ...] = (),
-                 allow_empty: bool = False) -> SnapshotResult:
+                 allow_empty: bool = False, layers: tuple = ()) -> SnapshotResult:
         if isinstance(agent, str) or agent is None:
             agent = img.Agent.parse(agent)
         if isinstance(env, dict):
             env = Env(None, dict(env))
         req = SnapshotRequest(Path(fs_root), name, agent, messages, effects, env, frozenset(no_redact), message,
-                              label, tuple(ignore), allow_empty)
+                              label, tuple(ignore), allow_empty, tuple(layers))
         return take(self, req)
 
     def fork(self, rev: str, n: int, prefix: str | None = None, explore: str | None = None) -> list[fork_mod.Fork]:

@@ -11,6 +11,7 @@ import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from . import canonjson, config, effects as effects_mod, image as img, refs, trace
 from .errors import UsageError
@@ -18,6 +19,17 @@ from .world import attrs as attrs_mod
 from .world.capture import CaptureStats, capture
 from .world.env import Env, redact
 from .world.statcache import StatCache
+
+
+class LayerInput(Protocol):
+    """A layer a snapshot writes besides world / trace / effects / env (model, cache, ...).
+
+    ``write`` adds the layer's files to ``edit`` (paths under its own top-level
+    directory, e.g. ``model/``) and returns the manifest summary for ``name``."""
+
+    name: str
+
+    def write(self, repo, edit: img.TreeEdit, parent: img.ImageInfo | None) -> dict: ...
 
 
 @dataclass(frozen=True)
@@ -33,6 +45,7 @@ class SnapshotRequest:
     label: str | None = None
     ignore: tuple[str, ...] = ()
     allow_empty: bool = False
+    layers: tuple[LayerInput, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -116,6 +129,8 @@ def take(repo, req: SnapshotRequest) -> SnapshotResult:
 
     layers = dict(parent.manifest.get("layers", {})) if parent else {}
     layers.update(_layer_summary(cap.stats, messages, ledger, env))
+    for extra in req.layers:
+        layers[extra.name] = extra.write(repo, edit, parent)
     agent, label = _identity(req, parent)
     edit.put_file(img.MANIFEST, canonjson.encode(img.make_manifest(agent, label, layers)))
     tree = edit.write()

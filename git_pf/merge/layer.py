@@ -1,0 +1,47 @@
+"""The per-layer merge interface that every layer (built in or plugged in) implements.
+
+A merger gets the three images and returns the tree changes for its own
+paths, a manifest summary, a report and its conflicts. It must not write
+refs or commits; the engine writes the merge image only when every layer is
+clean. Model and cache layers register in ``PLUGINS`` as
+``"module:ClassName"`` strings so the core never imports torch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..image import ImageInfo
+
+Change = tuple[int, bytes] | None  # (git file mode, raw oid) or None to delete the path
+
+
+@dataclass
+class MergeContext:
+    repo: Any  # git_pf.Repo
+    base: ImageInfo | None  # None when the two images share no history
+    ours: ImageInfo
+    theirs: ImageInfo
+    options: dict[str, Any] = field(default_factory=dict)  # per-layer flags, e.g. {"model.method": "ties"}
+    results: dict[str, "LayerResult"] = field(default_factory=dict)  # layers merged so far (trace before cache)
+
+
+@dataclass
+class LayerResult:
+    layer: str
+    clean: bool
+    changes: dict[bytes, Change] = field(default_factory=dict)  # image-tree paths to set or delete
+    summary: dict | None = None  # manifest "layers" entry for this layer; None keeps ours
+    report: dict = field(default_factory=dict)  # what the CLI shows / prints as JSON
+    conflicts: list[str] = field(default_factory=list)  # one line each
+    trailer: str = ""  # value of this layer's "Pf-Merge:" trailer, e.g. "model ties seed=7"
+
+
+class LayerMerger(Protocol):
+    name: str
+
+    def merge(self, ctx: MergeContext) -> LayerResult: ...
+
+
+# Plugged-in layers, imported lazily by the engine: layer name -> "module:ClassName".
+PLUGINS: dict[str, str] = {}
