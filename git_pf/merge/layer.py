@@ -24,6 +24,7 @@ class MergeContext:
     theirs: ImageInfo
     options: dict[str, Any] = field(default_factory=dict)  # per-layer flags, e.g. {"model.method": "ties"}
     results: dict[str, "LayerResult"] = field(default_factory=dict)  # layers merged so far (trace before cache)
+    merged_messages: list[dict] | None = None  # set by the trace merger; the cache merger keeps pages that prefix it
 
 
 @dataclass
