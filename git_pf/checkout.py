@@ -31,7 +31,7 @@ LAYER_FILES = {
 # Layers with their own writer, imported only when asked for (so the core never
 # imports torch): name -> "module:function", function(repo, image, dest: Path) -> None.
 # The function writes the layer's files into ``dest`` (created, empty).
-EXTRA_LAYERS: dict[str, str] = {}
+EXTRA_LAYERS: dict[str, str] = {"cache": "git_pf.cache.export:write_layer", "model": "git_pf.model.checkout:write"}
 LAYERS = ("world",) + tuple(LAYER_FILES) + tuple(EXTRA_LAYERS)
 SIDECAR = ".pf"
 

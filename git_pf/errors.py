@@ -8,7 +8,7 @@ from __future__ import annotations
 
 # Exit codes (documented in docs/cli.md).
 EXIT_OK = 0
-EXIT_NEGATIVE = 1  # the command ran and found problems (fsck errors, merge conflicts)
+EXIT_NEGATIVE = 1  # found problems (fsck, merge conflicts) or could not finish (disk full, I/O error)
 EXIT_USAGE = 2  # bad input: flags, revisions, files, not a repository
 EXIT_DATA = 3  # repository data is damaged or missing (corrupt or absent object)
 
@@ -58,3 +58,9 @@ class CorruptObject(DataError):
 
 class MissingObject(DataError):
     pass
+
+
+class WriteFailed(PfError):
+    """Writing to the repository failed (disk full, file too large, I/O error)."""
+
+    code = EXIT_NEGATIVE

@@ -11,6 +11,8 @@ from typing import Iterable
 
 import pygit2
 
+from .errors import WriteFailed
+
 MODE_FILE = 0o100644
 MODE_EXEC = 0o100755
 MODE_LINK = 0o120000
@@ -34,6 +36,13 @@ def tree_oid(data: bytes) -> bytes:
     return hashlib.sha1(b"tree %d\x00" % len(data) + data).digest()
 
 
+def _odb_write(odb, kind, data: bytes) -> pygit2.Oid:
+    try:
+        return odb.write(kind, data)
+    except (OSError, pygit2.GitError) as e:
+        raise WriteFailed(f"cannot write to the git object database: {e}") from None
+
+
 class TreeWriter:
     """Writes trees into a repository, skipping ones the odb already holds."""
 
@@ -44,11 +53,11 @@ class TreeWriter:
         data = encode_tree(entries)
         raw = tree_oid(data)
         if pygit2.Oid(raw=raw) not in self.odb:
-            self.odb.write(pygit2.enums.ObjectType.TREE, data)
+            _odb_write(self.odb, pygit2.enums.ObjectType.TREE, data)
         return raw
 
     def write_blob(self, data: bytes) -> bytes:
-        return self.odb.write(pygit2.enums.ObjectType.BLOB, data).raw
+        return _odb_write(self.odb, pygit2.enums.ObjectType.BLOB, data).raw
 
 
 def decode_tree(data: bytes) -> list[Entry]:

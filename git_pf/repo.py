@@ -34,7 +34,10 @@ class Repo:
             found = None
         if found is None:
             raise NotARepository(f"not a git repository: '{path}' (run 'git pf init')")
-        return cls(pygit2.Repository(found))
+        try:
+            return cls(pygit2.Repository(found))
+        except pygit2.GitError as e:
+            raise NotARepository(f"cannot open the repository: {e}") from None
 
     @classmethod
     def init(cls, path: str | os.PathLike = ".") -> tuple["Repo", bool]:

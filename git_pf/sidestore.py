@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Iterator
 import zstandard
 
 from .chunking import chunk_spans
-from .errors import CorruptObject, MissingObject
+from .errors import CorruptObject, MissingObject, WriteFailed
 
 OID_RE = re.compile(r"^[0-9a-f]{64}$")
 ZSTD_LEVEL = 3
@@ -178,31 +178,34 @@ class SideStore:
                 os.fsync(f.fileno())
             os.chmod(tmp, 0o444)
             os.replace(tmp, path)
-        except BaseException:
+        except BaseException as e:
             try:
                 os.unlink(tmp)
             except FileNotFoundError:
                 pass
+            if isinstance(e, OSError):
+                raise WriteFailed(f"cannot write to the side store: {e.strerror or e}") from None
             raise
 
     # -- large content --------------------------------------------------
     def put_large(self, buf) -> LargeObject:
         """Chunk ``buf`` (bytes, memoryview or mmap), store every chunk, return the layout."""
-        view = memoryview(buf)
-        whole = hashlib.sha256()
-        spans = list(chunk_spans(view))
+        with memoryview(buf) as view:
+            spans = list(chunk_spans(view))
 
-        def store(span: tuple[int, int]) -> Chunk:
-            off, n = span
-            part = view[off : off + n]
-            return Chunk(self.put(part), n)
+            def store(span: tuple[int, int]) -> Chunk:
+                off, n = span
+                with view[off : off + n] as part:
+                    return Chunk(self.put(part), n)
 
-        with ThreadPoolExecutor(_WORKERS) as pool:
-            chunk_futs = pool.map(store, spans)
-            whole.update(view)
-            chunks = tuple(chunk_futs)
+            whole = hashlib.sha256()
+            with ThreadPoolExecutor(_WORKERS) as pool:
+                futures = [pool.submit(store, span) for span in spans]
+                whole.update(view)
+                chunks = tuple(f.result() for f in futures)
+            size = len(view)
         index_oid = self.put(encode_chunk_index(chunks)) if len(chunks) > 1 else None
-        return LargeObject(whole.hexdigest(), len(view), chunks, index_oid)
+        return LargeObject(whole.hexdigest(), size, chunks, index_oid)
 
     def chunks_of(self, oid: str, size: int, index_oid: str | None) -> tuple[Chunk, ...]:
         if index_oid is None:

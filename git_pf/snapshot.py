@@ -16,7 +16,7 @@ from typing import Protocol
 from . import canonjson, config, effects as effects_mod, image as img, refs, trace
 from .errors import UsageError
 from .world import attrs as attrs_mod
-from .world.capture import CaptureStats, capture
+from .world.capture import Capture, CaptureStats, capture
 from .world.env import Env, redact
 from .world.statcache import StatCache
 
@@ -30,6 +30,17 @@ class LayerInput(Protocol):
     name: str
 
     def write(self, repo, edit: img.TreeEdit, parent: img.ImageInfo | None) -> dict: ...
+
+
+class WorldSource(Protocol):
+    """Where a snapshot's ``world/fs`` comes from: a sandbox directory (``DirWorld``, the
+    default) or anything else that can build the tree, e.g. a mount's upper layer."""
+
+    name: str  # used in the default subject, "snapshot of <name>"
+
+    def capture(self, repo, parent: img.ImageInfo | None) -> Capture: ...
+
+    def done(self, cap: Capture) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -46,6 +57,8 @@ class SnapshotRequest:
     ignore: tuple[str, ...] = ()
     allow_empty: bool = False
     layers: tuple[LayerInput, ...] = ()
+    world: WorldSource | None = None  # replaces the capture of fs_root when given
+    parent: str | None = None  # the image the new one must follow (the branch must be absent or there)
 
 
 @dataclass(frozen=True)
@@ -99,21 +112,48 @@ def _layer_summary(cap_stats: CaptureStats, messages: list[dict], ledger: list[d
     }
 
 
+class DirWorld:
+    """The default world source: a sandbox directory, captured with the stat cache."""
+
+    def __init__(self, repo, fs_root: Path, ignore: tuple[str, ...]):
+        self.repo, self.ignore = repo, ignore
+        self.root = resolve_fs_root(fs_root, repo.git_dir)
+        self.name = os.fsdecode(os.path.basename(self.root))
+        self.cache: StatCache | None = None
+
+    def capture(self, repo, parent) -> Capture:
+        git = repo.git
+        threshold = config.large_file_threshold(git)
+        settings = (threshold, tuple(self.ignore))
+        self.cache = StatCache.load(repo.git_dir, self.root, settings, lambda t: t in git.odb)
+        exclude = {os.fsencode(os.path.realpath(repo.git_dir))}
+        return capture(git, repo.store, self.root, threshold=threshold, ignore=list(self.ignore), cache=self.cache,
+                       exclude=exclude)
+
+    def done(self, cap: Capture) -> None:
+        self.cache.save(self.root, cap.tree)
+
+
+def _parent(git, branch: str, expected: str | None) -> tuple[str | None, img.ImageInfo | None]:
+    """(current tip of ``branch``, parent image): the tip, or ``expected`` when given."""
+    tip = refs.branch_tip(git, branch)
+    if expected is None:
+        return tip, img.read_image(git, tip) if tip else None
+    if tip is not None and tip != expected:
+        raise UsageError(f"branch '{branch}' is at {tip[:12]}, not at {expected[:12]}; "
+                         f"use --name to put the image on another branch")
+    return tip, img.read_image(git, expected)
+
+
 def take(repo, req: SnapshotRequest) -> SnapshotResult:
     """Write a snapshot image for ``req`` on ``repo`` (a ``git_pf.Repo``).
 
     Agent and label not given are inherited from the parent image."""
     git = repo.git
-    root = resolve_fs_root(req.fs_root, repo.git_dir)
+    world = req.world or DirWorld(repo, req.fs_root, req.ignore)
     branch = refs.check_name(req.branch or refs.current_branch(git) or refs.DEFAULT_BRANCH)
-    parent_id = refs.branch_tip(git, branch)
-    parent = img.read_image(git, parent_id) if parent_id else None
-
-    threshold = config.large_file_threshold(git)
-    settings = (threshold, tuple(req.ignore))
-    cache = StatCache.load(repo.git_dir, root, settings, lambda t: t in git.odb)
-    exclude = {os.fsencode(os.path.realpath(repo.git_dir))}
-    cap = capture(git, repo.store, root, threshold=threshold, ignore=list(req.ignore), cache=cache, exclude=exclude)
+    tip, parent = _parent(git, branch, req.parent)
+    cap = world.capture(repo, parent)
 
     edit = img.TreeEdit(git, parent.tree if parent else None)
     edit.put_tree(img.WORLD_FS, cap.tree)
@@ -136,17 +176,19 @@ def take(repo, req: SnapshotRequest) -> SnapshotResult:
     tree = edit.write()
 
     if parent is not None and tree == parent.tree and not req.allow_empty:
-        cache.save(root, cap.tree)
+        world.done(cap)
+        if tip is None:
+            refs.update_branch(git, branch, parent.id, None, f"pf snapshot: branch at {parent.short}")
         refs.set_head(git, branch)
         return SnapshotResult(parent, branch, True, cap.stats)
 
     trailers = [("Pf-Agent", agent.label())] if agent.kind else []
-    message = img.format_message(req.message or f"snapshot of {os.fsdecode(os.path.basename(root))}", trailers)
+    message = img.format_message(req.message or f"snapshot of {world.name}", trailers)
     sig = config.signature(git)
     commit = git.create_commit(None, sig, sig, message, tree, [parent.id] if parent else [])
-    refs.update_branch(git, branch, str(commit), parent.id if parent else None, f"pf snapshot: {message.splitlines()[0]}")
+    refs.update_branch(git, branch, str(commit), tip, f"pf snapshot: {message.splitlines()[0]}")
     refs.set_head(git, branch)
-    cache.save(root, cap.tree)
+    world.done(cap)
     return SnapshotResult(img.read_image(git, str(commit)), branch, False, cap.stats)
 
 

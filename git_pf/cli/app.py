@@ -11,8 +11,12 @@ import os
 import sys
 from typing import Any, Callable
 
-import click
 import typer
+
+try:  # Typer >= 0.20 vendors its own click; its exceptions are the ones raised
+    from typer._click import exceptions as click_exc
+except ImportError:  # pragma: no cover - older Typer on the real click
+    from click import exceptions as click_exc
 
 from .. import __version__
 from ..errors import EXIT_NEGATIVE, EXIT_USAGE, PfError
@@ -71,14 +75,17 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         result = app(args=argv, prog_name="git pf", standalone_mode=False)
-    except click.UsageError as e:
+    except click_exc.NoArgsIsHelpError as e:
+        typer.echo(e.ctx.get_help() if e.ctx is not None else "usage: git pf COMMAND [ARGS]...")
+        return EXIT_USAGE
+    except click_exc.UsageError as e:
         cmd = e.ctx.command_path if e.ctx is not None else "git pf"
         return _fail(f"{e.format_message()} (see '{cmd} -h')", EXIT_USAGE)
-    except click.ClickException as e:
+    except click_exc.ClickException as e:
         return _fail(e.format_message(), EXIT_USAGE)
     except PfError as e:
         return _fail(f"error: {e.message}", e.code)
-    except (KeyboardInterrupt, click.Abort):
+    except (KeyboardInterrupt, typer.Abort):
         return _fail("interrupted", 130)
     except BrokenPipeError:
         return 0

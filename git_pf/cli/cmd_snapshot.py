@@ -27,6 +27,12 @@ def snapshot(
     label: Optional[str] = typer.Option(None, "--label", help="What this line of work explores (inherited when omitted)."),
     ignore: List[str] = typer.Option([], "--ignore", help="A .gitignore-style pattern to skip (repeatable)."),
     allow_empty: bool = typer.Option(False, "--allow-empty", help="Write an image even when nothing changed."),
+    kv: Optional[Path] = typer.Option(None, "--kv", help="KV cache to store: a safetensors file written by git_pf.cache.save."),
+    model_fingerprint: Optional[str] = typer.Option(None, "--model-fingerprint", help="Model identity for --kv (weights sha256 or name@revision); default: the file's."),
+    kv_page_tokens: int = typer.Option(16, "--kv-page-tokens", min=1, help="Tokens per KV page."),
+    adapter: Optional[Path] = typer.Option(None, "--adapter", help="A peft adapter directory (adapter_config.json + adapter_model.safetensors) to store."),
+    base_model: Optional[str] = typer.Option(None, "--base-model", help="Base weights the adapter applies to: NAME[@REVISION][:SHA256]."),
+    delta: Optional[Path] = typer.Option(None, "--delta", help="A full-weight delta (.safetensors) to store."),
     quiet: bool = typer.Option(False, "-q", "--quiet", help="Print nothing but the image id; no warnings."),
     as_json: bool = JsonOpt,
 ) -> None:
@@ -38,7 +44,14 @@ def snapshot(
     if env is not None and capture_env:
         raise UsageError("--env and --capture-env cannot be used together")
     env_value = env_mod.from_file(env) if env is not None else env_mod.from_process() if capture_env else None
+    if kv is None and model_fingerprint is not None:
+        raise UsageError("--model-fingerprint needs --kv")
     repo = open_repo()
+    extra = (_kv_layer(kv, model_fingerprint, kv_page_tokens),) if kv is not None else ()
+    if adapter is not None or base_model is not None or delta is not None:
+        from ..model.layer import ModelInput  # no torch: capture works on raw safetensors bytes
+
+        extra += (ModelInput.prepare(adapter, base_model, delta),)
     result = repo.snapshot(
         fs_root,
         name=name,
@@ -51,6 +64,7 @@ def snapshot(
         label=label,
         ignore=ignore,
         allow_empty=allow_empty,
+        layers=extra,
     )
     if not quiet:
         for line in result.stats.skipped:
@@ -58,3 +72,12 @@ def snapshot(
         if result.unchanged and not as_json:
             warn(f"nothing changed since {result.image.short} on '{result.branch}'; no new image (use --allow-empty)")
     emit(as_json, result.to_json(), lambda: typer.echo(result.image.id))
+
+
+def _kv_layer(path: Path, model: Optional[str], page_tokens: int):
+    """The KV cache layer input for --kv (imports torch only here)."""
+    try:
+        from ..cache.layer import CacheInput
+    except ImportError as e:
+        raise UsageError(f"--kv needs torch and safetensors (install git-pf[model]): {e}") from None
+    return CacheInput.from_file(path, model=model, page_tokens=page_tokens)

@@ -14,6 +14,7 @@ import os
 import stat
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pygit2
 
@@ -94,6 +95,11 @@ class _Walker:
             return None if sub is None else (to_tree(name), MODE_TREE, sub)
         if rules.ignored(rel, False):
             return None
+        return self.leaf(path, rel, name, st)
+
+    def leaf(self, path: bytes, rel: bytes, name: bytes, st: os.stat_result) -> Entry | None:
+        """The tree entry of one non-directory (recording its attrs); None when skipped."""
+        mode = st.st_mode
         if stat.S_ISREG(mode):
             return self._file(path, rel, name, st)
         if stat.S_ISLNK(mode):
@@ -162,6 +168,12 @@ def _kind(mode: int) -> str:
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         return "device"
     return "special"
+
+
+def entry_reader(repo: pygit2.Repository, store: SideStore, threshold: int) -> _Walker:
+    """A capturer for individual files (``.leaf``), without ignore rules or stat cache;
+    ``.attrs`` and ``.stats`` accumulate what it read."""
+    return _Walker(repo, store, threshold, StatCache(Path(os.devnull), ()), set())
 
 
 def capture(repo: pygit2.Repository, store: SideStore, root: bytes, *, threshold: int,

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 FORMAT = 1
-RACY_NS = 100_000_000  # entries whose mtime/ctime fall within 100 ms of the start are re-read
+RACY_NS = 100_000_000  # entries whose ctime falls within 100 ms of the start are re-read next time
 
 StatKey = tuple[int, int, int, int, int]  # mtime_ns, ctime_ns, size, ino, mode
 # value: (stat key, blob raw oid or None for dirs, sorted xattr items, is_pointer)
@@ -57,7 +57,7 @@ class StatCache:
 
     def record(self, rel: bytes, entry: Entry, start_ns: int) -> None:
         key = entry[0]
-        if key[0] >= start_ns - RACY_NS or key[1] >= start_ns - RACY_NS:
+        if key[1] >= start_ns - RACY_NS:  # ctime: every change moves it, and no one can set it back
             return
         self.new[rel] = entry
 

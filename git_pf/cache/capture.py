@@ -1,0 +1,106 @@
+"""Capturing a KV cache as pages: ``capture``, ``fingerprint`` and ``compare``.
+
+``capture`` cuts the cache into pages, hashes every page's bytes and builds
+the page table; it writes nothing (``layer.CacheInput`` stores the pages).
+Does not touch repositories.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import UsageError
+from . import pages as pg, tensors
+from .table import Page, PageTable
+
+DEFAULT_PAGE_TOKENS = 16
+WORKERS = max(2, min(8, os.cpu_count() or 2))
+
+
+@dataclass(frozen=True)
+class Captured:
+    """A cache cut into pages: the table and every page's bytes (in table order)."""
+
+    table: PageTable
+    data: tuple[memoryview, ...]
+
+
+def fingerprint(model) -> str:
+    """A model's identity: a string as given (``name@revision``), or ``sha256:`` of a module's weights.
+
+    The weight hash covers every state-dict entry in name order: name, dtype,
+    shape and the raw bytes."""
+    if isinstance(model, str):
+        if not model.strip():
+            raise UsageError("the model fingerprint must not be empty")
+        return model
+    state = getattr(model, "state_dict", None)
+    if state is None:
+        raise UsageError(f"model must be a fingerprint string or a torch module, not {type(model).__name__}")
+    h = hashlib.sha256(b"pf-weights/1\x00")
+    for name, t in sorted(state().items()):
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}\x00{tensors.dtype_name(t.dtype)}\x00{list(t.shape)}\x00".encode())
+        h.update(memoryview(t.view(-1).view(torch.uint8).numpy()))
+    return "sha256:" + h.hexdigest()
+
+
+def _token_list(token_ids) -> list[int]:
+    if hasattr(token_ids, "tolist"):
+        token_ids = token_ids.tolist()
+    if token_ids and isinstance(token_ids[0], list):
+        if len(token_ids) != 1:
+            raise UsageError("token ids hold more than one sequence; a cache holds one (batch 1)")
+        token_ids = token_ids[0]
+    out = [int(t) for t in token_ids]
+    try:
+        pg.encode_tokens(out)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return out
+
+
+def capture(cache, token_ids, *, model, adapter: str | None = None,
+            page_tokens: int = DEFAULT_PAGE_TOKENS) -> Captured:
+    """Page a DynamicCache (or a dict / list of per-layer (K, V) tensors) for ``token_ids``.
+
+    ``model`` is a fingerprint string (weights sha256 or ``name@revision``)
+    or the torch module itself; ``adapter`` names the adapter in use, if any."""
+    tokens = _token_list(token_ids)
+    layers = tensors.as_layers(cache)
+    layout = tensors.layout_of(layers, len(tokens), page_tokens)
+    model_id = fingerprint(model)
+    ids = pg.chain(tokens, model_id, adapter, layout)
+
+    def one(span: tuple[int, int]) -> tuple[memoryview, str]:
+        data = tensors.page_buffer(layers, span[0], span[1], layout)
+        return data, hashlib.sha256(data).hexdigest()
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        built = list(pool.map(one, pg.spans(len(tokens), page_tokens)))
+    pages = tuple(Page(pid, digest, len(data)) for pid, (data, digest) in zip(ids, built))
+    table = PageTable(layout, model_id, adapter, tuple(tokens), pages)
+    return Captured(table, tuple(d for d, _ in built))
+
+
+def compare(a: PageTable, b: PageTable) -> dict:
+    """How two page tables differ: same-token pages whose bytes differ, and where tokens part.
+
+    A cache rebuilt by re-prefilling has the same page ids (same tokens) but
+    different bytes; this is how that shows."""
+    same_tokens = 0
+    for pa, pb in zip(a.pages, b.pages):
+        if pa.id != pb.id:
+            break
+        same_tokens += 1
+    differing = [i for i in range(same_tokens) if a.pages[i].sha256 != b.pages[i].sha256]
+    return {
+        "identical": a.to_json() == b.to_json(),
+        "common_pages": same_tokens,
+        "pages_with_different_bytes": differing,
+        "layout_equal": a.layout == b.layout,
+    }

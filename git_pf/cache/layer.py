@@ -1,0 +1,79 @@
+"""The snapshot side of the KV layer: a ``LayerInput`` writing ``cache/pages.json``.
+
+Page bytes go to the side store, one object per page named by the sha256 of
+its bytes, so a page a fork shares with its parent is stored once. The
+manifest summary records tokens, pages, bytes and pages shared with the
+parent image. Writes no refs.
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from .. import image as img
+from ..errors import DataError, UsageError
+from .capture import DEFAULT_PAGE_TOKENS, WORKERS, Captured
+from .table import PATH, read
+
+NAME = "cache"
+
+
+def store_pages(store, captured: Captured) -> int:
+    """Put every page into ``store``; returns how many objects were new."""
+    def one(item) -> bool:
+        page, data = item
+        if store.has(page.sha256):
+            return False
+        store.put(data, page.sha256)
+        return True
+
+    unique = {p.sha256: (p, d) for p, d in zip(captured.table.pages, captured.data)}
+    with ThreadPoolExecutor(WORKERS) as pool:
+        return sum(pool.map(one, unique.values()))
+
+
+class CacheInput:
+    """A captured KV cache to write into the next snapshot."""
+
+    name = NAME
+
+    def __init__(self, captured: Captured):
+        self.captured = captured
+        self.new_objects = 0
+
+    @classmethod
+    def from_cache(cls, cache, token_ids, *, model, adapter=None, page_tokens=DEFAULT_PAGE_TOKENS) -> "CacheInput":
+        from .capture import capture
+
+        return cls(capture(cache, token_ids, model=model, adapter=adapter, page_tokens=page_tokens))
+
+    @classmethod
+    def from_file(cls, path: Path, model: str | None = None, adapter: str | None = None,
+                  page_tokens: int = DEFAULT_PAGE_TOKENS) -> "CacheInput":
+        """From an interchange file; ``model`` / ``adapter`` override what the file records."""
+        from .kvfile import load
+
+        kv = load(path)
+        if model and kv.model and model != kv.model:
+            raise UsageError(f"--model-fingerprint '{model}' differs from the model '{kv.model}' recorded in '{path}'")
+        model = model or kv.model
+        if not model:
+            raise UsageError(f"--kv: '{path}' records no model fingerprint; give --model-fingerprint")
+        return cls.from_cache(kv.layers, kv.tokens, model=model, adapter=adapter or kv.adapter,
+                              page_tokens=page_tokens)
+
+    def write(self, repo, edit: img.TreeEdit, parent: img.ImageInfo | None) -> dict:
+        self.new_objects = store_pages(repo.store, self.captured)
+        table = self.captured.table
+        edit.put_file(PATH, table.encode())
+        return table.summary(_parent_table(repo, parent))
+
+
+def _parent_table(repo, parent):
+    """The parent's page table for the sharing count; a damaged one counts as none (fsck reports it)."""
+    if parent is None:
+        return None
+    try:
+        return read(repo, parent.tree)
+    except DataError:
+        return None

@@ -1,0 +1,109 @@
+"""Restoring an image's KV cache: verified page bytes back into tensors, bit for bit.
+
+Refuses (``CacheMismatch``) when the caller's model fingerprint, adapter or
+layout differs from the recorded one; every page is checked against the
+sha256 in ``cache/pages.json`` (the side store verifies it on read). Writes
+nothing.
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from ..errors import CorruptObject, UsageError
+from . import tensors
+from .capture import WORKERS, fingerprint
+from .table import PageTable, read
+
+_UNSET = object()
+
+
+class CacheMismatch(UsageError):
+    """The cache was captured for another model, adapter or layout."""
+
+
+def _open(image_or_rev, repo):
+    from ..image import ImageInfo
+    from ..repo import Repo
+
+    if repo is None or isinstance(repo, (str, bytes)) or hasattr(repo, "__fspath__"):
+        repo = Repo.open(repo or ".")
+    image = image_or_rev if isinstance(image_or_rev, ImageInfo) else repo.resolve(image_or_rev)
+    return repo, image
+
+
+def load_table(image_or_rev, repo=None) -> tuple[object, PageTable]:
+    """The repo and the page table of an image; UsageError when it has no cache."""
+    repo, image = _open(image_or_rev, repo)
+    table = read(repo, image.tree)
+    if table is None:
+        raise UsageError(f"image {image.short} has no KV cache")
+    return repo, table
+
+
+def _expected_shapes(config) -> tuple[int, int, int]:
+    cfg = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return cfg.num_hidden_layers, heads, head_dim
+
+
+def check(table: PageTable, model, adapter, config=None, dtype=None) -> None:
+    """Refuse a table recorded for another model, adapter or layout."""
+    want = fingerprint(model)
+    if want != table.model:
+        raise CacheMismatch(f"KV cache was captured for model '{table.model}', not '{want}'; refusing to restore")
+    if adapter != table.adapter:
+        raise CacheMismatch(f"KV cache was captured with adapter {table.adapter!r}, not {adapter!r}; refusing to restore")
+    lay = table.layout
+    if config is None and hasattr(model, "config"):
+        config = model.config
+    if dtype is None and hasattr(model, "dtype") and not isinstance(model, str):
+        dtype = model.dtype
+    if dtype is not None and tensors.dtype_name(dtype) != lay.dtype:
+        raise CacheMismatch(f"KV cache layout is {lay.dtype}, the model runs in {tensors.dtype_name(dtype)}; refusing to restore")
+    if config is not None:
+        layers, heads, head_dim = _expected_shapes(config)
+        shapes = set(lay.k_shapes) | set(lay.v_shapes)
+        if lay.layers != layers or shapes != {(1, heads, head_dim)}:
+            raise CacheMismatch(f"KV cache layout '{lay.tag()}' does not fit a model of {layers} layers, "
+                                f"{heads} KV heads of dim {head_dim}; refusing to restore")
+
+
+def read_layers(repo, table: PageTable, device=None) -> tensors.KV:
+    """Every page of ``table`` read from the side store, verified, in fresh tensors."""
+    store = repo.store
+    store.ensure(table.oids())  # one batch for a lazy fetch
+    layers = tensors.empty_layers(table.layout, len(table.tokens), device)
+
+    def one(item) -> None:
+        (a, b), page = item
+        data = store.get(page.sha256)  # verified: the bytes hash to the recorded sha256
+        if len(data) != page.size:
+            raise CorruptObject(f"KV page {page.id[:12]} has {len(data)} bytes, the table says {page.size}")
+        tensors.fill_page(layers, a, b, data, table.layout)
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        list(pool.map(one, zip(table.spans(), table.pages)))
+    return layers
+
+
+def restore_layers(image_or_rev, *, repo=None, model, adapter: str | None = None, config=None, dtype=None,
+                   device=None) -> tuple[tensors.KV, list[int]]:
+    """Like ``restore`` but returns the per-layer (K, V) tensors instead of a DynamicCache."""
+    repo, table = load_table(image_or_rev, repo)
+    check(table, model, adapter, config, dtype)
+    return read_layers(repo, table, device), list(table.tokens)
+
+
+def restore(image_or_rev, *, repo=None, model, adapter: str | None = None, config=None, dtype=None,
+            device=None):
+    """The KV cache of an image as a transformers ``DynamicCache``, and its token ids.
+
+    ``model`` is the fingerprint string or the torch module that will use the
+    cache (a module also gives the config and dtype to check the layout
+    against); ``adapter`` must name the adapter recorded at capture (None for
+    none). Raises ``CacheMismatch`` on any difference, ``CorruptObject`` on a
+    page whose bytes do not hash to the recorded value."""
+    layers, tokens = restore_layers(image_or_rev, repo=repo, model=model, adapter=adapter, config=config,
+                                    dtype=dtype, device=device)
+    return tensors.to_dynamic_cache(layers), tokens

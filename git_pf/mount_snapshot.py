@@ -1,0 +1,165 @@
+"""Snapshotting a mount: the mounted image's world edited with only what the upper layer holds.
+
+``MountWorld`` is a ``snapshot.WorldSource``: it starts from the mounted
+image's ``world/fs`` tree and ``fs.attrs``, walks the upper layer (whiteouts
+remove lower paths, upper files replace or add entries, upper directories
+are merged into their lower counterparts), and reads only the files found
+there. Untouched subtrees keep their ids. ``clear_upper`` then empties the
+upper layer in a crash-safe order once the mount follows the new image.
+Never touches the mountpoint itself and never imports pyfuse3.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+
+import pygit2
+
+from . import config, image as img, pointer as pointer_fmt
+from .gittree import MODE_LINK, MODE_TREE, read_blob, read_tree
+from .mounts import WHITEOUT_PREFIX, MountState
+from .world import attrs as attrs_mod
+from .world.attrs import DEFAULT_DIR_MODE, PathAttrs
+from .world.capture import Capture, CaptureStats, entry_reader
+from .world.names import to_tree
+from .world.restore import iter_world
+from .world.xattrs import read_user_xattrs
+
+_WH = os.fsencode(WHITEOUT_PREFIX)
+
+
+class MountWorld:
+    """The world of a mount: its lower image plus its upper layer."""
+
+    def __init__(self, state: MountState):
+        self.state = state
+        self.name = os.path.basename(state.mountpoint) or state.mountpoint
+
+    def capture(self, repo, parent) -> Capture:
+        git = repo.git
+        lower = img.read_image(git, self.state.image)
+        world = img.subtree(git, lower.tree, img.WORLD_FS)
+        attrs = attrs_mod.decode(img.read_file(git, lower.tree, img.WORLD_ATTRS) or b"")
+        builder = _Builder(repo, attrs, lower.manifest.get("layers", {}).get("world", {}))
+        tree = builder.dir(os.fsencode(self.state.upper), b"", bytes.fromhex(world) if world else None)
+        if tree is None:
+            tree = builder.reader.writer.write([])
+        return Capture(tree.hex(), list(builder.attrs.values()) + builder.reader.attrs, builder.stats())
+
+    def done(self, cap: Capture) -> None:
+        pass
+
+
+class _Builder:
+    def __init__(self, repo, attrs: dict[bytes, PathAttrs], totals: dict):
+        self.git: pygit2.Repository = repo.git
+        self.reader = entry_reader(repo.git, repo.store, config.large_file_threshold(repo.git))
+        self.attrs = attrs
+        self.files = totals.get("files", 0)
+        self.bytes = totals.get("bytes", 0)
+        self.pointers = totals.get("pointers", 0)
+
+    def stats(self) -> CaptureStats:
+        read = self.reader.stats
+        return CaptureStats(self.files + read.files, self.bytes + read.bytes, self.pointers + read.pointers,
+                            read.files_read, read.skipped)
+
+    def dir(self, abs_dir: bytes, rel: bytes, base: bytes | None) -> bytes | None:
+        """The new tree of one merged directory; None when it ends up empty."""
+        entries = {n: (m, o) for n, m, o in read_tree(self.git, base)} if base else {}
+        names = sorted(os.listdir(abs_dir))
+        for name in names:
+            if name.startswith(_WH):
+                real = name[len(_WH):]
+                self._drop(_join(rel, real), entries.pop(to_tree(real), None))
+        for name in names:
+            if name.startswith(_WH):
+                continue
+            path, child = os.path.join(abs_dir, name), _join(rel, name)
+            st = os.lstat(path)
+            tname = to_tree(name)
+            old = entries.pop(tname, None)
+            if stat.S_ISDIR(st.st_mode):
+                keep = old is not None and old[0] == MODE_TREE
+                if not keep:
+                    self._drop(child, old)
+                self.attrs.pop(child, None)
+                sub = self.dir(path, child, old[1] if keep else None)
+                self._dir_attrs(path, child, st, sub is None)
+                if sub is not None:
+                    entries[tname] = (MODE_TREE, sub)
+                continue
+            self._drop(child, old)
+            entry = self.reader.leaf(path, child, name, st)
+            if entry is not None:
+                entries[tname] = (entry[1], entry[2])
+        if not entries:
+            return None
+        return self.reader.writer.write((n, m, o) for n, (m, o) in entries.items())
+
+    def _drop(self, rel: bytes, old: tuple[int, bytes] | None) -> None:
+        """Forget a lower path (and, for a directory, everything below it)."""
+        if old is not None and old[0] == MODE_TREE:
+            for sub_rel, mode, oid in iter_world(self.git, old[1], rel):
+                self._subtract(mode, oid, self.attrs.get(sub_rel))
+        elif old is not None:
+            self._subtract(old[0], old[1], self.attrs.get(rel))
+        attr = self.attrs.pop(rel, None)
+        if (old is not None and old[0] == MODE_TREE) or (attr is not None and attr.is_dir):
+            prefix = rel + b"/"
+            for key in [k for k in self.attrs if k.startswith(prefix)]:
+                del self.attrs[key]
+
+    def _subtract(self, mode: int, oid: bytes, attr: PathAttrs | None) -> None:
+        self.files -= 1
+        if mode == MODE_LINK:
+            return
+        if attr is not None and attr.pointer:
+            try:
+                self.bytes -= pointer_fmt.decode(read_blob(self.git, oid)).size
+                self.pointers -= 1
+                return
+            except ValueError:
+                pass
+        self.bytes -= self.git.odb.read_header(pygit2.Oid(raw=oid))[1]
+
+    def _dir_attrs(self, path: bytes, rel: bytes, st: os.stat_result, empty: bool) -> None:
+        perm = stat.S_IMODE(st.st_mode)
+        xattrs = read_user_xattrs(path)
+        special = perm != DEFAULT_DIR_MODE
+        if empty or special or xattrs:
+            self.attrs[rel] = PathAttrs(rel, is_dir=True, mode=perm if special else None, xattrs=xattrs)
+
+
+def _join(rel: bytes, name: bytes) -> bytes:
+    return rel + b"/" + name if rel else name
+
+
+def clear_upper(state: MountState, keep: set[bytes] = frozenset()) -> None:
+    """Empty the upper layer once the mount follows an image that holds its changes.
+
+    ``keep``: relative paths of files still open for writing, which stay (with
+    their directories). Whiteouts go first, so at every instant the view is
+    the new image's world."""
+    root = os.fsencode(state.upper)
+    for base, dirs, files in os.walk(root):
+        for name in files:
+            if name.startswith(_WH):
+                os.unlink(os.path.join(base, name))
+    keep_dirs = {k.rsplit(b"/", 1)[0] for k in keep if b"/" in k}
+    keep_dirs |= {d.rsplit(b"/", i)[0] for d in list(keep_dirs) for i in range(1, d.count(b"/") + 1)}
+    _clear(root, b"", keep, keep_dirs)
+
+
+def _clear(abs_dir: bytes, rel: bytes, keep: set[bytes], keep_dirs: set[bytes]) -> None:
+    for name in os.listdir(abs_dir):
+        path, child = os.path.join(abs_dir, name), _join(rel, name)
+        if child in keep:
+            continue
+        if child in keep_dirs:
+            _clear(path, child, keep, keep_dirs)
+        elif os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)

@@ -1,0 +1,194 @@
+"""The registry of mounts: ``$GIT_DIR/pf/mounts/<id>/`` state directories.
+
+Each mount records itself in ``mount.json`` (image, daemon pid, mountpoint,
+mode, branch; docs/mount.md) and keeps its copy-on-write upper layer in
+``upper/``. This module reads and writes those records, tells live mounts
+from stale ones, finds the state to resume for an image + directory, and
+unmounts. It knows the upper layer's marker names but never reads file
+contents and never imports pyfuse3.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import UsageError
+
+FORMAT = 1
+WHITEOUT_PREFIX = ".pf-wh."  # upper/<dir>/.pf-wh.<name>: <name> is deleted from the lower layer
+OPAQUE = ".pf-wh..opq"  # upper/<dir>/.pf-wh..opq: nothing of the lower <dir> shows through
+FSNAME = "git-pf"
+
+
+@dataclass
+class MountState:
+    id: str
+    dir: Path  # the state directory
+    image: str
+    pid: int
+    mountpoint: str
+    mode: str  # "ro" | "rw"
+    branch: str | None
+
+    @property
+    def upper(self) -> Path:
+        return self.dir / "upper"
+
+    @property
+    def control(self) -> Path:
+        return self.dir / "control.sock"
+
+    @property
+    def log(self) -> Path:
+        return self.dir / "daemon.log"
+
+    def to_record(self) -> dict:
+        return {"image": self.image, "pid": self.pid, "mountpoint": self.mountpoint, "mode": self.mode,
+                "branch": self.branch, "format": FORMAT}
+
+    def save(self) -> None:
+        """Write ``mount.json`` atomically (temp, fsync, rename)."""
+        data = json.dumps(self.to_record(), sort_keys=True, separators=(",", ":")).encode() + b"\n"
+        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".mount.json.")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.dir / "mount.json")
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def status(self) -> str:
+        """``mounted`` (daemon alive, kernel mount present), ``stale`` (mount present, daemon
+        gone), or ``unmounted`` (only the state is left)."""
+        mounted = is_mounted(self.mountpoint)
+        if mounted and pid_alive(self.pid):
+            return "mounted"
+        return "stale" if mounted else "unmounted"
+
+    def upper_size(self) -> int:
+        total = 0
+        for base, dirs, files in os.walk(self.upper):
+            for name in files:
+                try:
+                    total += os.lstat(os.path.join(base, name)).st_blocks * 512
+                except FileNotFoundError:
+                    pass
+        return total
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "image": self.image, "mountpoint": self.mountpoint, "mode": self.mode,
+                "pid": self.pid, "branch": self.branch, "status": self.status(), "upper_bytes": self.upper_size()}
+
+
+def root(git_dir: Path) -> Path:
+    return Path(git_dir) / "pf" / "mounts"
+
+
+def load(state_dir: Path) -> MountState | None:
+    try:
+        rec = json.loads((state_dir / "mount.json").read_bytes())
+        return MountState(state_dir.name, state_dir, rec["image"], int(rec["pid"]), rec["mountpoint"],
+                          rec["mode"], rec.get("branch"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def all_states(git_dir: Path) -> list[MountState]:
+    base = root(git_dir)
+    if not base.is_dir():
+        return []
+    found = (load(d) for d in sorted(base.iterdir()) if d.is_dir())
+    return [s for s in found if s is not None]
+
+
+def create(git_dir: Path, image: str, mountpoint: str, mode: str, branch: str | None) -> MountState:
+    state_dir = root(git_dir) / secrets.token_hex(8)
+    (state_dir / "upper").mkdir(parents=True)
+    state = MountState(state_dir.name, state_dir, image, 0, mountpoint, mode, branch)
+    state.save()
+    return state
+
+
+def for_mountpoint(git_dir: Path, mountpoint: str) -> list[MountState]:
+    return [s for s in all_states(git_dir) if s.mountpoint == mountpoint]
+
+
+def find_live(git_dir: Path, directory: str | os.PathLike) -> MountState:
+    """The state of the mount at ``directory``; a usage error when there is none."""
+    mp = canonical(directory)
+    states = [s for s in for_mountpoint(git_dir, mp) if s.status() != "unmounted"]
+    if not states:
+        raise UsageError(f"'{directory}' is not a git-pf mount of this repository (see 'git pf mounts')")
+    return states[0]
+
+
+def canonical(directory: str | os.PathLike) -> str:
+    """The absolute path of a mountpoint without touching it (a dead mount cannot be stat'ed)."""
+    path = os.path.abspath(directory)
+    parent, name = os.path.split(path)
+    return os.path.join(os.path.realpath(parent), name)
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is not alive
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _unescape(field: str) -> str:
+    return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+
+
+def is_mounted(mountpoint: str) -> bool:
+    """True when a git-pf FUSE filesystem is mounted at ``mountpoint``."""
+    try:
+        with open("/proc/self/mounts", encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                parts = line.split(" ")
+                if len(parts) > 2 and parts[0] == FSNAME and _unescape(parts[1]) == mountpoint:
+                    return True
+    except OSError:
+        pass
+    return False
+
+
+def unmount(mountpoint: str, lazy: bool = False) -> None:
+    """Detach the kernel mount (``fusermount3 -u``, ``-z`` for a lazy detach)."""
+    args = ["fusermount3", "-u"] + (["-z"] if lazy else []) + ["--", mountpoint]
+    try:
+        proc = subprocess.run(args, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise UsageError("fusermount3 is not installed (install the fuse3 package)") from None
+    if proc.returncode != 0 and is_mounted(mountpoint):
+        msg = (proc.stderr.strip().splitlines() or ["unknown error"])[-1]
+        raise UsageError(f"cannot unmount '{mountpoint}': {msg}")
+
+
+def upper_is_empty(state: MountState) -> bool:
+    try:
+        return not any(os.scandir(state.upper))
+    except FileNotFoundError:
+        return True
+
+
+def discard(state: MountState) -> None:
+    shutil.rmtree(state.dir, ignore_errors=True)

@@ -1,0 +1,114 @@
+"""The ``refs/pf/objects`` layout: side-store objects as git blobs, one ref (docs/transport.md).
+
+The ref names an *index commit* whose tree is
+
+    version             "https://git-pf.dev/spec/objects/v1\\n"
+    index/<2 hex>       lines "<sha256> <frame bytes> <blob id>[,<blob id>...]\\n", sorted, unique
+
+listing every object the remote holds. Its parents are the previous index
+commit (absent for the first) and one *data commit* whose tree
+``<2 hex>/<62 hex>[.<part>]`` holds the zstd frames added by that push as
+blobs (a frame over 64 MiB is cut into parts). The index commit itself holds
+no data, so a depth-1 fetch of the ref brings the index only. Pure layout:
+reads and writes git objects, never refs, never the network.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import pygit2
+
+from ..errors import DataError
+from ..gittree import MODE_FILE, MODE_TREE, TreeWriter, read_blob, read_tree
+
+VERSION = b"https://git-pf.dev/spec/objects/v1\n"
+MAX_BLOB = 64 * 1024 * 1024
+_SIG = pygit2.Signature("git-pf", "git-pf@localhost", 0, 0)
+
+
+@dataclass(frozen=True)
+class Entry:
+    size: int  # bytes of the stored zstd frame (sum of its parts)
+    blobs: tuple[str, ...]  # git blob ids of the frame's parts, in order
+
+
+Index = dict[str, Entry]
+
+
+def encode_bucket(entries: dict[str, Entry]) -> bytes:
+    return "".join(f"{oid} {e.size} {','.join(e.blobs)}\n" for oid, e in sorted(entries.items())).encode("ascii")
+
+
+def decode_bucket(data: bytes, where: str) -> dict[str, Entry]:
+    out: dict[str, Entry] = {}
+    try:
+        for line in data.decode("ascii").splitlines():
+            oid, size, blobs = line.split(" ")
+            if len(oid) != 64 or not blobs:
+                raise ValueError(line)
+            out[oid] = Entry(int(size), tuple(blobs.split(",")))
+    except (ValueError, UnicodeDecodeError):
+        raise DataError(f"objects index {where} is malformed") from None
+    return out
+
+
+def _sig() -> pygit2.Signature:
+    return pygit2.Signature("git-pf", "git-pf@localhost", int(time.time()), 0)
+
+
+def _tree_of(git: pygit2.Repository, commit: str) -> dict[bytes, tuple[int, bytes]]:
+    try:
+        tree = git[commit].peel(pygit2.Tree).id.raw
+    except (KeyError, ValueError):
+        raise DataError(f"objects index commit {commit[:12]} is not in the local repository") from None
+    return {name: (mode, oid) for name, mode, oid in read_tree(git, tree)}
+
+
+def read_index(git: pygit2.Repository, commit: str | None) -> Index:
+    """Every entry of the index commit ``commit`` (empty for None)."""
+    if commit is None:
+        return {}
+    top = _tree_of(git, commit)
+    if b"version" not in top or read_blob(git, top[b"version"][1]) != VERSION:
+        raise DataError(f"refs/pf/objects {commit[:12]} is not a git-pf objects index v1")
+    out: Index = {}
+    if b"index" in top:
+        for name, mode, oid in read_tree(git, top[b"index"][1]):
+            out.update(decode_bucket(read_blob(git, oid), f"{commit[:12]}:index/{name.decode()}"))
+    return out
+
+
+def write_data_commit(git: pygit2.Repository, blobs: dict[str, Entry]) -> str:
+    """A parentless commit whose tree holds the blobs of ``blobs`` (already in the odb)."""
+    writer = TreeWriter(git)
+    fan: dict[bytes, list] = {}
+    for oid, entry in blobs.items():
+        for n, blob in enumerate(entry.blobs):
+            name = oid[2:] if len(entry.blobs) == 1 else f"{oid[2:]}.{n}"
+            fan.setdefault(oid[:2].encode(), []).append((name.encode(), MODE_FILE, bytes.fromhex(blob)))
+    top = [(d, MODE_TREE, writer.write(entries)) for d, entries in fan.items()]
+    tree = writer.write(top)
+    msg = f"pf objects: {len(blobs)} objects, {sum(e.size for e in blobs.values())} bytes\n"
+    return str(git.create_commit(None, _SIG, _SIG, msg, pygit2.Oid(raw=tree), []))
+
+
+def write_index_commit(git: pygit2.Repository, base: str | None, base_index: Index, added: Index,
+                       data_commit: str) -> str:
+    """The index commit for ``base_index`` plus ``added``, parents ``base`` (if any) and ``data_commit``."""
+    writer = TreeWriter(git)
+    buckets: dict[bytes, tuple[int, bytes]] = {}
+    if base is not None:
+        top = _tree_of(git, base)
+        if b"index" in top:
+            buckets = {name: (mode, oid) for name, mode, oid in read_tree(git, top[b"index"][1])}
+    touched = sorted({oid[:2] for oid in added if oid not in base_index})
+    for prefix in touched:
+        merged = {o: e for o, e in base_index.items() if o[:2] == prefix}
+        merged.update({o: e for o, e in added.items() if o[:2] == prefix and o not in merged})
+        buckets[prefix.encode()] = (MODE_FILE, writer.write_blob(encode_bucket(merged)))
+    index_tree = writer.write([(n, m, o) for n, (m, o) in buckets.items()])
+    tree = writer.write([(b"version", MODE_FILE, writer.write_blob(VERSION)), (b"index", MODE_TREE, index_tree)])
+    parents = ([pygit2.Oid(hex=base)] if base else []) + [pygit2.Oid(hex=data_commit)]
+    msg = f"pf objects index: +{sum(1 for o in added if o not in base_index)} objects\n"
+    return str(git.create_commit(None, _sig(), _sig(), msg, pygit2.Oid(raw=tree), parents))

@@ -1,0 +1,113 @@
+"""Which side-store objects a set of images reaches.
+
+An image reaches every object named by a pointer blob anywhere in its tree
+(any layer: world, model, cache), and, for chunked content, the chunk-index
+object and every chunk it lists. Layers that name side-store objects some
+other way register a function in ``OBJECT_REFS``. Reads git objects and
+the local side store (chunk indexes, fetched lazily when a transport is
+attached); writes nothing.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+import pygit2
+
+from .. import pointer as pointer_fmt
+from ..errors import PfError
+from ..gittree import MODE_LINK, MODE_TREE, read_tree
+from ..sidestore import SideStore, decode_chunk_index
+
+# Layers that reference side-store objects without pointer blobs:
+# name -> "module:function", function(git, tree_hex) -> iterable of oids.
+OBJECT_REFS: dict[str, str] = {}
+
+
+@dataclass(frozen=True)
+class Need:
+    """One pointer an image holds: where, and the objects it needs."""
+
+    image: str
+    path: str
+    pointer: pointer_fmt.Pointer
+
+
+@dataclass
+class Reach:
+    images: list[str] = field(default_factory=list)
+    needs: dict[str, Need] = field(default_factory=dict)  # pointer oid -> first place it is needed
+    extra: set[str] = field(default_factory=set)  # oids from OBJECT_REFS layers
+
+
+def walk_images(git: pygit2.Repository, tips: Iterable[str], hide: Iterable[str] = ()) -> list[str]:
+    """Commit ids reachable from ``tips`` and not from ``hide`` (ids missing locally are ignored)."""
+    tips = [t for t in tips if t in git.odb] if tips else []
+    if not tips:
+        return []
+    walker = git.walk(tips[0], pygit2.enums.SortMode.TOPOLOGICAL)
+    for t in tips[1:]:
+        walker.push(t)
+    for h in hide:
+        if h in git.odb:
+            try:
+                walker.hide(h)
+            except (KeyError, pygit2.GitError):
+                pass
+    return [str(c.id) for c in walker]
+
+
+def _pointers(git: pygit2.Repository, tree: bytes, prefix: str, seen: set[bytes]) -> Iterator[tuple[str, bytes]]:
+    """``(path, pointer bytes)`` of every pointer blob under ``tree`` not in an already seen subtree."""
+    if tree in seen:
+        return
+    seen.add(tree)
+    for name, mode, oid in read_tree(git, tree):
+        path = f"{prefix}{name.decode('utf-8', 'replace')}"
+        if mode == MODE_TREE:
+            yield from _pointers(git, oid, path + "/", seen)
+        elif mode != MODE_LINK and oid not in seen:
+            seen.add(oid)
+            _, size = git.odb.read_header(pygit2.Oid(raw=oid)) if hasattr(git.odb, "read_header") else (None, 0)
+            if size >= pointer_fmt.MAX_POINTER_SIZE:
+                continue
+            data = git[pygit2.Oid(raw=oid)].data
+            if pointer_fmt.looks_like_pointer(data):
+                yield path, data
+
+
+def reach(git: pygit2.Repository, images: list[str]) -> Reach:
+    """Every pointer the ``images`` hold (each once) plus objects named by OBJECT_REFS layers."""
+    out = Reach(images=list(images))
+    seen: set[bytes] = set()
+    funcs = [getattr(importlib.import_module(m), f) for m, _, f in (v.partition(":") for v in OBJECT_REFS.values())]
+    for image in images:
+        tree = git[image].peel(pygit2.Tree)
+        for path, data in _pointers(git, tree.id.raw, "", seen):
+            try:
+                ptr = pointer_fmt.decode(data)
+            except ValueError:
+                continue
+            out.needs.setdefault(ptr.oid, Need(image, path, ptr))
+        for func in funcs:
+            out.extra.update(func(git, str(tree.id)))
+    return out
+
+
+def objects_of(store: SideStore, reached: Reach) -> dict[str, Need | None]:
+    """Every side-store oid ``reached`` needs -> the pointer needing it (chunks expanded)."""
+    out: dict[str, Need | None] = {oid: None for oid in reached.extra}
+    indexes = [n for n in reached.needs.values() if n.pointer.chunks is not None]
+    for need in reached.needs.values():
+        out[need.pointer.object_ids()[0]] = need
+    store.ensure(n.pointer.chunks for n in indexes)
+    for need in indexes:
+        try:
+            chunks = decode_chunk_index(store.get(need.pointer.chunks))
+        except (PfError, ValueError) as e:
+            raise PfError(f"image {need.image[:12]} path '{need.path}': chunk index {need.pointer.chunks}: {e}",
+                          3) from None
+        for c in chunks:
+            out.setdefault(c.oid, need)
+    return out

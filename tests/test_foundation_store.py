@@ -1,0 +1,120 @@
+"""The side store: large files as chunked, verified, content-addressed objects; the stat cache."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import zstandard
+
+from git_pf import pointer
+from git_pf.errors import CorruptObject, DataError
+from git_pf.sidestore import SideStore
+
+
+def test_large_file_goes_to_side_store_as_pointer(repo, tmp_path):
+    sb = tmp_path / "sb"
+    sb.mkdir()
+    data = os.urandom(5 * 1024 * 1024)
+    (sb / "weights.bin").write_bytes(data)
+    (sb / "small.txt").write_bytes(b"x" * 100)
+    snap = repo.snapshot(sb, name="main")
+    blob = repo.git.revparse_single("refs/pf/heads/main:world/fs/weights.bin").data
+    assert len(blob) < 1024 and blob.startswith(b"version https://git-pf.dev/spec/pointer/v1\n")
+    ptr = pointer.decode(blob)
+    assert ptr.size == len(data) and ptr.chunks is not None
+    objects = list(repo.store.iter_oids())
+    assert len(objects) >= 3  # several FastCDC chunks plus the chunk index
+    for oid in objects:  # each object is a zstd frame named by the sha256 of its raw bytes
+        raw = zstandard.ZstdDecompressor().decompress(repo.store.path_for(oid).read_bytes())
+        assert __import__("hashlib").sha256(raw).hexdigest() == oid
+    out = repo.checkout("main", tmp_path / "out").path
+    assert (out / "weights.bin").read_bytes() == data
+    assert snap.stats.pointers == 1
+
+
+def test_threshold_is_configurable(repo, tmp_path):
+    repo.git.config["pf.largeFileThreshold"] = "10k"
+    sb = tmp_path / "sb"
+    sb.mkdir()
+    (sb / "a").write_bytes(b"a" * 20_000)
+    (sb / "b").write_bytes(b"b" * 5_000)
+    assert repo.snapshot(sb, name="main").stats.pointers == 1
+
+
+def test_an_insert_restores_only_nearby_chunks(repo, tmp_path):
+    sb = tmp_path / "sb"
+    sb.mkdir()
+    data = os.urandom(16 * 1024 * 1024)
+    (sb / "f").write_bytes(data)
+    repo.snapshot(sb, name="main")
+    before = set(repo.store.iter_oids())
+    (sb / "f").write_bytes(data[:8_000_000] + b"inserted" + data[8_000_000:])
+    repo.snapshot(sb, name="main")
+    new = set(repo.store.iter_oids()) - before
+    assert 1 <= len(new) <= 4  # the chunk(s) around the insert, the new index
+
+
+def test_corrupt_object_is_a_clear_error_and_leaves_no_checkout(repo, tmp_path, run_pf):
+    sb = tmp_path / "sb"
+    sb.mkdir()
+    (sb / "big.bin").write_bytes(os.urandom(2 * 1024 * 1024))
+    repo.snapshot(sb, name="main")
+    victim = max(repo.store.iter_oids(), key=lambda o: repo.store.path_for(o).stat().st_size)
+    path = repo.store.path_for(victim)
+    os.chmod(path, 0o644)
+    frame = zstandard.ZstdCompressor().compress(b"not the original bytes")
+    path.write_bytes(frame)
+    with pytest.raises(DataError, match="big.bin"):
+        repo.checkout("main", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    assert [p.name for p in tmp_path.iterdir() if ".pf-checkout-" in p.name] == []
+    proc = run_pf("checkout", "main", "--into", tmp_path / "out2", cwd=tmp_path / "repo", check=False)
+    assert proc.returncode == 3 and "big.bin" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in proc.stderr
+    fsck = run_pf("fsck", cwd=tmp_path / "repo", check=False)
+    assert fsck.returncode == 1 and victim in fsck.stdout
+    os.remove(path)  # leave the repository consistent for git fsck
+
+
+def test_store_refuses_corrupt_incoming_objects(tmp_path):
+    store = SideStore(tmp_path / "objects")
+    oid = store.put(b"hello")
+    assert store.get(oid) == b"hello"
+    with pytest.raises(CorruptObject):
+        store.put_verified("0" * 64, b"hello")
+    with pytest.raises(CorruptObject):
+        store.put_compressed("1" * 64, zstandard.ZstdCompressor().compress(b"hello"))
+    assert not store.has("0" * 64) and not store.has("1" * 64)
+
+
+def test_stat_cache_reads_only_changed_files(repo, tmp_path):
+    sb = tmp_path / "sb"
+    for d in range(20):
+        (sb / f"d{d}").mkdir(parents=True)
+        for f in range(100):
+            (sb / f"d{d}" / f"f{f}.txt").write_text(f"{d}/{f}\n")
+    os.utime(sb, (0, 0))
+    time.sleep(0.15)  # let every file leave the racy window (ctime within 100 ms of a snapshot)
+    first = repo.snapshot(sb, name="main")
+    assert first.stats.files_read == 2000
+    for i in range(10):
+        (sb / f"d{i}" / "f0.txt").write_text(f"edited {i}\n")
+    second = repo.snapshot(sb, name="main")
+    assert second.stats.files_read == 10
+    assert repo.diff("main~1", "main").world.changed == [f"d{i}/f0.txt" for i in range(10)]
+    out = repo.checkout("main", tmp_path / "out").path
+    assert (out / "d3" / "f0.txt").read_text() == "edited 3\n"
+
+
+def test_stat_cache_notices_a_same_size_edit(repo, tmp_path):
+    sb = tmp_path / "sb"
+    sb.mkdir()
+    (sb / "f").write_text("aaaa")
+    os.utime(sb / "f", (1_000_000, 1_000_000))
+    time.sleep(0.15)
+    repo.snapshot(sb, name="main")
+    (sb / "f").write_text("bbbb")
+    os.utime(sb / "f", (1_000_000, 1_000_000))  # same size, same mtime: ctime still differs
+    repo.snapshot(sb, name="main")
+    assert repo.checkout("main", tmp_path / "out").path.joinpath("f").read_text() == "bbbb"
