@@ -7,8 +7,8 @@ functions that need torch import it when called.
 from __future__ import annotations
 
 _API = {
-    "capture": "capture", "compare": "capture", "fingerprint": "capture", "Captured": "capture",
-    "restore": "restore", "restore_layers": "restore",
+    "capture": "paging", "compare": "paging", "fingerprint": "paging", "Captured": "paging",
+    "restore": "restoring", "restore_layers": "restoring", "CacheMismatch": "restoring",
     "save": "kvfile", "load": "kvfile", "KVFile": "kvfile",
     "CacheInput": "layer",
     "PageTable": "table",

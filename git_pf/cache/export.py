@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..image import read_file
 from .kvfile import FILENAME, save
-from .restore import load_table, read_layers
+from .restoring import load_table, read_layers
 from .table import PATH
 
 

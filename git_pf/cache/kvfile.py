@@ -32,7 +32,7 @@ def save(path, cache, token_ids, *, model, adapter: str | None = None) -> Path:
     """Write ``cache`` (DynamicCache, dict or list of (K, V)) and its token ids to ``path``."""
     from safetensors.torch import save_file
 
-    from .capture import _token_list, fingerprint
+    from .paging import _token_list, fingerprint
 
     tokens = _token_list(token_ids)
     layers = tensors.as_layers(cache)

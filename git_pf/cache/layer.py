@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .. import image as img
 from ..errors import DataError, UsageError
-from .capture import DEFAULT_PAGE_TOKENS, WORKERS, Captured
+from .paging import DEFAULT_PAGE_TOKENS, WORKERS, Captured
 from .table import PATH, read
 
 NAME = "cache"
@@ -43,7 +43,7 @@ class CacheInput:
 
     @classmethod
     def from_cache(cls, cache, token_ids, *, model, adapter=None, page_tokens=DEFAULT_PAGE_TOKENS) -> "CacheInput":
-        from .capture import capture
+        from .paging import capture
 
         return cls(capture(cache, token_ids, model=model, adapter=adapter, page_tokens=page_tokens))
 

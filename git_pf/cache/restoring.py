@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import CorruptObject, UsageError
 from . import tensors
-from .capture import WORKERS, fingerprint
+from .paging import WORKERS, fingerprint
 from .table import PageTable, read
 
 _UNSET = object()
