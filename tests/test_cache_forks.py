@@ -1,0 +1,69 @@
+"""KV cache across forks: shared prefix pages are stored once, show counts them, a core command stays torch-free."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from transformers import DynamicCache
+
+import git_pf.cache as kc
+from cache_helpers import feed, prompt, tiny_llama
+
+
+def test_eight_forks_sharing_ninety_percent_store_shared_pages_once(repo, tmp_path, run_pf):
+    model = tiny_llama()
+    sandbox = tmp_path / "sb"
+    sandbox.mkdir()
+    (sandbox / "task.txt").write_text("explore\n")
+    cache = DynamicCache()
+    shared = prompt(144, seed=7)  # 9 full pages: 90% of each fork's 160 tokens
+    feed(model, cache, shared)
+    parent = repo.snapshot(sandbox, name="main", layers=(kc.CacheInput.from_cache(cache, shared, model=model),)).image
+    assert sum(1 for _ in repo.store.iter_oids()) == 9
+
+    forks = repo.fork(parent.id, 8)
+    for i, fork in enumerate(forks):
+        live, tokens = kc.restore(parent.id, repo=repo, model=model)
+        suffix = prompt(16, seed=100 + i)  # each fork reads a different tool result
+        feed(model, live, suffix)
+        inp = kc.CacheInput.from_cache(live, tokens + suffix, model=model)
+        image = repo.snapshot(sandbox, name=fork.name, layers=(inp,)).image
+        assert inp.new_objects == 1  # only the page of its own 16 tokens is new
+        summary = image.manifest["layers"]["cache"]
+        assert (summary["tokens"], summary["pages"], summary["shared_pages"]) == (160, 10, 9)
+
+    objects = sum(1 for _ in repo.store.iter_oids())
+    assert objects == 9 + 8  # shared pages once, plus one own page per fork
+    # logical bytes kept = 1.7/8 of eight independent copies: the floor for a 90% shared prefix
+    tables = [repo.resolve(f.name) for f in forks]
+    stored = sum(len(repo.store.get(oid)) for oid in repo.store.iter_oids())
+    independent = sum(img.manifest["layers"]["cache"]["bytes"] for img in tables)
+    assert stored * 80 == independent * 17
+
+    out = run_pf("show", "--json", forks[0].name, cwd=tmp_path / "repo").stdout
+    assert json.loads(out)["manifest"]["layers"]["cache"]["shared_pages"] == 9
+
+
+CORE_ONLY = """
+import sys
+from git_pf.cli.app import main
+codes = [main(["log", "--oneline"]), main(["show", sys.argv[1]]), main(["show", "--json", sys.argv[1]]),
+         main(["snapshot", "--fs-root", sys.argv[2], "--allow-empty", "-q"])]
+assert codes == [0, 0, 0, 0], codes
+assert "torch" not in sys.modules, "a core command imported torch"
+assert "safetensors" not in sys.modules and "transformers" not in sys.modules
+"""
+
+
+def test_core_commands_on_a_cache_image_never_import_torch(repo, tmp_path):
+    model = tiny_llama()
+    cache = DynamicCache()
+    tokens = prompt(20)
+    feed(model, cache, tokens)
+    sandbox = tmp_path / "sb"
+    sandbox.mkdir()
+    image = repo.snapshot(sandbox, layers=(kc.CacheInput.from_cache(cache, tokens, model=model),)).image
+    proc = subprocess.run([sys.executable, "-c", CORE_ONLY, image.id, str(sandbox)], cwd=tmp_path / "repo",
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
