@@ -35,10 +35,13 @@ class FsckReport:
 
 
 def _image_refs(git: pygit2.Repository) -> dict[str, str]:
-    return {name: oid for name, oid in refs.list_refs(git, refs.ROOT).items() if name not in ("objects",)}
+    from .transport.gc import is_index_ref  # objects indexes are not images
+
+    return {name: oid for name, oid in refs.list_refs(git, refs.ROOT).items() if not is_index_ref(name)}
 
 
-def _check_pointers(git, store: SideStore, image: img.ImageInfo, report: FsckReport, seen: set[str]) -> None:
+def _check_pointers(git, store: SideStore, image: img.ImageInfo, report: FsckReport, seen: set[str],
+                    remote_has=lambda oid: False) -> None:
     world = img.subtree(git, image.tree, img.WORLD_FS)
     attrs = attrs_mod.decode(img.read_file(git, image.tree, img.WORLD_ATTRS) or b"")
     for rel, entry in attrs.items():
@@ -64,23 +67,27 @@ def _check_pointers(git, store: SideStore, image: img.ImageInfo, report: FsckRep
             except PfError as e:
                 report.problems.append(f"{where}: {e}")
         for oid in needed:
-            if not store.has(oid):
+            if not store.has(oid) and not remote_has(oid):  # listed by a remote's index: fetched lazily
                 report.problems.append(f"{where}: side-store object {oid} is missing")
 
 
-def _check_image(git, store, image: img.ImageInfo, report: FsckReport, seen: set[str]) -> None:
+def _check_image(git, store, image: img.ImageInfo, report: FsckReport, seen: set[str], remote_has=lambda o: False) -> None:
     try:
         trace.decode(img.read_file(git, image.tree, img.TRACE_MESSAGES) or b"")
         ledger = effects_mod.decode(img.read_file(git, image.tree, img.EFFECTS_LEDGER) or b"")
         for problem in effects_mod.verify(ledger):
             report.problems.append(f"image {image.short}: effects {problem}")
-        _check_pointers(git, store, image, report, seen)
+        _check_pointers(git, store, image, report, seen, remote_has)
     except PfError as e:
         report.problems.append(f"image {image.short}: {e}")
 
 
 def fsck(git: pygit2.Repository, store: SideStore) -> FsckReport:
+    from .transport.fsckext import check_indexes
+
     report = FsckReport()
+    index_problems, remote_has = check_indexes(git)
+    report.problems += index_problems
     starts = []
     for name, oid in _image_refs(git).items():
         try:
@@ -100,7 +107,7 @@ def fsck(git: pygit2.Repository, store: SideStore) -> FsckReport:
             except PfError as e:
                 report.problems.append(f"image {str(commit.id)[:12]}: {e}")
                 continue
-            _check_image(git, store, image, report, seen_ptrs)
+            _check_image(git, store, image, report, seen_ptrs, remote_has)
     for oid in store.iter_oids():
         report.objects += 1
         try:

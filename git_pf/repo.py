@@ -23,6 +23,9 @@ class Repo:
         self.git = git
         self.git_dir = Path(git.path).resolve()
         self.store = SideStore(self.git_dir / "pf" / "objects")
+        from .transport.lazy import attach  # missing side-store objects come from remotes, lazily
+
+        attach(self)
 
     # -- opening --------------------------------------------------------
     @classmethod

@@ -69,7 +69,7 @@ def _pointers(git: pygit2.Repository, tree: bytes, prefix: str, seen: set[bytes]
             yield from _pointers(git, oid, path + "/", seen)
         elif mode != MODE_LINK and oid not in seen:
             seen.add(oid)
-            _, size = git.odb.read_header(pygit2.Oid(raw=oid)) if hasattr(git.odb, "read_header") else (None, 0)
+            _, size = git.odb.read_header(pygit2.Oid(raw=oid))
             if size >= pointer_fmt.MAX_POINTER_SIZE:
                 continue
             data = git[pygit2.Oid(raw=oid)].data
@@ -95,14 +95,24 @@ def reach(git: pygit2.Repository, images: list[str]) -> Reach:
     return out
 
 
-def objects_of(store: SideStore, reached: Reach) -> dict[str, Need | None]:
-    """Every side-store oid ``reached`` needs -> the pointer needing it (chunks expanded)."""
+def objects_of(store: SideStore, reached: Reach, unknown: list[str] | None = None) -> dict[str, Need | None]:
+    """Every side-store oid ``reached`` needs -> the pointer needing it (chunks expanded).
+
+    Chunk indexes are fetched when missing; with ``unknown`` given, one that
+    cannot be had is appended there instead of failing."""
     out: dict[str, Need | None] = {oid: None for oid in reached.extra}
     indexes = [n for n in reached.needs.values() if n.pointer.chunks is not None]
     for need in reached.needs.values():
         out[need.pointer.object_ids()[0]] = need
-    store.ensure(n.pointer.chunks for n in indexes)
+    try:
+        store.ensure(n.pointer.chunks for n in indexes)
+    except PfError:
+        if unknown is None:
+            raise
     for need in indexes:
+        if unknown is not None and not store.has(need.pointer.chunks):
+            unknown.append(need.pointer.chunks)
+            continue
         try:
             chunks = decode_chunk_index(store.get(need.pointer.chunks))
         except (PfError, ValueError) as e:

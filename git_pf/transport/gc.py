@@ -1,0 +1,129 @@
+"""``git pf gc``: remove side-store objects no image reaches.
+
+Roots are every ref under ``refs/pf/`` (branches, tags, ``HEAD``,
+remote-tracking branches) except objects indexes, plus the image of every
+running mount (``$GIT_DIR/pf/mounts/<id>/mount.json`` whose pid is alive).
+An object is removed only when unreached *and* older than the prune date
+(default ``gc.pruneExpire``, else two weeks, as git), so objects an
+in-flight snapshot has written but not yet referenced survive. When a
+chunk index cannot be read, nothing is removed. Removes side-store files
+only; never touches refs or git objects.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+
+from .. import config, refs as refs_mod
+from ..errors import UsageError
+from . import gitcmd, reach
+
+DEFAULT_PRUNE = "2.weeks.ago"
+
+
+@dataclass
+class GcResult:
+    images: int = 0
+    kept: int = 0
+    removed: list[str] = field(default_factory=list)
+    removed_bytes: int = 0
+    spared_recent: int = 0
+    unknown_indexes: list[str] = field(default_factory=list)
+    dry_run: bool = False
+
+    def to_json(self) -> dict:
+        return {"images": self.images, "kept": self.kept, "removed": self.removed, "removed_bytes": self.removed_bytes,
+                "spared_recent": self.spared_recent, "unknown_indexes": self.unknown_indexes, "dry_run": self.dry_run}
+
+
+def is_index_ref(name: str) -> bool:
+    """True for ``objects`` and ``remotes/<r>/objects`` (names relative to refs/pf/)."""
+    parts = name.split("/")
+    return name == "objects" or (len(parts) == 3 and parts[0] == "remotes" and parts[2] == "objects")
+
+
+def root_refs(repo) -> dict[str, str]:
+    return {n: o for n, o in refs_mod.list_refs(repo.git, refs_mod.ROOT).items() if not is_index_ref(n)}
+
+
+def _alive(pid) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def mount_images(git_dir) -> list[str]:
+    """Images of running mounts (their pid is alive)."""
+    out = []
+    base = git_dir / "pf" / "mounts"
+    if not base.is_dir():
+        return out
+    for entry in sorted(base.iterdir()):
+        try:
+            info = json.loads((entry / "mount.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(info, dict) and _alive(info.get("pid")) and isinstance(info.get("image"), str):
+            out.append(info["image"])
+    return out
+
+
+def prune_cutoff(repo, prune: str | None) -> float | None:
+    """The epoch before which unreached objects may go; None for 'never'."""
+    value = prune or config.get_str(repo.git, "gc.pruneExpire") or DEFAULT_PRUNE
+    if value == "never":
+        return None
+    if value == "now":
+        return time.time() + 1
+    out = gitcmd.run(repo.git_dir, ["rev-parse", f"--since={value}"], check=False).stdout.decode().strip()
+    if not out.startswith("--max-age="):
+        raise UsageError(f"--prune: cannot read date '{value}'")
+    epoch = int(out.split("=", 1)[1])
+    if epoch <= 0 and value not in ("0", "1970-01-01"):
+        raise UsageError(f"--prune: cannot read date '{value}'")
+    return float(epoch)
+
+
+def gc(repo, dry_run: bool = False, prune: str | None = None) -> GcResult:
+    cutoff = prune_cutoff(repo, prune)
+    roots = list(root_refs(repo).values()) + [m for m in mount_images(repo.git_dir) if m in repo.git.odb]
+    images = reach.walk_images(repo.git, roots)
+    result = GcResult(images=len(images), dry_run=dry_run)
+    keep = reach.objects_of(repo.store, reach.reach(repo.git, images), result.unknown_indexes)
+    result.kept = sum(1 for o in keep if repo.store.has(o))
+    if result.unknown_indexes or cutoff is None:
+        return result
+    for oid in repo.store.iter_oids():
+        if oid in keep:
+            continue
+        path = repo.store.path_for(oid)
+        st = path.stat()
+        if st.st_mtime >= cutoff:
+            result.spared_recent += 1
+            continue
+        result.removed.append(oid)
+        result.removed_bytes += st.st_size
+        if not dry_run:
+            repo.store.remove(oid)
+    _clean_tmp(repo, cutoff, dry_run)
+    return result
+
+
+def _clean_tmp(repo, cutoff: float, dry_run: bool) -> None:
+    tmp = repo.store.root / "tmp"
+    if dry_run or not tmp.is_dir():
+        return
+    for f in tmp.iterdir():
+        try:
+            if f.stat().st_mtime < min(cutoff, time.time() - 3600):
+                f.unlink()
+        except OSError:
+            pass

@@ -1,0 +1,152 @@
+"""The default adapter: side-store objects as git blobs under the remote's ``refs/pf/objects``.
+
+``refresh`` learns the remote's index with one ``ls-remote`` and, when the
+tip is new, a depth-1 fetch (index only, no data). ``upload`` writes the
+frames as one pack, adds a data commit and an index commit on top of the
+remote's tip, and pushes that ref alone (no hooks, no delta search), in
+batches of at most 1 GiB; a push that loses a race rebuilds its index commit
+on the new tip and retries. ``download`` wants the blobs by id (protocol v2
+allows it), falling back to fetching the whole ref history where the server
+refuses. Frames are verified before they enter the local store.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pygit2
+
+from ..errors import CorruptObject, PfError
+from ..sidestore import SideStore
+from . import gitcmd, index as idx, packwrite
+from .progress import Progress
+from .remotes import Remote
+
+OBJECTS_REF = "refs/pf/objects"
+MAX_PUSH_BYTES = 1024 * 1024 * 1024
+_RETRIES = 5
+_NO_DELTA = ["-c", "pack.window=0", "-c", "pack.depth=0"]
+
+
+class GitAdapter:
+    def __init__(self, repo, remote: Remote, max_push_bytes: int = MAX_PUSH_BYTES):
+        self.repo = repo
+        self.git: pygit2.Repository = repo.git
+        self.remote = remote
+        self.cwd = Path(repo.git.workdir) if repo.git.workdir else repo.git_dir
+        self.max_push_bytes = max_push_bytes
+        self.tip: str | None = None
+        self.index: idx.Index = {}
+        self.fresh = False
+
+    # -- what the remote holds -----------------------------------------
+    def _git(self, args: list[str], **kw):
+        return gitcmd.run(self.repo.git_dir, args, cwd=self.cwd, **kw)
+
+    def local_tip(self) -> str | None:
+        ref = self.git.references.get(self.remote.tracking("objects"))
+        return str(ref.target) if ref is not None else None
+
+    def refresh(self) -> None:
+        """Learn the remote's current index (one round trip; a depth-1 fetch when it moved)."""
+        tip = gitcmd.ls_remote(self.repo.git_dir, self.remote.arg, [OBJECTS_REF], cwd=self.cwd).get(OBJECTS_REF)
+        if tip is not None and tip not in self.git.odb:
+            self._git(["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--recurse-submodules=no",
+                       "--depth=1", self.remote.arg, f"+{OBJECTS_REF}:{self.remote.tracking('objects')}"])
+        self._set_tip(tip)
+        self.fresh = True
+
+    def load_local(self) -> None:
+        """Use the index as last seen (no network)."""
+        self._set_tip(self.local_tip())
+
+    def _set_tip(self, tip: str | None) -> None:
+        if tip is not None:
+            self.git.references.create(self.remote.tracking("objects"), pygit2.Oid(hex=tip), force=True)
+        self.tip = tip
+        self.index = idx.read_index(self.git, tip)
+
+    def has(self, oids) -> set[str]:
+        return {o for o in oids if o in self.index}
+
+    # -- upload -------------------------------------------------------
+    def _batches(self, store: SideStore, oids: list[str]) -> list[list[str]]:
+        out, cur, size = [], [], 0
+        for oid in oids:
+            n = store.path_for(oid).stat().st_size
+            if cur and size + n > self.max_push_bytes:
+                out.append(cur)
+                cur, size = [], 0
+            cur.append(oid)
+            size += n
+        return out + ([cur] if cur else [])
+
+    def upload(self, store: SideStore, oids: list[str], progress: Progress) -> int:
+        if not self.fresh:
+            self.refresh()
+        oids = [o for o in oids if o not in self.index]
+        store.ensure(oids)
+        sent = 0
+        batches = self._batches(store, oids)
+        with progress.task("uploading objects", len(oids)) as advance:
+            for batch in batches:
+                sent += self._push_batch(store, batch, progress)
+                advance(len(batch))
+        return sent
+
+    def _write_batch(self, store: SideStore, batch: list[str]) -> tuple[str, idx.Index]:
+        parts: list[bytes] = []
+        shapes: list[tuple[str, int, int]] = []
+        for oid in batch:
+            frame = store.read_compressed(oid)
+            pieces = [frame[i : i + idx.MAX_BLOB] for i in range(0, len(frame), idx.MAX_BLOB)] or [b""]
+            shapes.append((oid, len(frame), len(pieces)))
+            parts.extend(pieces)
+        ids = iter(packwrite.write_blobs(self.repo.git_dir, parts))
+        added = {oid: idx.Entry(size, tuple(next(ids) for _ in range(n))) for oid, size, n in shapes}
+        return idx.write_data_commit(self.git, added), added
+
+    def _push_batch(self, store: SideStore, batch: list[str], progress: Progress) -> int:
+        data, added = self._write_batch(store, batch)
+        for _ in range(_RETRIES):
+            commit = idx.write_index_commit(self.git, self.tip, self.index, added, data)
+            proc = self._git([*_NO_DELTA, "push", "--no-verify", *progress.git_flag, self.remote.arg,
+                              f"{commit}:{OBJECTS_REF}"], check=False, quiet_stderr=not progress.enabled)
+            if proc.returncode == 0:
+                self._set_tip(commit)
+                return sum(e.size for e in added.values())
+            before = self.tip
+            self.refresh()
+            if self.tip == before:  # not a lost race: a real failure
+                raise PfError(f"pushing {OBJECTS_REF} to '{self.remote.arg}' failed: {gitcmd.last_line(proc.stderr)}")
+        raise PfError(f"pushing {OBJECTS_REF} to '{self.remote.arg}' kept losing races with other pushes; try again")
+
+    # -- download -----------------------------------------------------
+    def download(self, store: SideStore, oids: list[str], progress: Progress) -> None:
+        if not self.fresh and any(o not in self.index for o in oids):
+            self.refresh()
+        wanted = {o: self.index[o] for o in oids if o in self.index and not store.has(o)}
+        blobs = sorted({b for e in wanted.values() for b in e.blobs if b not in self.git.odb})
+        if blobs:
+            self._fetch_blobs(blobs, progress)
+        with progress.task("importing objects", len(wanted)) as advance:
+            for oid, entry in wanted.items():
+                frame = b"".join(self._blob(b, oid) for b in entry.blobs)
+                store.put_compressed(oid, frame)
+                advance(1)
+
+    def _blob(self, blob: str, oid: str) -> bytes:
+        try:
+            return self.git[blob].data
+        except KeyError:
+            raise CorruptObject(f"remote '{self.remote.arg}' did not send object {oid} (blob {blob[:12]})") from None
+
+    def _fetch_blobs(self, blobs: list[str], progress: Progress) -> None:
+        args = ["-c", "fetch.negotiationAlgorithm=noop", "fetch", "--no-tags", "--no-write-fetch-head",
+                "--recurse-submodules=no", *progress.git_flag]
+        proc = self._git([*args, "--stdin", self.remote.arg], input="\n".join(blobs).encode() + b"\n",
+                         check=False, quiet_stderr=True)
+        if proc.returncode == 0:
+            return
+        # The server refuses unadvertised wants (protocol v0 without allowAnySHA1InWant):
+        # fetch the whole objects history instead.
+        self._git([*args, "--depth=2147483647", self.remote.arg, f"+{OBJECTS_REF}:{self.remote.tracking('objects')}"])

@@ -1,0 +1,67 @@
+"""Lazy fetch: side-store objects arrive from a remote, in batches, when first read.
+
+``attach(repo)`` sets ``repo.store.fetcher``. Asked for missing oids, it
+tries each remote that has git-pf tracking refs (``origin`` first), fetches
+the batch through that remote's adapter, and also fetches the chunks listed
+by any chunk index it just received (so a large file costs one more round
+trip, not one per chunk). Objects no remote has stay missing: the caller's
+MissingObject names them. Corrupt frames are refused (CorruptObject).
+"""
+from __future__ import annotations
+
+import os
+
+from ..errors import CorruptObject, PfError
+from ..sidestore import decode_chunk_index
+from . import adapters, remotes
+from .progress import Progress
+
+
+def lazy_remotes(repo) -> list[remotes.Remote]:
+    names = remotes.names(repo)
+    with_pf = [n for n in names if any(r.startswith(f"{remotes.TRACKING}{n}/") for r in repo.git.references)]
+    with_pf.sort(key=lambda n: n != "origin")
+    return [remotes.resolve(repo, n) for n in with_pf]
+
+
+class Fetcher:
+    def __init__(self, repo):
+        self.repo = repo
+
+    def __call__(self, missing: list[str]) -> None:
+        if os.environ.get("GIT_PF_NO_LAZY_FETCH"):
+            return
+        todo = list(dict.fromkeys(missing))
+        progress = Progress(quiet=bool(os.environ.get("GIT_PF_QUIET")))
+        for remote in lazy_remotes(self.repo):
+            if not todo:
+                return
+            try:
+                adapter = adapters.for_remote(self.repo, remote)
+                adapter.load_local() if hasattr(adapter, "load_local") else None
+                adapter.download(self.repo.store, todo, progress)
+                chunks = self._chunks_of(todo)
+                if chunks:
+                    adapter.download(self.repo.store, chunks, progress)
+            except CorruptObject:
+                raise
+            except PfError:
+                continue  # this remote is unreachable or refuses; try the next
+            todo = [o for o in todo if not self.repo.store.has(o)]
+
+    def _chunks_of(self, oids: list[str]) -> list[str]:
+        out = []
+        for oid in oids:
+            path = self.repo.store.path_for(oid)
+            if not path.is_file() or path.stat().st_size > 1 << 20:
+                continue
+            try:
+                chunks = decode_chunk_index(self.repo.store.get(oid))
+            except (PfError, ValueError, UnicodeDecodeError):
+                continue
+            out.extend(c.oid for c in chunks if not self.repo.store.has(c.oid))
+        return out
+
+
+def attach(repo) -> None:
+    repo.store.fetcher = Fetcher(repo)

@@ -1,0 +1,133 @@
+"""Pushing images: plan the side-store objects the remote lacks, upload them, then push refs.
+
+The plan is every object the pushed images reach (images the remote is
+known to have are skipped) minus what the remote's adapter already holds.
+Objects go first and refs last, so a remote never shows an image whose
+objects it lacks; a push killed half way leaves only unreferenced objects,
+and re-running it sends what is still missing. Used by ``git pf push`` and
+by the pre-push hook.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import refs as refs_mod
+from ..errors import DataError, PfError, UsageError
+from . import adapters, gitcmd, reach
+from .progress import Progress
+from .remotes import Remote
+
+
+@dataclass
+class UploadResult:
+    images: int = 0
+    objects: int = 0
+    sent_objects: int = 0
+    sent_bytes: int = 0
+
+    def to_json(self) -> dict:
+        return {"images": self.images, "objects": self.objects, "sent_objects": self.sent_objects,
+                "sent_bytes": self.sent_bytes}
+
+
+@dataclass
+class PushResult:
+    remote: str
+    refs: list[str] = field(default_factory=list)
+    upload: UploadResult = field(default_factory=UploadResult)
+
+    def to_json(self) -> dict:
+        return {"remote": self.remote, "refs": self.refs, **self.upload.to_json()}
+
+
+def known_remote_tips(repo, remote: Remote) -> list[str]:
+    """Image ids the remote is known to hold (its tracking refs), to skip when planning."""
+    return list(refs_mod.list_refs(repo.git, remote.tracking("heads/")).values())
+
+
+def upload_objects(repo, remote: Remote, tips: list[str], hide: list[str], progress: Progress) -> UploadResult:
+    images = reach.walk_images(repo.git, tips, hide)
+    reached = reach.reach(repo.git, images)
+    needed = reach.objects_of(repo.store, reached)
+    adapter = adapters.for_remote(repo, remote)
+    adapter.refresh()
+    todo = [o for o in needed if o not in adapter.has(needed)]
+    _check_local(repo, todo, needed)
+    sent = adapter.upload(repo.store, todo, progress) if todo else 0
+    return UploadResult(len(images), len(needed), len(todo), sent)
+
+
+def _check_local(repo, todo: list[str], needed: dict) -> None:
+    try:
+        repo.store.ensure(todo)
+    except DataError:
+        pass
+    for oid in todo:
+        if not repo.store.has(oid):
+            need = needed.get(oid)
+            where = f"image {need.image[:12]} path '{need.path}'" if need else "an image"
+            raise DataError(f"cannot push: {where} needs side-store object {oid}, which is not in the local store")
+
+
+def refspecs_for(repo, revs: list[str], all_: bool) -> list[tuple[str, str]]:
+    """``(full ref, image id)`` to push: each REV a branch, tag or full refs/pf/ name."""
+    git = repo.git
+    if all_:
+        found = {refs_mod.HEADS + n: o for n, o in refs_mod.list_refs(git, refs_mod.HEADS).items()}
+        found.update({refs_mod.TAGS + n: o for n, o in refs_mod.list_refs(git, refs_mod.TAGS).items()})
+        return sorted(found.items())
+    if not revs:
+        branch = refs_mod.current_branch(git)
+        if branch is None or refs_mod.branch_tip(git, branch) is None:
+            raise UsageError("no current image branch to push (name one, or use --all)")
+        revs = [branch]
+    out = []
+    for rev in revs:
+        candidates = [rev] if rev.startswith(refs_mod.ROOT) else [refs_mod.HEADS + rev, refs_mod.TAGS + rev]
+        ref = next((git.references.get(c) for c in candidates if git.references.get(c) is not None), None)
+        if ref is None or ref.name.startswith(("refs/pf/remotes/", refs_mod.OBJECTS)):
+            raise UsageError(f"'{rev}' is not an image branch or tag (push branches or tags, not ids)")
+        out.append((ref.name, str(ref.resolve().target)))
+    return out
+
+
+def push(repo, remote: Remote, revs: list[str], all_: bool = False, force: bool = False,
+         progress: Progress | None = None) -> PushResult:
+    progress = progress or Progress(True)
+    targets = refspecs_for(repo, revs, all_)
+    result = PushResult(remote.arg, [r for r, _ in targets])
+    if not targets:
+        return result
+    result.upload = upload_objects(repo, remote, [o for _, o in targets], known_remote_tips(repo, remote), progress)
+    specs = [f"{'+' if force else ''}{r}:{r}" for r, _ in targets]
+    proc = gitcmd.run(repo.git_dir, ["push", *progress.git_flag, remote.arg, *specs], check=False,
+                      quiet_stderr=True, env={"GIT_PF_SKIP_PUSH": "1"},
+                      cwd=repo.git.workdir or repo.git_dir)
+    if proc.returncode != 0:
+        raise PfError(f"git push to '{remote.arg}' failed: {gitcmd.last_line(proc.stderr)}", 1)
+    for ref, oid in targets:
+        if ref.startswith(refs_mod.HEADS):
+            repo.git.references.create(remote.tracking("heads/" + ref[len(refs_mod.HEADS):]), oid, force=True)
+    return result
+
+
+def pre_push(repo, remote_arg: str, url: str, lines: list[str], progress: Progress) -> UploadResult:
+    """The pre-push hook: upload the objects of the images among the pushed refs."""
+    zero = "0" * 40
+    tips, hide = [], []
+    for line in lines:
+        parts = line.split()
+        if len(parts) != 4:
+            continue
+        local_ref, local_oid, _, remote_oid = parts
+        if local_oid != zero and local_ref.startswith(refs_mod.ROOT) and not local_ref.startswith(
+                (refs_mod.OBJECTS, "refs/pf/remotes/")):
+            tips.append(local_oid)
+        if remote_oid != zero:
+            hide.append(remote_oid)
+    from .remotes import Remote as R, names, workdir
+
+    remote = R(remote_arg, url, workdir(repo)) if remote_arg in names(repo) else R(None, url, workdir(repo))
+    if not tips:
+        return UploadResult()
+    return upload_objects(repo, remote, tips, hide + known_remote_tips(repo, remote), progress)
