@@ -4,7 +4,8 @@ Read from ``git pf merge``'s ``ctx.options`` (keys ``model.method``,
 ``model.density``, ``model.drop``, ``model.weights``, ``model.seed``,
 ``model.rank``) or from ``git pf model-merge`` flags; turned into the kernel
 options and the ``Pf-Merge:`` trailer that records them (the DARE seed
-included, so a merge can be reproduced). Pure; never imports torch.
+included, so a merge can be reproduced); ``MergeRefused`` is how a numeric
+merge says its inputs cannot be combined. Pure; never imports torch.
 """
 from __future__ import annotations
 
@@ -20,6 +21,10 @@ METHODS = {"ties": "ties", "dare": "dare_linear", "dare_linear": "dare_linear", 
 DEFAULT_METHOD = "ties"
 DEFAULT_DENSITY = 1.0  # as mergekit: keep every entry unless told otherwise
 DEFAULT_DROP = 0.0
+
+
+class MergeRefused(Exception):
+    """The inputs cannot be merged numerically; the message is one line."""
 
 
 def _float(value: Any, flag: str) -> float:
