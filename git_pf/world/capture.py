@@ -111,17 +111,17 @@ class _Walker:
     def _file(self, path: bytes, rel: bytes, name: bytes, st: os.stat_result) -> Entry:
         key = stat_key(st)
         hit = self.cache.lookup(rel, key)
-        if hit is not None:
-            _, blob, xattr_items, is_pointer = hit
-            xattrs = dict(xattr_items)
-        else:
+        if hit is None:
             blob, is_pointer = self._read_file(path, rel, st.st_size)
-            xattrs = self._xattrs(path, rel)
-        self.cache.record(rel, (key, blob, tuple(sorted(xattrs.items())), is_pointer), self.start_ns)
-        perm = stat.S_IMODE(st.st_mode)
-        executable = bool(perm & 0o100)
-        default = DEFAULT_EXEC_MODE if executable else DEFAULT_FILE_MODE
-        self.attrs.append(PathAttrs(rel, mode=None if perm == default else perm, xattrs=xattrs, pointer=is_pointer))
+            hit = (key, blob, tuple(sorted(self._xattrs(path, rel).items())), is_pointer)
+        self.cache.record(rel, hit, self.start_ns)
+        _, blob, xattr_items, is_pointer = hit
+        perm = st.st_mode & 0o7777
+        executable = perm & 0o100
+        if xattr_items or is_pointer or perm != (DEFAULT_EXEC_MODE if executable else DEFAULT_FILE_MODE):
+            default = DEFAULT_EXEC_MODE if executable else DEFAULT_FILE_MODE
+            self.attrs.append(PathAttrs(rel, mode=None if perm == default else perm, xattrs=dict(xattr_items),
+                                        pointer=is_pointer))
         self.stats.files += 1
         self.stats.bytes += st.st_size
         self.stats.pointers += is_pointer

@@ -10,7 +10,7 @@ ESCAPE_PREFIX = b".pf-esc-"
 
 
 def to_tree(name: bytes) -> bytes:
-    if name.lower() == b".git" or name.startswith(ESCAPE_PREFIX):
+    if name[:1] == b"." and (name.lower() == b".git" or name.startswith(ESCAPE_PREFIX)):
         return ESCAPE_PREFIX + name
     return name
 

@@ -1,0 +1,52 @@
+"""Helpers shared by the benchmarks: timing, temporary trees, result tables.
+
+Benchmarks print ratios against a reference measured in the same run; they
+never assert. Nothing here is imported by the package.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def timed(fn, *args, **kwargs) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    result = fn(*args, **kwargs)
+    return time.perf_counter() - t0, result
+
+
+def sh(*args, cwd=None, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run(list(map(str, args)), cwd=cwd, env=env, check=True, capture_output=True)
+
+
+@contextlib.contextmanager
+def workdir(name: str):
+    base = Path(tempfile.mkdtemp(prefix=f"pf-bench-{name}-", dir=os.environ.get("PF_BENCH_DIR")))
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def git_env() -> dict:
+    return dict(os.environ, GIT_AUTHOR_NAME="bench", GIT_AUTHOR_EMAIL="b@b", GIT_COMMITTER_NAME="bench",
+                GIT_COMMITTER_EMAIL="b@b")
+
+
+def report(title: str, rows: list[tuple[str, str, str]]) -> None:
+    """Print a small table: (measure, value, goal/verdict)."""
+    print(f"\n## {title}")
+    width = max(len(r[0]) for r in rows)
+    for name, value, goal in rows:
+        print(f"  {name:<{width}}  {value:>22}  {goal}")
+    sys.stdout.flush()
+
+
+def verdict(ok: bool) -> str:
+    return "ok" if ok else "MISSED"
