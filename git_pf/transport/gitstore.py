@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pygit2
 
-from ..errors import CorruptObject, PfError
+from ..errors import CorruptObject, PfError, UsageError
 from ..sidestore import SideStore
 from . import gitcmd, index as idx, packwrite
 from .progress import Progress
@@ -27,13 +27,24 @@ _RETRIES = 5
 _NO_DELTA = ["-c", "pack.window=0", "-c", "pack.depth=0"]
 
 
+def _max_push_bytes(git: pygit2.Repository, default: int) -> int:
+    """``pf.maxPushBytes``: the most new object data one push of refs/pf/objects may carry."""
+    try:
+        value = git.config.get_int("pf.maxPushBytes")
+    except KeyError:
+        return default
+    except (ValueError, pygit2.GitError):
+        raise UsageError("pf.maxPushBytes must be a size in bytes (k/m/g suffixes allowed)") from None
+    return max(1, min(value, default))
+
+
 class GitAdapter:
     def __init__(self, repo, remote: Remote, max_push_bytes: int = MAX_PUSH_BYTES):
         self.repo = repo
         self.git: pygit2.Repository = repo.git
         self.remote = remote
         self.cwd = Path(repo.git.workdir) if repo.git.workdir else repo.git_dir
-        self.max_push_bytes = max_push_bytes
+        self.max_push_bytes = _max_push_bytes(repo.git, max_push_bytes)
         self.tip: str | None = None
         self.index: idx.Index = {}
         self.fresh = False
