@@ -8,6 +8,7 @@ import sys
 from transformers import DynamicCache
 
 import git_pf.cache as kc
+from git_pf.cache.table import sharing
 from cache_helpers import feed, prompt, tiny_llama
 
 
@@ -30,8 +31,9 @@ def test_eight_forks_sharing_ninety_percent_store_shared_pages_once(repo, tmp_pa
         inp = kc.CacheInput.from_cache(live, tokens + suffix, model=model)
         image = repo.snapshot(sandbox, name=fork.name, layers=(inp,)).image
         assert inp.new_objects == 1  # only the page of its own 16 tokens is new
-        summary = image.manifest["layers"]["cache"]
-        assert (summary["tokens"], summary["pages"], summary["shared_pages"]) == (160, 10, 9)
+        shared = sharing(repo, image)
+        assert (shared["tokens"], shared["pages"], shared["shared_pages"]) == (160, 10, 9)
+        assert shared["shared_bytes"] == 9 * shared["bytes"] // 10
 
     objects = sum(1 for _ in repo.store.iter_oids())
     assert objects == 9 + 8  # shared pages once, plus one own page per fork
@@ -42,7 +44,8 @@ def test_eight_forks_sharing_ninety_percent_store_shared_pages_once(repo, tmp_pa
     assert stored * 80 == independent * 17
 
     out = run_pf("show", "--json", forks[0].name, cwd=tmp_path / "repo").stdout
-    assert json.loads(out)["manifest"]["layers"]["cache"]["shared_pages"] == 9
+    assert json.loads(out)["cache"]["shared_pages"] == 9
+    assert "shared with parent: 9 of 10 pages" in run_pf("show", forks[3].name, cwd=tmp_path / "repo").stdout
 
 
 CORE_ONLY = """

@@ -67,10 +67,10 @@ class CacheMerger:
         if kept is not None:
             found = lookup(git, bytes.fromhex(getattr(ctx, side).tree), PATH)
             changes = {PATH: (found[0], found[1])}
-            summary = kept.summary(tables.get("ours"))
+            summary = kept.summary()
         else:
             changes = {PATH: None}
-            summary = {"tokens": 0, "pages": 0, "bytes": 0, "shared_pages": 0}
+            summary = {"tokens": 0, "pages": 0, "bytes": 0}
         report = {
             "kept_from": side,
             "kept_tokens": len(kept.tokens) if kept else 0,

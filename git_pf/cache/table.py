@@ -62,14 +62,20 @@ class PageTable:
     def encode(self) -> bytes:
         return canonjson.encode(self.to_json())
 
-    def summary(self, parent: "PageTable | None") -> dict:
-        """The manifest entry: tokens, pages, bytes, pages shared with the parent."""
-        shared = 0
-        if parent is not None:
-            theirs = {p.id for p in parent.pages}
-            shared = sum(1 for p in self.pages if p.id in theirs)
+    def summary(self) -> dict:
+        """The manifest entry: tokens, pages, bytes, page size and dtype.
+
+        Pages shared with the parent are not recorded here (a fact about the
+        commit, not the state; it would make an unchanged cache re-snapshot to a
+        new tree); ``sharing`` computes them."""
         return {"tokens": len(self.tokens), "pages": len(self.pages), "bytes": self.nbytes,
-                "shared_pages": shared, "page_tokens": self.layout.page_tokens, "dtype": self.layout.dtype}
+                "page_tokens": self.layout.page_tokens, "dtype": self.layout.dtype}
+
+    def shared_with(self, other: "PageTable | None") -> tuple[int, int]:
+        """(pages, bytes) of this table whose page id ``other`` also holds."""
+        ids = {p.id for p in other.pages} if other is not None else set()
+        shared = [p for p in self.pages if p.id in ids]
+        return len(shared), sum(p.size for p in shared)
 
 
 def decode(data: bytes) -> PageTable:
@@ -124,3 +130,29 @@ def read(repo, tree: str) -> PageTable | None:
 
     data = read_file(repo.git, tree, PATH)
     return decode(data) if data is not None else None
+
+
+def object_refs(git, tree_hex: str) -> list[str]:
+    """Side-store objects an image tree's KV cache needs (for push, fetch, gc, fsck reachability)."""
+    from ..image import read_file
+
+    data = read_file(git, tree_hex, PATH)
+    return decode(data).oids() if data is not None else []
+
+
+def sharing(repo, image) -> dict | None:
+    """Tokens, pages, bytes of an image's cache and how much of it its first parent already holds."""
+    from ..image import read_image
+
+    table = read(repo, image.tree)
+    if table is None:
+        return None
+    parent = None
+    if image.parents:
+        try:
+            parent = read(repo, read_image(repo.git, image.parents[0]).tree)
+        except DataError:
+            parent = None
+    pages, nbytes = table.shared_with(parent)
+    return {"tokens": len(table.tokens), "pages": len(table.pages), "bytes": table.nbytes,
+            "shared_pages": pages, "shared_bytes": nbytes}

@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from .. import refs
+from ..cache.table import sharing as cache_sharing
 from ..errors import UsageError
 from . import format as fmt
 from .app import JsonOpt, app, emit, open_repo
@@ -35,8 +36,12 @@ def show(rev: str = typer.Argument("HEAD", help="The image to show."), as_json: 
         typer.echo("")
         for line in fmt.layers(image):
             typer.echo(line)
+        if kv is not None:
+            typer.echo(f"{'':<8} shared with parent: {kv['shared_pages']} of {kv['pages']} pages "
+                       f"({fmt.size(kv['shared_bytes'])})")
 
-    emit(as_json, image.to_json(), human)
+    kv = cache_sharing(repo, image)
+    emit(as_json, dict(image.to_json(), **({"cache": kv} if kv is not None else {})), human)
 
 
 @app.command()
