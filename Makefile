@@ -1,6 +1,7 @@
 # Two entry points do all set-up themselves on a fresh Debian + Python 3.11 machine:
 #   make demo   installs what is needed and runs the end-to-end job
 #   make test   installs what is needed and runs the whole test suite
+#   make bench  runs the benchmarks (BENCH="snapshot merge" picks some)
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
@@ -34,7 +35,8 @@ demo: venv
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m git_pf.demo
 
 bench: venv
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m benchmarks
+	@command -v git-lfs >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq git-lfs; }
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m benchmarks $(BENCH)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -162,3 +163,21 @@ def test_interrupted_snapshot_leaves_nothing_to_fix(run_pf, tmp_path):
     first = run_pf("snapshot", "--fs-root", sb, cwd=repo).stdout.strip()
     run_pf("checkout", first, "--into", tmp_path / "out", cwd=repo)
     assert describe(tmp_path / "out") == describe(sb)
+
+
+def test_core_commands_never_import_torch(run_pf, tmp_path):
+    run_pf("init", "repo")
+    sb = tmp_path / "sb"
+    sb.mkdir()
+    (sb / "f").write_text("x")
+    script = (
+        "import sys\n"
+        "from git_pf.cli.app import main\n"
+        f"assert main(['snapshot', '--fs-root', {str(sb)!r}, '-q']) == 0\n"
+        "for cmd in (['log'], ['show'], ['ls'], ['diff', 'HEAD', 'HEAD'], ['fork', 'HEAD', '-n', '2'], ['fsck']):\n"
+        "    assert main(cmd) == 0, cmd\n"
+        "heavy = sorted(m for m in ('torch', 'safetensors', 'peft', 'transformers', 'pyfuse3') if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path / "repo", capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
