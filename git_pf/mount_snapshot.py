@@ -10,18 +10,23 @@ Never touches the mountpoint itself and never imports pyfuse3.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import stat
+from pathlib import Path
 
 import pygit2
 
-from . import config, image as img, pointer as pointer_fmt
+from . import config, image as img, mounts, pointer as pointer_fmt, refs
+from .errors import UsageError
 from .gittree import MODE_LINK, MODE_TREE, read_blob, read_tree
 from .mounts import WHITEOUT_PREFIX, MountState
+from .snapshot import SnapshotRequest, SnapshotResult, take
 from .world import attrs as attrs_mod
 from .world.attrs import DEFAULT_DIR_MODE, PathAttrs
 from .world.capture import Capture, CaptureStats, entry_reader
+from .world.env import Env
 from .world.names import to_tree
 from .world.restore import iter_world
 from .world.xattrs import read_user_xattrs
@@ -163,3 +168,66 @@ def _clear(abs_dir: bytes, rel: bytes, keep: set[bytes], keep_dirs: set[bytes]) 
             shutil.rmtree(path)
         else:
             os.unlink(path)
+
+
+def pick_state(git_dir, directory) -> MountState:
+    """The mount state to snapshot for ``directory``: the live mount, else the one retained."""
+    mp = mounts.canonical(directory)
+    states = mounts.for_mountpoint(git_dir, mp)
+    live = [s for s in states if s.status() == "mounted"]
+    if live:
+        return live[0]
+    if len(states) == 1:
+        return states[0]
+    if not states:
+        raise UsageError(f"--mount: '{directory}' is not a git-pf mount of this repository (see 'git pf mounts')")
+    raise UsageError(f"--mount: '{directory}' has {len(states)} retained upper layers; mount the image to resume first")
+
+
+def _branch(repo, state: MountState, name: str | None) -> str:
+    if name or state.branch:
+        return name or state.branch
+    current = refs.current_branch(repo.git)
+    if current and refs.branch_tip(repo.git, current) == state.image:
+        return current
+    raise UsageError(f"the mounted image {state.image[:12]} is not the tip of a branch; pass --name BRANCH")
+
+
+def snapshot_mount(repo, directory, *, name: str | None = None, agent=None, messages=None, effects=None, env=None,
+                   no_redact=frozenset(), message: str | None = None, label: str | None = None, ignore=(),
+                   allow_empty: bool = False, layers: tuple = ()) -> SnapshotResult:
+    """Snapshot a mount: a new image whose parent is the mounted image; the mount then follows it."""
+    if ignore:
+        raise UsageError("--ignore does not apply to --mount (a mount snapshot records exactly what it shows)")
+    state = pick_state(repo.git_dir, directory)
+    if isinstance(agent, str) or agent is None:
+        agent = img.Agent.parse(agent)
+    if isinstance(env, dict):
+        env = Env(None, dict(env))
+
+    def take_now(image: str) -> SnapshotResult:
+        state.image = image
+        req = SnapshotRequest(Path(state.mountpoint), name and refs.check_name(name), agent, messages, effects, env,
+                              frozenset(no_redact), message, label, (), allow_empty, tuple(layers),
+                              world=MountWorld(state), parent=image)
+        req = dataclasses.replace(req, branch=_branch(repo, state, name))
+        return take(repo, req)
+
+    if state.status() != "mounted":  # nothing serves the upper layer: work on it directly
+        result = take_now(state.image)
+        state.image = result.image.id
+        state.save()
+        clear_upper(state)
+        return result
+    ctl = mounts.Control(state, timeout=120.0)
+    try:
+        frozen = ctl.ask({"op": "freeze"})
+        try:
+            result = take_now(frozen["image"])
+        except BaseException:
+            ctl.ask({"op": "thaw"})
+            raise
+        ctl.ask({"op": "switch", "image": result.image.id})
+        return result
+    finally:
+        ctl.close()

@@ -9,10 +9,12 @@ contents and never imports pyfuse3.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -41,8 +43,9 @@ class MountState:
         return self.dir / "upper"
 
     @property
-    def control(self) -> Path:
-        return self.dir / "control.sock"
+    def control(self) -> bytes:
+        """The daemon's control socket (abstract namespace: no path length limit, no file)."""
+        return b"\0git-pf-mount-" + hashlib.sha256(os.fsencode(self.dir)).hexdigest()[:32].encode()
 
     @property
     def log(self) -> Path:
@@ -192,3 +195,32 @@ def upper_is_empty(state: MountState) -> bool:
 
 def discard(state: MountState) -> None:
     shutil.rmtree(state.dir, ignore_errors=True)
+
+
+class Control:
+    """A connection to a mount daemon: one JSON object per line each way."""
+
+    def __init__(self, state: MountState, timeout: float = 30.0):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.connect(state.control)
+        except OSError:
+            self.sock.close()
+            raise UsageError(f"the daemon of the mount at '{state.mountpoint}' does not answer") from None
+        self.file = self.sock.makefile("rwb")
+
+    def ask(self, request: dict) -> dict:
+        self.file.write(json.dumps(request).encode() + b"\n")
+        self.file.flush()
+        line = self.file.readline()
+        if not line:
+            raise UsageError("the mount daemon closed the connection")
+        reply = json.loads(line)
+        if not reply.get("ok"):
+            raise UsageError(f"the mount daemon refused: {reply.get('error', 'unknown error')}")
+        return reply
+
+    def close(self) -> None:
+        self.file.close()
+        self.sock.close()

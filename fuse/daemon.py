@@ -1,0 +1,231 @@
+"""The mount daemon: start one, serve it, pause it for a snapshot, stop it cleanly.
+
+``start`` forks a daemon (or serves in the foreground), which mounts with
+pyfuse3, records its pid in ``mount.json`` and only then reports ready, so
+``git pf mount`` returns once the directory works. One daemon serves one
+mountpoint; N fork mounts are N daemons sharing the git object database and
+the side store (pyfuse3 holds one session per process). A control socket
+lets ``git pf snapshot --mount`` freeze the event loop while it reads the
+upper layer, then switch the mount to the new image and empty the upper layer
+before any other request runs.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import threading
+import time
+
+from git_pf import mounts
+from git_pf.errors import UsageError
+from git_pf.mount_snapshot import clear_upper
+from git_pf.mounts import MountState
+
+READY_TIMEOUT = 60.0
+FREEZE_TIMEOUT = 120.0  # a snapshot that has not answered by then is abandoned; the mount carries on
+MAX_READ = 1024 * 1024
+
+log = logging.getLogger("git_pf.fuse")
+
+
+def options(state: MountState) -> set[str]:
+    import pyfuse3
+
+    opts = set(pyfuse3.default_options) | {f"fsname={mounts.FSNAME}", "subtype=pf"}
+    if state.mode == "ro":
+        opts.add("ro")
+    return opts
+
+
+class Daemon:
+    def __init__(self, git_dir: str, state: MountState):
+        from git_pf.repo import Repo
+
+        from .lower import Lower
+        from .ops import Operations
+        from .upper import Upper
+        from .view import View
+
+        self.state = state
+        self.repo = Repo.open(git_dir)
+        self._Lower, self._View = Lower, View
+        upper = None
+        if state.mode == "rw":
+            shutil.rmtree(state.dir / "tmp", ignore_errors=True)
+            upper = Upper(os.fsencode(state.upper), os.fsencode(state.dir / "tmp"))
+        self.ops = Operations(View(Lower(self.repo.git, self.repo.store, state.image), upper))
+        self.control: socket.socket | None = None
+
+    # -- control --------------------------------------------------------
+    def listen(self) -> None:
+        self.control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.control.bind(self.state.control)
+        self.control.listen(4)
+        threading.Thread(target=self._accept, daemon=True, name="control").start()
+
+    def _accept(self) -> None:
+        import pyfuse3
+        import trio
+
+        while True:
+            conn, _ = self.control.accept()
+            conn.settimeout(FREEZE_TIMEOUT)
+            try:
+                f = conn.makefile("rwb")
+                req = json.loads(f.readline() or b"{}")
+                if req.get("op") == "freeze":
+                    trio.from_thread.run_sync(self._frozen, f, trio_token=pyfuse3.trio_token)
+                else:
+                    _reply(f, {"ok": req.get("op") == "ping", "pid": os.getpid(), "error": "unknown request"})
+            except Exception as e:  # a broken client never takes the mount down
+                log.warning("control request failed: %s", e)
+            finally:
+                conn.close()
+
+    def _frozen(self, f) -> None:
+        """Runs inside the event loop, so no FUSE request is served until it returns."""
+        _reply(f, {"ok": True, "image": self.state.image})
+        try:
+            req = json.loads(f.readline() or b"{}")
+        except (OSError, ValueError):
+            log.warning("snapshot client went away; carrying on")
+            return
+        if req.get("op") == "switch":
+            self.switch(req["image"])
+            _reply(f, {"ok": True})
+        else:
+            _reply(f, {"ok": True})
+
+    def switch(self, image: str) -> None:
+        """Follow ``image`` (which holds the upper layer's changes) and empty the upper layer."""
+        self.state.image = image
+        self.state.save()
+        view = self.ops.view
+        if view.upper is not None:
+            clear_upper(self.state, self.ops.open_paths())
+            view.upper.reload()
+        self.ops.view = self._View(self._Lower(self.repo.git, self.repo.store, image), view.upper)
+        log.info("now following image %s", image)
+
+    # -- lifecycle ------------------------------------------------------
+    def run(self, ready) -> None:
+        import pyfuse3
+        import trio
+
+        pyfuse3.init(self.ops, self.state.mountpoint, options(self.state))
+        self.state.pid = os.getpid()
+        self.state.save()
+        self.listen()
+        ready()
+        signal.signal(signal.SIGTERM, lambda *_: _terminate())
+        try:
+            trio.run(pyfuse3.main)
+        finally:
+            pyfuse3.close(unmount=True)
+            self.finish()
+
+    def finish(self) -> None:
+        """After a clean unmount: drop the state unless an upper layer holds changes."""
+        if self.state.mode == "ro" or mounts.upper_is_empty(self.state):
+            mounts.discard(self.state)
+        log.info("unmounted %s", self.state.mountpoint)
+
+
+def _terminate() -> None:
+    import pyfuse3
+    import trio
+
+    try:
+        trio.from_thread.run_sync(pyfuse3.terminate, trio_token=pyfuse3.trio_token)
+    except RuntimeError:
+        pyfuse3.terminate()
+
+
+def _reply(f, obj: dict) -> None:
+    f.write(json.dumps(obj).encode() + b"\n")
+    f.flush()
+
+
+def _setup_logging(stream) -> None:
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+
+def start(git_dir: str, state: MountState, foreground: bool = False) -> MountState:
+    """Mount ``state`` and return once it is ready (or serve until unmounted in the foreground)."""
+    if foreground:
+        _setup_logging(sys.stderr)
+        os.umask(0)
+        Daemon(git_dir, state).run(lambda: print(f"mounted {state.image[:12]} at {state.mountpoint}", flush=True))
+        return state
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # double fork: the daemon is nobody's child, so it never lingers as a zombie
+        os.close(r)
+        try:
+            os.setsid()
+            if os.fork() == 0:
+                _child(git_dir, state, w)
+        finally:
+            os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    return _wait_ready(r, state)
+
+
+def _child(git_dir: str, state: MountState, w: int) -> None:
+    code = 0
+    try:
+        os.umask(0)
+        os.chdir("/")
+        logfile = open(state.log, "a", buffering=1)
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(logfile.fileno(), 1)
+        os.dup2(logfile.fileno(), 2)
+        sys.stdout = sys.stderr = logfile
+        _setup_logging(logfile)
+        daemon = Daemon(git_dir, state)
+
+        def ready():
+            os.write(w, b"ok %d\n" % os.getpid())
+            os.close(w)
+
+        daemon.run(ready)
+    except BaseException as e:  # report to the waiting parent, then leave
+        code = 1
+        try:
+            os.write(w, f"error {type(e).__name__}: {e}\n".encode())
+        except OSError:
+            pass
+        logging.getLogger("git_pf.fuse").exception("daemon failed")
+    finally:
+        os._exit(code)
+
+
+def _wait_ready(r: int, state: MountState) -> MountState:
+    deadline = time.monotonic() + READY_TIMEOUT
+    data = b""
+    import select
+
+    while b"\n" not in data and time.monotonic() < deadline:
+        ready, _, _ = select.select([r], [], [], 0.5)
+        if ready:
+            chunk = os.read(r, 4096)
+            if not chunk:
+                break
+            data += chunk
+    os.close(r)
+    if data.startswith(b"ok "):
+        state.pid = int(data.split()[1])
+        return state
+    msg = data.decode(errors="replace").strip().removeprefix("error ") or "the daemon did not start in time"
+    raise UsageError(f"cannot mount at '{state.mountpoint}': {msg} (log: {state.log})")

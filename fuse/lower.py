@@ -1,0 +1,209 @@
+"""The lower layer: an image's ``world/fs`` tree as a lazy, read-only path table.
+
+Entries are decoded from git trees on first lookup; modes, xattrs, empty
+directories and pointer flags come from ``world/fs.attrs.jsonl``. File
+content comes from git blobs, or, for pointer files, from the side store one
+chunk at a time: a read maps to the chunks covering it, only those are
+decoded (and verified), and decoded chunks sit in a small LRU. Never writes.
+"""
+from __future__ import annotations
+
+import bisect
+import os
+import stat
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import pygit2
+
+from git_pf import image as img, pointer as pointer_fmt
+from git_pf.errors import DataError
+from git_pf.gittree import MODE_EXEC, MODE_LINK, MODE_TREE, read_blob, read_tree
+from git_pf.sidestore import SideStore
+from git_pf.world import attrs as attrs_mod
+from git_pf.world.attrs import DEFAULT_DIR_MODE, DEFAULT_EXEC_MODE, DEFAULT_FILE_MODE
+from git_pf.world.names import from_tree
+
+CHUNK_CACHE_BYTES = 64 * 1024 * 1024
+
+
+@dataclass
+class LEntry:
+    """One lower path: its kind, git object and permission bits."""
+
+    mode: int  # full st_mode
+    oid: bytes | None  # git tree or blob id; None for an attrs-only (empty) directory
+    xattrs: dict[str, bytes] = field(default_factory=dict)
+    pointer: bool = False
+    _size: int | None = None
+
+    @property
+    def is_dir(self) -> bool:
+        return stat.S_ISDIR(self.mode)
+
+
+class ChunkCache:
+    """Decoded side-store chunks, least recently used dropped first."""
+
+    def __init__(self, store: SideStore, limit: int = CHUNK_CACHE_BYTES):
+        self.store, self.limit, self.used = store, limit, 0
+        self.items: OrderedDict[str, bytes] = OrderedDict()
+
+    def get(self, oid: str) -> bytes:
+        data = self.items.get(oid)
+        if data is not None:
+            self.items.move_to_end(oid)
+            return data
+        data = self.store.get(oid)
+        self.items[oid] = data
+        self.used += len(data)
+        while self.used > self.limit and len(self.items) > 1:
+            _, old = self.items.popitem(last=False)
+            self.used -= len(old)
+        return data
+
+
+class PointerReader:
+    """Random access into a large file without reassembling it."""
+
+    def __init__(self, cache: ChunkCache, ptr: pointer_fmt.Pointer):
+        self.cache = cache
+        self.chunks = cache.store.chunks_of(ptr.oid, ptr.size, ptr.chunks)
+        self.starts, pos = [], 0
+        for c in self.chunks:
+            self.starts.append(pos)
+            pos += c.size
+        if pos != ptr.size:
+            raise DataError(f"large object {ptr.oid[:12]}: chunk sizes do not add up to its size")
+
+    def read(self, off: int, size: int) -> bytes:
+        out = []
+        i = bisect.bisect_right(self.starts, off) - 1
+        end = off + size
+        while 0 <= i < len(self.chunks) and self.starts[i] < end:
+            data = self.cache.get(self.chunks[i].oid)
+            if len(data) != self.chunks[i].size:
+                raise DataError(f"chunk {self.chunks[i].oid[:12]} has the wrong size")
+            lo = max(off - self.starts[i], 0)
+            out.append(data[lo : end - self.starts[i]])
+            i += 1
+        return b"".join(out)
+
+
+class BlobReader:
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def read(self, off: int, size: int) -> bytes:
+        return self.data[off : off + size]
+
+
+class Lower:
+    """The world of one image, looked up by real (unescaped) relative path."""
+
+    def __init__(self, git: pygit2.Repository, store: SideStore, image_id: str):
+        self.git, self.store, self.image_id = git, store, image_id
+        commit = git.get(image_id)
+        self.mtime_ns = commit.commit_time * 1_000_000_000
+        tree = commit.tree_id.hex if hasattr(commit.tree_id, "hex") else str(commit.tree_id)
+        world = img.subtree(git, tree, img.WORLD_FS)
+        self.attrs = attrs_mod.decode(img.read_file(git, tree, img.WORLD_ATTRS) or b"")
+        self.chunks = ChunkCache(store)
+        root_attrs = self.attrs.get(b"")
+        self.entries: dict[bytes, LEntry] = {
+            b"": LEntry(stat.S_IFDIR | (root_attrs.mode if root_attrs and root_attrs.mode is not None
+                                       else DEFAULT_DIR_MODE), bytes.fromhex(world) if world else None,
+                        root_attrs.xattrs if root_attrs else {})}
+        self.children: dict[bytes, dict[bytes, LEntry]] = {}
+
+    # -- lookups --------------------------------------------------------
+    def get(self, path: bytes) -> LEntry | None:
+        found = self.entries.get(path)
+        if found is not None or path == b"":
+            return found
+        parent, _, name = path.rpartition(b"/")
+        listing = self.listdir(parent)
+        return None if listing is None else listing.get(name)
+
+    def listdir(self, path: bytes) -> dict[bytes, LEntry] | None:
+        """Name -> entry of a lower directory; None when ``path`` is not one."""
+        cached = self.children.get(path)
+        if cached is not None:
+            return cached
+        entry = self.get(path)
+        if entry is None or not entry.is_dir:
+            return None
+        out: dict[bytes, LEntry] = {}
+        if entry.oid is not None:
+            for tname, mode, oid in read_tree(self.git, entry.oid):
+                name = from_tree(tname)
+                out[name] = self._entry(path + b"/" + name if path else name, mode, oid)
+        prefix = path + b"/" if path else b""
+        for rel in self._attr_dirs(path):
+            name = rel[len(prefix):]
+            if name not in out:
+                out[name] = self._entry(rel, MODE_TREE, None)
+        for name, e in out.items():
+            self.entries[prefix + name] = e
+        self.children[path] = out
+        return out
+
+    def _attr_dirs(self, path: bytes) -> list[bytes]:
+        """Directories recorded only in fs.attrs (empty ones) directly inside ``path``."""
+        if not hasattr(self, "_dirs_by_parent"):
+            index: dict[bytes, list[bytes]] = {}
+            for rel, a in self.attrs.items():
+                if a.is_dir and rel:
+                    index.setdefault(rel.rpartition(b"/")[0], []).append(rel)
+            self._dirs_by_parent = index
+        return self._dirs_by_parent.get(path, [])
+
+    def _entry(self, rel: bytes, mode: int, oid: bytes | None) -> LEntry:
+        a = self.attrs.get(rel)
+        xattrs = a.xattrs if a else {}
+        if mode == MODE_TREE:
+            perm = a.mode if a and a.mode is not None else DEFAULT_DIR_MODE
+            return LEntry(stat.S_IFDIR | perm, oid, xattrs)
+        if mode == MODE_LINK:
+            return LEntry(stat.S_IFLNK | 0o777, oid, xattrs)
+        perm = DEFAULT_EXEC_MODE if mode == MODE_EXEC else DEFAULT_FILE_MODE
+        if a is not None and a.mode is not None:
+            perm = a.mode
+        return LEntry(stat.S_IFREG | perm, oid, xattrs, bool(a and a.pointer))
+
+    # -- content --------------------------------------------------------
+    def size(self, entry: LEntry) -> int:
+        if entry._size is None:
+            if entry.is_dir:
+                entry._size = 4096
+            elif entry.pointer:
+                entry._size = self._pointer(entry).size
+            else:
+                entry._size = self.git.odb.read_header(pygit2.Oid(raw=entry.oid))[1]
+        return entry._size
+
+    def _pointer(self, entry: LEntry) -> pointer_fmt.Pointer:
+        try:
+            return pointer_fmt.decode(read_blob(self.git, entry.oid))
+        except ValueError as e:
+            raise DataError(f"damaged pointer blob {entry.oid.hex()[:12]}: {e}") from None
+
+    def readlink(self, entry: LEntry) -> bytes:
+        return read_blob(self.git, entry.oid)
+
+    def reader(self, entry: LEntry):
+        """An object with ``read(off, size)`` for a lower regular file."""
+        if entry.pointer:
+            return PointerReader(self.chunks, self._pointer(entry))
+        return BlobReader(read_blob(self.git, entry.oid))
+
+    def copy_to(self, entry: LEntry, fd: int) -> None:
+        """Write the whole content of a lower file into ``fd`` (for copy-up)."""
+        reader = self.reader(entry)
+        size, off, step = self.size(entry), 0, 4 * 1024 * 1024
+        while off < size:
+            data = reader.read(off, step)
+            if not data:
+                raise DataError("lower file ended early")
+            os.write(fd, data)
+            off += len(data)

@@ -1,0 +1,98 @@
+"""Mounting and unmounting images: the decisions behind ``git pf mount`` / ``umount``.
+
+Checks the mountpoint, picks the state to resume (the same image at the
+same directory after a crash or an unmount that kept changes) or creates a
+new one, starts the daemon, and on unmount detaches the kernel mount and
+drops the state unless its upper layer holds changes.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from git_pf import mounts, refs
+from git_pf.errors import UsageError
+from git_pf.mounts import MountState
+
+from . import daemon
+
+EXIT_WAIT = 10.0
+
+
+def branch_of(git, rev: str, image_id: str) -> str | None:
+    """``rev`` when it names a branch whose tip is the image (a mount snapshot advances it)."""
+    try:
+        return rev if refs.branch_tip(git, rev) == image_id else None
+    except Exception:
+        return None
+
+
+def _check_mountpoint(repo, mp: str) -> None:
+    git_real = os.path.realpath(repo.git_dir)
+    if mp == git_real or mp.startswith(git_real + os.sep):
+        raise UsageError(f"cannot mount inside the git directory: '{mp}'")
+    if mounts.is_mounted(mp):
+        raise UsageError(f"'{mp}' is already a git-pf mount (see 'git pf mounts'; 'git pf umount' it first)")
+    if not os.path.lexists(mp):
+        if not os.path.isdir(os.path.dirname(mp)):
+            raise UsageError(f"cannot mount at '{mp}': its parent directory does not exist")
+        os.mkdir(mp)
+    elif not os.path.isdir(mp) or os.path.islink(mp):
+        raise UsageError(f"cannot mount at '{mp}': not a directory")
+
+
+def _state_for(repo, mp: str, image: str, mode: str, branch: str | None) -> tuple[MountState, list[str]]:
+    """The state to resume, or a new one; plus warnings about other states kept for ``mp``."""
+    notes, chosen = [], None
+    for s in mounts.for_mountpoint(repo.git_dir, mp):
+        if s.status() != "unmounted":
+            raise UsageError(f"'{mp}' has a stale mount (its daemon died); run 'git pf umount {mp}' first")
+        if chosen is None and s.image == image and s.mode == mode:
+            chosen = s
+        elif s.mode == "ro" or mounts.upper_is_empty(s):
+            mounts.discard(s)
+        else:
+            notes.append(f"kept the changes of an earlier mount of {s.image[:12]} at '{mp}' "
+                         f"(state {s.id}); mount that image there to resume them")
+    if chosen is not None:
+        chosen.branch = chosen.branch or branch
+        return chosen, notes
+    return mounts.create(repo.git_dir, image, mp, mode, branch), notes
+
+
+def mount(repo, rev: str, directory, rw: bool = False, foreground: bool = False,
+          branch: str | None = None) -> tuple[MountState, list[str]]:
+    image = repo.resolve(rev)
+    branch = branch or branch_of(repo.git, rev, image.id)
+    mp = mounts.canonical(directory)
+    _check_mountpoint(repo, mp)
+    state, notes = _state_for(repo, mp, image.id, "rw" if rw else "ro", branch)
+    return daemon.start(str(repo.git_dir), state, foreground), notes
+
+
+def umount(repo, directory, discard: bool = False) -> MountState:
+    """Unmount ``directory``; returns its state (whose ``dir`` still exists when changes were kept)."""
+    mp = mounts.canonical(directory)
+    states = mounts.for_mountpoint(repo.git_dir, mp)
+    live = [s for s in states if s.status() != "unmounted"]
+    if not live:
+        if discard and states:
+            for s in states:
+                mounts.discard(s)
+            return states[0]
+        raise UsageError(f"'{directory}' is not a git-pf mount of this repository (see 'git pf mounts')")
+    state = live[0]
+    if state.status() == "mounted":
+        mounts.unmount(mp)
+        _wait_exit(state.pid)
+    else:
+        mounts.unmount(mp, lazy=True)
+    if discard or (state.dir.exists() and (state.mode == "ro" or mounts.upper_is_empty(state))):
+        mounts.discard(state)
+    return state
+
+
+def _wait_exit(pid: int) -> None:
+    deadline = time.monotonic() + EXIT_WAIT
+    while mounts.pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)

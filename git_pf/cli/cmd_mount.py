@@ -1,0 +1,68 @@
+"""``git pf mount``, ``git pf umount``, ``git pf mounts``: images as directories."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from .. import mounts as mounts_mod
+from ..errors import UsageError
+from . import format as fmt
+from .app import JsonOpt, app, emit, open_repo, warn
+
+
+def _fuse():
+    """The FUSE package, or one clear line when the [fuse] extra is missing."""
+    try:
+        from .. import fuse  # noqa: F401
+        from ..fuse import manage
+        import pyfuse3  # noqa: F401
+    except ImportError as e:
+        raise UsageError(f"mounting needs pyfuse3 and trio (install git-pf[fuse]): {e}") from None
+    if not Path("/dev/fuse").exists():
+        raise UsageError("mounting needs /dev/fuse (load the fuse kernel module)")
+    return manage
+
+
+@app.command()
+def mount(
+    rev: str = typer.Argument(..., help="The image to mount."),
+    directory: Path = typer.Argument(..., help="Where to mount it (created when missing)."),
+    rw: bool = typer.Option(False, "--rw", help="Copy-on-write: changes go to an upper layer under $GIT_DIR/pf/mounts/."),
+    foreground: bool = typer.Option(False, "--foreground", help="Serve in this process until unmounted."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Mount an image's world as a directory; returns once it is ready."""
+    manage = _fuse()
+    state, notes = manage.mount(open_repo(), rev, directory, rw, foreground)
+    for line in notes:
+        warn(line)
+    if not foreground:
+        emit(as_json, {"id": state.id, "image": state.image, "mountpoint": state.mountpoint, "mode": state.mode,
+                       "pid": state.pid}, lambda: typer.echo(f"mounted {state.image[:12]} at {state.mountpoint} ({state.mode})"))
+
+
+@app.command()
+def umount(
+    directory: Path = typer.Argument(..., help="The mountpoint."),
+    discard: bool = typer.Option(False, "--discard", help="Also delete the upper layer's changes not yet snapshotted."),
+) -> None:
+    """Unmount; an --rw mount's unsnapshotted changes are kept for the next mount of the same image there."""
+    manage = _fuse()
+    state = manage.umount(open_repo(), directory, discard)
+    if state.dir.exists():
+        warn(f"kept unsnapshotted changes of '{state.mountpoint}' ({fmt.size(state.upper_size())}); "
+             f"'git pf mount --rw {state.image[:12]} {state.mountpoint}' resumes them, "
+             f"'git pf umount --discard' drops them")
+
+
+@app.command("mounts")
+def list_mounts(as_json: bool = JsonOpt) -> None:
+    """List mounts with their image, mode, status and upper-layer size."""
+    states = [s.to_json() for s in mounts_mod.all_states(open_repo().git_dir)]
+
+    def human() -> None:
+        for s in states:
+            typer.echo(f"{s['image'][:12]}  {s['mode']}  {s['status']:<9}  {fmt.size(s['upper_bytes']):>9}  {s['mountpoint']}")
+
+    emit(as_json, states, human)
