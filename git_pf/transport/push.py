@@ -1,7 +1,7 @@
 """Pushing images: plan the side-store objects the remote lacks, upload them, then push refs.
 
-The plan is every object the pushed images reach (images the remote is
-known to have are skipped) minus what the remote's adapter already holds.
+The plan is every object the pushed images (and their ancestors) reach
+minus what the remote's objects index already lists.
 Objects go first and refs last, so a remote never shows an image whose
 objects it lacks; a push killed half way leaves only unreferenced objects,
 and re-running it sends what is still missing. Used by ``git pf push`` and
@@ -40,13 +40,12 @@ class PushResult:
         return {"remote": self.remote, "refs": self.refs, **self.upload.to_json()}
 
 
-def known_remote_tips(repo, remote: Remote) -> list[str]:
-    """Image ids the remote is known to hold (its tracking refs), to skip when planning."""
-    return list(refs_mod.list_refs(repo.git, remote.tracking("heads/")).values())
+def upload_objects(repo, remote: Remote, tips: list[str], progress: Progress) -> UploadResult:
+    """Send what the images of ``tips`` (and all their ancestors) need and the remote's index lacks.
 
-
-def upload_objects(repo, remote: Remote, tips: list[str], hide: list[str], progress: Progress) -> UploadResult:
-    images = reach.walk_images(repo.git, tips, hide)
+    The remote's refs are not trusted to imply its objects (a push with
+    GIT_PF_SKIP_PUSH, or by plain git, sends refs alone): its index decides."""
+    images = reach.walk_images(repo.git, tips)
     reached = reach.reach(repo.git, images)
     needed = reach.objects_of(repo.store, reached)
     adapter = adapters.for_remote(repo, remote)
@@ -98,7 +97,7 @@ def push(repo, remote: Remote, revs: list[str], all_: bool = False, force: bool 
     result = PushResult(remote.arg, [r for r, _ in targets])
     if not targets:
         return result
-    result.upload = upload_objects(repo, remote, [o for _, o in targets], known_remote_tips(repo, remote), progress)
+    result.upload = upload_objects(repo, remote, [o for _, o in targets], progress)
     specs = [f"{'+' if force else ''}{r}:{r}" for r, _ in targets]
     proc = gitcmd.run(repo.git_dir, ["push", *progress.git_flag, remote.arg, *specs], check=False,
                       quiet_stderr=True, env={"GIT_PF_SKIP_PUSH": "1"},
@@ -114,20 +113,18 @@ def push(repo, remote: Remote, revs: list[str], all_: bool = False, force: bool 
 def pre_push(repo, remote_arg: str, url: str, lines: list[str], progress: Progress) -> UploadResult:
     """The pre-push hook: upload the objects of the images among the pushed refs."""
     zero = "0" * 40
-    tips, hide = [], []
+    tips = []
     for line in lines:
         parts = line.split()
         if len(parts) != 4:
             continue
-        local_ref, local_oid, _, remote_oid = parts
+        local_ref, local_oid, _, _ = parts
         if local_oid != zero and local_ref.startswith(refs_mod.ROOT) and not local_ref.startswith(
                 (refs_mod.OBJECTS, "refs/pf/remotes/")):
             tips.append(local_oid)
-        if remote_oid != zero:
-            hide.append(remote_oid)
     from .remotes import Remote as R, names, workdir
 
     remote = R(remote_arg, url, workdir(repo)) if remote_arg in names(repo) else R(None, url, workdir(repo))
     if not tips:
         return UploadResult()
-    return upload_objects(repo, remote, tips, hide + known_remote_tips(repo, remote), progress)
+    return upload_objects(repo, remote, tips, progress)
