@@ -138,6 +138,27 @@ class Repo:
         """Make ``name`` the current branch (it need not exist yet)."""
         refs.set_head(self.git, refs.check_name(name))
 
+    # -- merge (docs/merge.md) -------------------------------------------
+    def merge(self, theirs: str, into: str | None = None, dry_run: bool = False, prefer=None, options=None,
+              accept_duplicate_effects: bool = False, no_ff: bool = False, allow_unrelated: bool = False,
+              checkout: str | os.PathLike | None = None):
+        """Merge image ``theirs`` into branch ``into`` (default: the current one); a ``MergeResult``."""
+        from .merge import conflicts, engine
+
+        req = engine.MergeRequest(theirs, into, dry_run, prefer or {}, dict(options or {}), accept_duplicate_effects,
+                                  no_ff, allow_unrelated)
+        return conflicts.merge_with_checkout(self, req, Path(checkout)) if checkout is not None else engine.merge(self, req)
+
+    def merge_continue(self, path: str | os.PathLike):
+        from .merge import conflicts
+
+        return conflicts.continue_merge(self, Path(path))
+
+    def merge_abort(self, path: str | os.PathLike) -> Path:
+        from .merge import conflicts
+
+        return conflicts.abort(self, Path(path))
+
     # -- maintenance ----------------------------------------------------
     def fsck(self) -> fsck_mod.FsckReport:
         return fsck_mod.fsck(self.git, self.store)

@@ -25,6 +25,10 @@ class MergeContext:
     options: dict[str, Any] = field(default_factory=dict)  # per-layer flags, e.g. {"model.method": "ties"}
     results: dict[str, "LayerResult"] = field(default_factory=dict)  # layers merged so far (trace before cache)
     merged_messages: list[dict] | None = None  # set by the trace merger; the cache merger keeps pages that prefix it
+    bases: list[ImageInfo] = field(default_factory=list)  # every merge base, best first (several: criss-cross)
+    ours_name: str = ""  # the branch merged into
+    theirs_name: str = ""  # THEIRS as the user named it
+    dry_run: bool = False  # report only: nothing is written and no external summariser runs
 
 
 @dataclass
@@ -36,6 +40,7 @@ class LayerResult:
     report: dict = field(default_factory=dict)  # what the CLI shows / prints as JSON
     conflicts: list[str] = field(default_factory=list)  # one line each
     trailer: str = ""  # value of this layer's "Pf-Merge:" trailer, e.g. "model ties seed=7"
+    detail: Any = None  # the merger's own data for the engine (not reported)
 
 
 class LayerMerger(Protocol):

@@ -1,0 +1,214 @@
+"""Resolving a conflicted world by hand: ``--checkout DIR``, ``--continue DIR``, ``--abort DIR``.
+
+``--checkout`` writes the merged world into DIR (absent or empty) with
+diff3-style markers (ours, base, theirs) in conflicted text files; for a
+conflicted binary file or large (side-store) file, ours stays at the path
+and theirs is written beside it as ``PATH~theirs``. The conflict list goes
+to ``DIR/.pf/merge-conflicts.txt`` (never captured) and the merge's state to
+``$GIT_DIR/pf/merge/<key>.json``. ``--continue`` refuses while markers or
+``~theirs`` files remain, then captures DIR as the merged world and writes
+the merge image; ``--abort`` removes DIR and the state. Other layers must be
+clean (or resolved with ``--prefer``) to check out.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from .. import config, image as img, refs
+from ..errors import EXIT_NEGATIVE, PfError, UsageError
+from ..gittree import MODE_TREE, TreeWriter, edit, lookup, read_blob
+from ..world import attrs as attrs_mod
+from ..world.capture import capture
+from ..world.restore import restore
+from ..world.statcache import StatCache
+from . import engine, gitmerge
+from .layer import LayerResult
+from .world import real_path, tree_path
+
+STATE_VERSION = 1
+CONFLICT_LIST = Path(".pf") / "merge-conflicts.txt"
+SIDE_KINDS = ("binary", "pointer")
+_MARKER = re.compile(rb"^(<{7}|>{7})( |$)", re.M)
+_BASE_LABEL = re.compile(rb"^\|{7} .*$", re.M)
+
+
+def _state_file(repo, dest: Path) -> Path:
+    key = hashlib.sha256(os.fsencode(os.path.realpath(dest))).hexdigest()[:24]
+    return repo.git_dir / "pf" / "merge" / f"{key}.json"
+
+
+def _load(repo, dest: Path) -> dict:
+    path = _state_file(repo, dest)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"no merge in progress in '{dest}'") from None
+    except ValueError:
+        raise PfError(f"merge state for '{dest}' is damaged ({path}); use --abort") from None
+
+
+def _check_dest(dest: Path) -> None:
+    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+        raise UsageError(f"--checkout: '{dest}' exists and is not a directory")
+    if dest.exists() and any(os.scandir(dest)):
+        raise UsageError(f"--checkout: '{dest}' is not empty")
+    if not dest.parent.is_dir():
+        raise UsageError(f"--checkout: parent directory of '{dest}' does not exist")
+
+
+def merge_with_checkout(repo, req: engine.MergeRequest, dest: Path) -> engine.MergeResult:
+    dest = Path(os.path.abspath(dest))
+    if req.dry_run:
+        raise UsageError("--checkout cannot be combined with --dry-run")
+    _check_dest(dest)
+    if _state_file(repo, dest).exists():
+        raise UsageError(f"a merge is already in progress in '{dest}' (--continue or --abort it)")
+    result = engine.merge(repo, req)
+    world = next((r for r in result.layers if r.layer == "world"), None)
+    if result.status != "conflict" or world is None or world.clean:
+        return result
+    if any(not r.clean for r in result.layers if r.layer != "world"):
+        return result  # other layers need --prefer first; the report says which
+    conflicts = world.report["conflicts"]
+    tree, attrs, markers, companions = _conflicted_world(repo, result, world)
+    _write_dir(repo, dest, tree, attrs, conflicts)
+    state = {"version": STATE_VERSION, "dir": str(dest), "branch": result.branch, "ours": result.ours.id,
+             "theirs": result.theirs.id, "theirs_rev": result.theirs_name, "prefer": dict(req.prefer),
+             "options": req.options, "accept_duplicate_effects": req.accept_duplicate_effects,
+             "allow_unrelated": req.allow_unrelated, "conflicts": conflicts,
+             "markers": [os.fsdecode(p) for p in markers], "companions": [os.fsdecode(p) for p in companions]}
+    state_file = _state_file(repo, dest)
+    state_file.parent.mkdir(parents=True, exist_ok=True)
+    state_file.write_text(json.dumps(state, indent=1, sort_keys=True))
+    result.checkout = str(dest)
+    return result
+
+
+def _conflicted_world(repo, result, world: LayerResult):
+    """The diff3 tree, its attrs, text paths holding markers, and ``~theirs`` companions."""
+    git, d = repo.git, world.detail
+    tm = gitmerge.merge_tree(repo.git_dir, d["ours"], d["theirs"], unrelated=d["unrelated"], diff3=True)
+    attrs = dict(d["attrs"])
+    by_path: dict[bytes, dict[int, gitmerge.Stage]] = {}
+    for s in tm.stages:
+        by_path.setdefault(s.path, {})[s.stage] = s
+    side_paths = {tree_path(os.fsencode(c["path"])) for c in world.report["conflicts"]
+                  if c["kind"] in SIDE_KINDS and c["path"] is not None}
+    changes, markers, companions = {}, [], []
+    ours_label = f"ours ({result.branch})".encode()
+    theirs_label = f"theirs ({result.theirs_name})".encode()
+    for path, stages in sorted(by_path.items()):
+        real = real_path(path)
+        if path in side_paths and 2 in stages and 3 in stages:
+            changes[path] = (stages[2].mode, bytes.fromhex(stages[2].oid))
+            changes[path + b"~theirs"] = (stages[3].mode, bytes.fromhex(stages[3].oid))
+            companions.append(real + b"~theirs")
+            if real in attrs and attrs[real].pointer:
+                attrs[real + b"~theirs"] = attrs_mod.PathAttrs(real + b"~theirs", pointer=True)
+            continue
+        found = lookup(git, bytes.fromhex(tm.tree), path)
+        if found is None or found[0] == MODE_TREE:
+            continue
+        data = read_blob(git, found[1])
+        if not _MARKER.search(data):
+            continue
+        data = data.replace(b"<<<<<<< " + d["ours"].encode(), b"<<<<<<< " + ours_label)
+        data = data.replace(b">>>>>>> " + d["theirs"].encode(), b">>>>>>> " + theirs_label)
+        data = _BASE_LABEL.sub(b"||||||| base", data)
+        changes[path] = (found[0], TreeWriter(git).write_blob(data))
+        markers.append(real)
+    tree = edit(TreeWriter(git), git, bytes.fromhex(tm.tree), changes).hex()
+    return tree, attrs, markers, companions
+
+
+def _write_dir(repo, dest: Path, tree: str, attrs: dict, conflicts: list[dict]) -> None:
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.pf-merge-"))
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)
+        restore(repo.git, repo.store, tree, attrs, os.fsencode(tmp))
+        (tmp / CONFLICT_LIST).parent.mkdir(exist_ok=True)
+        (tmp / CONFLICT_LIST).write_text("".join(f"{c['message']}\n" for c in conflicts))
+        if dest.exists():
+            os.rmdir(dest)
+        os.rename(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def unresolved(dest: Path, state: dict) -> list[str]:
+    """Paths that still hold conflict markers, and ``~theirs`` files not yet removed."""
+    left = []
+    for rel in state["markers"]:
+        try:
+            data = (dest / rel).read_bytes()
+        except (FileNotFoundError, IsADirectoryError):
+            continue
+        if _MARKER.search(data):
+            left.append(rel)
+    left += [rel for rel in state["companions"] if os.path.lexists(dest / rel)]
+    return left
+
+
+def continue_merge(repo, dest: Path) -> engine.MergeResult:
+    dest = Path(os.path.abspath(dest))
+    state = _load(repo, dest)
+    if not dest.is_dir():
+        raise UsageError(f"'{dest}' is gone; use 'git pf merge --abort {dest}'")
+    left = unresolved(dest, state)
+    if left:
+        shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+        raise PfError(f"unresolved conflicts remain in {len(left)} path{'s' if len(left) != 1 else ''}: {shown}",
+                      EXIT_NEGATIVE)
+    git = repo.git
+    if refs.branch_tip(git, state["branch"]) != state["ours"]:
+        raise PfError(f"branch '{state['branch']}' moved since the merge started; "
+                      f"use --abort and merge again")
+    req = engine.MergeRequest(state["theirs"], state["branch"], False, state["prefer"], state["options"],
+                              state["accept_duplicate_effects"], True, state["allow_unrelated"])
+    ctx = engine.start(repo, req)
+    ctx.theirs_name = state["theirs_rev"]
+    results = [_captured_world(repo, dest)] + engine.run_layers(ctx, engine.parse_prefer(state["prefer"]), ("world",))
+    result = engine.MergeResult("merged", ctx.ours_name, ctx.ours, ctx.theirs, state["theirs_rev"],
+                                [b.id for b in ctx.bases], results, context=ctx)
+    if not all(r.clean for r in results):
+        result.status = "conflict"
+        return result
+    result.image = engine.write_image(ctx, results, engine.build_tree(ctx, results))
+    _state_file(repo, dest).unlink()
+    try:
+        (dest / CONFLICT_LIST).unlink()
+        (dest / CONFLICT_LIST).parent.rmdir()
+    except OSError:
+        pass
+    return result
+
+
+def _captured_world(repo, dest: Path) -> LayerResult:
+    git = repo.git
+    cache = StatCache(Path(os.devnull), ())
+    cap = capture(git, repo.store, os.fsencode(os.path.realpath(dest)), threshold=config.large_file_threshold(git),
+                  ignore=[], cache=cache, exclude={os.fsencode(os.path.realpath(repo.git_dir))})
+    writer = TreeWriter(git)
+    changes = {img.WORLD_FS: (MODE_TREE, bytes.fromhex(cap.tree)),
+               img.WORLD_ATTRS: (0o100644, writer.write_blob(attrs_mod.encode(cap.attrs)))}
+    summary = {"files": cap.stats.files, "bytes": cap.stats.bytes, "pointers": cap.stats.pointers}
+    return LayerResult("world", True, changes, summary, {"resolution": "resolved by hand", "path": str(dest)},
+                       trailer="world resolved-by-hand")
+
+
+def abort(repo, dest: Path) -> Path:
+    dest = Path(os.path.abspath(dest))
+    _load(repo, dest)
+    if dest.is_dir() and not dest.is_symlink():
+        shutil.rmtree(dest)
+    _state_file(repo, dest).unlink()
+    return dest

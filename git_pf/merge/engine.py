@@ -1,0 +1,224 @@
+"""The merge engine: find the ancestor, merge every layer, write one image with two parents.
+
+Layers merge in a fixed order (world, env, trace, effects, then plug-ins:
+model, cache), each through its ``LayerMerger``; ``--prefer LAYER=SIDE``
+takes a layer wholesale from one side instead. Paths no layer claims merge
+path-wise as the "other" layer. Only when every layer is clean is the image
+written: objects first, then the branch moved by compare-and-swap, so a
+conflict or a failure leaves no image and no ref.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+from .. import canonjson, config, image as img, refs, trace as trace_fmt
+from ..errors import UsageError
+from ..image import ImageInfo
+from . import gitmerge, plugins
+from .effects import ACCEPT, EffectsMerger
+from .env import EnvMerger
+from .layer import LayerResult, MergeContext
+from .trace import TraceMerger
+from .tree3 import entry, merge_paths
+from .world import SUMMARY_FIELDS, WorldMerger
+
+BUILTIN = {"world": WorldMerger, "env": EnvMerger, "trace": TraceMerger, "effects": EffectsMerger}
+CLAIMS = {"world": [img.WORLD_FS, img.WORLD_ATTRS], "env": [img.WORLD_ENV, img.WORLD_PROCS],
+          "trace": [b"trace"], "effects": [b"effects"]}
+SUMMARY_KEYS = {"world": ("world", SUMMARY_FIELDS), "env": ("world", ("env_vars", "redacted"))}
+SIDES = ("ours", "theirs")
+
+
+def layer_names() -> list[str]:
+    return list(BUILTIN) + plugins.plugin_layers()
+
+
+def claims(name: str) -> list[bytes]:
+    return CLAIMS.get(name, [name.encode()])
+
+
+@dataclass
+class MergeRequest:
+    theirs: str
+    into: str | None = None
+    dry_run: bool = False
+    prefer: dict[str, str] = field(default_factory=dict)
+    options: dict = field(default_factory=dict)
+    accept_duplicate_effects: bool = False
+    no_ff: bool = False
+    allow_unrelated: bool = False
+
+
+@dataclass
+class MergeResult:
+    status: str  # "merged" | "conflict" | "up-to-date" | "fast-forward"
+    branch: str
+    ours: ImageInfo
+    theirs: ImageInfo
+    theirs_name: str
+    bases: list[str] = field(default_factory=list)
+    layers: list[LayerResult] = field(default_factory=list)
+    image: ImageInfo | None = None  # the image the branch now points at (None: unchanged, or dry run)
+    dry_run: bool = False
+    checkout: str | None = None  # where a conflicted world was written (--checkout)
+    context: MergeContext | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def clean(self) -> bool:
+        return self.status != "conflict"
+
+    def to_json(self) -> dict:
+        from .report import to_json
+
+        return to_json(self)
+
+
+def parse_prefer(items) -> dict[str, str]:
+    """``LAYER=ours|theirs`` strings (or a mapping) -> {layer: side}, validated."""
+    pairs = items.items() if isinstance(items, dict) else [str(i).partition("=")[::2] for i in items or []]
+    out = {}
+    for layer, side in pairs:
+        if layer not in layer_names() or side not in SIDES:
+            raise UsageError(f"--prefer: expected LAYER=ours|theirs with LAYER one of {','.join(layer_names())}, "
+                             f"got '{layer}={side}'")
+        out[layer] = side
+    return out
+
+
+def _branch(git, into: str | None) -> str:
+    name = into if into not in (None, "HEAD", "@") else refs.current_branch(git)
+    if name is None:
+        raise UsageError("no current branch to merge into (use --into BRANCH)")
+    if name.startswith(refs.HEADS):
+        name = name[len(refs.HEADS):]
+    if refs.branch_tip(git, refs.check_name(name)) is None:
+        raise UsageError(f"--into: no such branch '{name}'")
+    return name
+
+
+def start(repo, req: MergeRequest) -> MergeResult | MergeContext:
+    """Resolve both sides and the ancestor; a finished result when no layer merge is needed."""
+    git = repo.git
+    branch = _branch(git, req.into)
+    ours = img.read_image(git, refs.branch_tip(git, branch))
+    theirs = img.read_image(git, refs.resolve(git, req.theirs))
+    done = lambda status, image=None: MergeResult(status, branch, ours, theirs, req.theirs, image=image,  # noqa: E731
+                                                  dry_run=req.dry_run)
+    if theirs.id == ours.id or git.descendant_of(ours.id, theirs.id):
+        return done("up-to-date")
+    bases = gitmerge.merge_bases(repo.git_dir, ours.id, theirs.id)
+    if not bases and not req.allow_unrelated:
+        raise UsageError(f"refusing to merge unrelated images {ours.short} and {theirs.short} "
+                         "(use --allow-unrelated-histories)")
+    if bases == [ours.id] and not req.no_ff:
+        if not req.dry_run:
+            refs.update_branch(git, branch, theirs.id, ours.id, f"pf merge {req.theirs}: fast-forward")
+        result = done("fast-forward", None if req.dry_run else theirs)
+        result.bases = bases
+        return result
+    options = dict(req.options)
+    options[ACCEPT] = req.accept_duplicate_effects
+    return MergeContext(repo, img.read_image(git, bases[0]) if bases else None, ours, theirs, options,
+                        bases=[img.read_image(git, b) for b in bases], ours_name=branch, theirs_name=req.theirs,
+                        dry_run=req.dry_run)
+
+
+def run_layers(ctx: MergeContext, prefer: dict[str, str], skip: tuple[str, ...] = ()) -> list[LayerResult]:
+    results = []
+    for name in layer_names():
+        if name in skip:
+            continue
+        if name not in BUILTIN and not _present(ctx, name):
+            continue
+        if name in prefer:
+            result = take_side(ctx, name, prefer[name])
+        else:
+            merger = BUILTIN[name]() if name in BUILTIN else plugins.merger_for(name)
+            result = merger.merge(ctx)
+        ctx.results[name] = result
+        results.append(result)
+    other = _other(ctx)
+    if other is not None:
+        results.append(other)
+    return results
+
+
+def _present(ctx: MergeContext, name: str) -> bool:
+    return any(entry(ctx.repo.git, i, name.encode()) is not None for i in (ctx.ours, ctx.theirs, *ctx.bases))
+
+
+def take_side(ctx: MergeContext, name: str, side: str) -> LayerResult:
+    """The whole layer as one side has it (``--prefer LAYER=SIDE``)."""
+    git = ctx.repo.git
+    image = ctx.ours if side == "ours" else ctx.theirs
+    changes = {} if side == "ours" else {p: entry(git, image, p) for p in claims(name)}
+    summary = None
+    if side == "theirs":
+        key, fields = SUMMARY_KEYS.get(name, (name, None))
+        found = image.manifest.get("layers", {}).get(key)
+        summary = {k: found[k] for k in fields if k in found} if found and fields else found
+    if name == "trace":
+        data = img.read_file(git, image.tree, img.TRACE_MESSAGES)
+        ctx.merged_messages = trace_fmt.decode(data) if data else []
+    return LayerResult(name, True, changes, summary, {"resolution": f"{side} (--prefer)"},
+                       trailer=f"{name} prefer-{side}")
+
+
+def _other(ctx: MergeContext) -> LayerResult | None:
+    """Paths no layer claims (future layers): path-wise three-way."""
+    claimed = {p for n in layer_names() for p in claims(n)} | {img.MANIFEST}
+    changes, conflicts = merge_paths(ctx.repo.git, ctx.bases, ctx.ours, ctx.theirs, claimed.__contains__)
+    if not changes and not conflicts:
+        return None
+    lines = [f"CONFLICT (other): '{p.decode('utf-8', 'replace')}' changed differently on both sides" for p in conflicts]
+    return LayerResult("other", not lines, changes, None, {"resolution": "merged", "from_theirs": len(changes)},
+                       lines, f"other merged paths={len(changes)}")
+
+
+def build_tree(ctx: MergeContext, results: list[LayerResult]) -> str:
+    git = ctx.repo.git
+    edit = img.TreeEdit(git, ctx.ours.tree)
+    layers = copy.deepcopy(ctx.ours.manifest.get("layers", {}))
+    for r in results:
+        edit.changes.update(r.changes)
+        key, fields = SUMMARY_KEYS.get(r.layer, (r.layer, None))
+        if r.summary is not None:
+            if fields:
+                layers.setdefault(key, {}).update(r.summary)
+            else:
+                layers[key] = r.summary
+        if r.layer not in BUILTIN and r.changes.get(r.layer.encode(), 0) is None:
+            layers.pop(r.layer, None)  # the layer was removed
+    manifest = dict(ctx.ours.manifest, layers=layers)
+    edit.put_file(img.MANIFEST, canonjson.encode(manifest))
+    return edit.write()
+
+
+def write_image(ctx: MergeContext, results: list[LayerResult], tree: str) -> ImageInfo:
+    git = ctx.repo.git
+    agent = ctx.ours.manifest.get("agent") or {}
+    trailers = [("Pf-Agent", img.Agent(**agent).label())] if agent.get("kind") else []
+    trailers += [("Pf-Merge", r.trailer) for r in results if r.trailer]
+    message = img.format_message(f"merge {ctx.theirs_name} into {ctx.ours_name}", trailers)
+    sig = config.signature(git)
+    commit = str(git.create_commit(None, sig, sig, message, tree, [ctx.ours.id, ctx.theirs.id]))
+    refs.update_branch(git, ctx.ours_name, commit, ctx.ours.id, f"pf merge: {message.splitlines()[0]}")
+    return img.read_image(git, commit)
+
+
+def merge(repo, req: MergeRequest) -> MergeResult:
+    prefer = parse_prefer(req.prefer)
+    started = start(repo, req)
+    if isinstance(started, MergeResult):
+        return started
+    ctx = started
+    results = run_layers(ctx, prefer)
+    result = MergeResult("merged", ctx.ours_name, ctx.ours, ctx.theirs, req.theirs, [b.id for b in ctx.bases],
+                         results, dry_run=req.dry_run, context=ctx)
+    if not all(r.clean for r in results):
+        result.status = "conflict"
+        return result
+    if not req.dry_run:
+        result.image = write_image(ctx, results, build_tree(ctx, results))
+    return result

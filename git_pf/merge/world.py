@@ -1,0 +1,169 @@
+"""The world layer merger: ``world/fs`` by git's own tree merge, ``fs.attrs`` key-wise.
+
+The sandbox tree merges exactly as ``git merge-tree --write-tree`` merges it
+(line-level for text, rename-aware, exec bits kept, criss-cross through git's
+virtual base; see ``gitmerge``). On top of git's rules, a side-store pointer
+that no side wrote (two sides changed one large file differently) is a
+conflict. ``fs.attrs`` merges key-wise (``fsattrs``) and pointer flags are
+derived from the merged blobs. Writes only git objects.
+"""
+from __future__ import annotations
+
+import os
+
+import pygit2
+
+from .. import image as img, pointer as pointer_fmt
+from ..gittree import MODE_EXEC, MODE_FILE, MODE_TREE, TreeWriter, lookup, read_blob
+from ..world import attrs as attrs_mod
+from ..world.names import from_tree, to_tree
+from . import fsattrs, gitmerge
+from .layer import LayerResult, MergeContext
+from .tree3 import AMBIGUOUS, blob, entry, pick
+
+SUMMARY_FIELDS = ("files", "bytes", "pointers")
+
+
+def tree_path(real: bytes) -> bytes:
+    return b"/".join(to_tree(c) for c in real.split(b"/"))
+
+
+def real_path(tree: bytes) -> bytes:
+    return b"/".join(from_tree(c) for c in tree.split(b"/"))
+
+
+class WorldMerger:
+    name = "world"
+
+    def merge(self, ctx: MergeContext) -> LayerResult:
+        git = ctx.repo.git
+        pair = lambda image: (entry(git, image, img.WORLD_FS), entry(git, image, img.WORLD_ATTRS))  # noqa: E731
+        found = {pair(b) for b in ctx.bases} or {(None, None)}
+        base = found.pop() if len(found) == 1 else AMBIGUOUS
+        ours, theirs = pair(ctx.ours), pair(ctx.theirs)
+        choice = pick(base, ours, theirs)
+        if choice in ("unchanged", "same", "ours"):
+            return LayerResult("world", True, report={"resolution": choice}, trailer=f"world {choice}")
+        if choice == "theirs":
+            summary = _fields(ctx.theirs.manifest.get("layers", {}).get("world"))
+            return LayerResult("world", True, {img.WORLD_FS: theirs[0], img.WORLD_ATTRS: theirs[1]}, summary,
+                               {"resolution": "theirs"}, trailer="world theirs")
+        return _three_way(ctx)
+
+
+def _fields(summary: dict | None) -> dict | None:
+    return {k: summary[k] for k in SUMMARY_FIELDS if k in summary} if summary else None
+
+
+def _attrs(git, image) -> dict:
+    data = img.read_file(git, image.tree, img.WORLD_ATTRS) if image is not None else None
+    return attrs_mod.decode(data or b"")
+
+
+def _pointer_oids(git, image, attrs: dict) -> set[bytes]:
+    world = entry(git, image, img.WORLD_FS)
+    out = set()
+    for path, e in attrs.items():
+        if e.pointer and world is not None:
+            found = lookup(git, world[1], tree_path(path))
+            if found is not None:
+                out.add(found[1])
+    return out
+
+
+def _three_way(ctx: MergeContext) -> LayerResult:
+    git = ctx.repo.git
+    ours_c, theirs_c = gitmerge.stand_ins(git, ctx.ours.id, ctx.theirs.id, [b.id for b in ctx.bases])
+    tm = gitmerge.merge_tree(ctx.repo.git_dir, ours_c, theirs_c, unrelated=not ctx.bases)
+    sides = [ctx.ours, ctx.theirs, *ctx.bases]
+    attrs = [_attrs(git, s) for s in sides]
+    pointer_oids = set().union(*(_pointer_oids(git, s, a) for s, a in zip(sides, attrs)))
+    ours_world = entry(git, ctx.ours, img.WORLD_FS)
+    changed = _diff(git, ours_world[1] if ours_world else None, bytes.fromhex(tm.tree))
+    conflicts = _git_conflicts(tm, attrs, pointer_oids)
+    pointers = {p for p, e in attrs[0].items() if e.pointer}
+    touched = set()
+    for path, old, new in changed:
+        real = real_path(path)
+        touched.add(real)
+        pointers.discard(real)
+        if new is not None and new[1] in pointer_oids:
+            pointers.add(real)
+        elif new is not None and new[0] != MODE_TREE and _looks_like_pointer(git, new[1]):
+            conflicts.append({"path": os.fsdecode(real), "kind": "pointer",
+                              "message": f"CONFLICT (pointer): both sides changed large file '{os.fsdecode(real)}'"})
+    merged_tree = bytes.fromhex(tm.tree)
+    mode_of = lambda p: (lookup(git, merged_tree, tree_path(p)) or (None,))[0]  # noqa: E731
+    merged_attrs, attr_lines = fsattrs.merge(attrs[2:], attrs[0], attrs[1], pointers=pointers, touched=touched,
+                                             mode_of=mode_of)
+    conflicts += [{"path": None, "kind": "attrs", "message": line} for line in attr_lines]
+    changes = {img.WORLD_FS: (MODE_TREE, merged_tree), img.WORLD_ATTRS: blob(git, attrs_mod.encode(list(merged_attrs.values())))}
+    summary = _summary(git, ctx.ours.manifest.get("layers", {}).get("world"), changed, pointer_oids)
+    report = {"resolution": "merged", "changed": len(changed), "conflicts": conflicts}
+    trailer = f"world merged changed={len(changed)}"
+    result = LayerResult("world", not conflicts, changes, summary, report, [c["message"] for c in conflicts], trailer)
+    result.detail = {"ours": ours_c, "theirs": theirs_c, "unrelated": not ctx.bases, "merge": tm,
+                     "attrs": merged_attrs}
+    return result
+
+
+def _diff(git, a: bytes | None, b: bytes) -> list[tuple[bytes, tuple | None, tuple | None]]:
+    """Changed paths from tree ``a`` (None: empty) to ``b`` by libgit2's tree diff (no renames)."""
+    a = a or TreeWriter(git).write([])
+    out = []
+    for d in git[pygit2.Oid(raw=a)].diff_to_tree(git[pygit2.Oid(raw=b)]).deltas:
+        o = (d.old_file.mode, d.old_file.id.raw) if d.old_file.mode else None
+        n = (d.new_file.mode, d.new_file.id.raw) if d.new_file.mode else None
+        out.append((d.new_file.raw_path if n else d.old_file.raw_path, o, n))
+    return out
+
+
+def _looks_like_pointer(git, oid: bytes) -> bool:
+    _, size = git.odb.read_header(pygit2.Oid(raw=oid))
+    return size < pointer_fmt.MAX_POINTER_SIZE and pointer_fmt.looks_like_pointer(read_blob(git, oid))
+
+
+def _git_conflicts(tm: gitmerge.TreeMerge, attrs: list[dict], pointer_oids: set[bytes]) -> list[dict]:
+    """git's conflict messages; a conflict on a side-store pointer is named as such."""
+    flagged = {p for a in attrs for p, e in a.items() if e.pointer}
+    staged_pointers = {s.path for s in tm.stages if bytes.fromhex(s.oid) in pointer_oids}
+    out = []
+    for m in tm.messages:
+        if not m.kind.startswith("CONFLICT"):
+            continue
+        path = m.paths[0] if m.paths else None
+        real = real_path(path) if path is not None else None
+        kind = m.kind[len("CONFLICT ("):-1] if m.kind.endswith(")") else m.kind
+        if path is not None and (real in flagged or path in staged_pointers):
+            kind, text = "pointer", f"CONFLICT (pointer): both sides changed large file '{os.fsdecode(real)}'"
+        else:
+            text = m.text
+        item = {"path": os.fsdecode(real) if real is not None else None, "kind": kind, "message": text}
+        if item not in out:
+            out.append(item)
+    return out
+
+
+def _summary(git, ours: dict | None, changed, pointer_oids: set[bytes]) -> dict | None:
+    if not ours or any(k not in ours for k in SUMMARY_FIELDS):
+        return None
+    out = {k: ours[k] for k in SUMMARY_FIELDS}
+    for _, old, new in changed:
+        for sign, e in ((-1, old), (1, new)):
+            if e is None:
+                continue
+            out["files"] += sign
+            if e[0] in (MODE_FILE, MODE_EXEC):
+                is_ptr = e[1] in pointer_oids
+                out["pointers"] += sign * is_ptr
+                out["bytes"] += sign * _size(git, e[1], is_ptr)
+    return out
+
+
+def _size(git, oid: bytes, is_pointer: bool) -> int:
+    if is_pointer:
+        try:
+            return pointer_fmt.decode(read_blob(git, oid)).size
+        except ValueError:
+            pass
+    return git.odb.read_header(pygit2.Oid(raw=oid))[1]
