@@ -19,6 +19,14 @@ from .options import MergeRefused, MergeSpec
 from .state import ADAPTER, BASE, DELTA, PARTS, ModelState, part_ids, read_state
 
 WHAT = {BASE: "base.json", ADAPTER: "adapter", DELTA: "delta"}
+_AMBIGUOUS = ("ambiguous",)  # a part on which several merge bases disagree
+
+
+def _base_ids(git, ctx: MergeContext) -> dict:
+    """Part ids of the merge base; a part on which several bases (criss-cross) disagree is ambiguous."""
+    bases = list(getattr(ctx, "bases", None) or ([ctx.base] if ctx.base else []))
+    found = [part_ids(git, b.tree) for b in bases] or [part_ids(git, None)]
+    return {p: found[0][p] if all(f[p] == found[0][p] for f in found) else _AMBIGUOUS for p in PARTS}
 
 
 def resolve_parts(base: dict, ours: dict, theirs: dict) -> tuple[dict, dict, list[bytes], list[str]]:
@@ -32,14 +40,22 @@ def resolve_parts(base: dict, ours: dict, theirs: dict) -> tuple[dict, dict, lis
             changes[part] = t
             resolution[WHAT[part]] = "theirs"
         elif part == BASE:
-            conflicts.append("model: both sides changed the base model differently")
+            conflicts.append("CONFLICT (model): both sides changed the base model differently")
         elif o is None or t is None:
             who = "ours" if o is None else "theirs"
-            conflicts.append(f"model: {who} deleted the {WHAT[part]}, the other side changed it")
+            conflicts.append(f"CONFLICT (model): {who} deleted the {WHAT[part]}, the other side changed it")
         else:
             numeric.append(part)
             resolution[WHAT[part]] = "merged"
     return changes, resolution, numeric, conflicts
+
+
+def _overall(resolution: dict) -> str:
+    """One word for the layer: unchanged, ours, theirs, or merged (numeric, or parts from both sides)."""
+    values = set(resolution.values()) - {"unchanged"}
+    if not values:
+        return "unchanged"
+    return values.pop() if len(values) == 1 else "merged"
 
 
 class ModelMerger:
@@ -48,30 +64,36 @@ class ModelMerger:
     def merge(self, ctx: MergeContext) -> LayerResult:
         spec = MergeSpec.from_options(ctx.options)
         git = ctx.repo.git
-        ids = [part_ids(git, image.tree if image else None) for image in (ctx.base, ctx.ours, ctx.theirs)]
-        changes, resolution, numeric, conflicts = resolve_parts(*ids)
-        report: dict = {"resolution": resolution}
+        ours_ids, theirs_ids = part_ids(git, ctx.ours.tree), part_ids(git, ctx.theirs.tree)
+        changes, parts, numeric, conflicts = resolve_parts(_base_ids(git, ctx), ours_ids, theirs_ids)
+        report: dict = {"resolution": _overall(parts), "parts": parts}
         if conflicts:
-            return LayerResult("model", False, report=report, conflicts=conflicts)
-        if not numeric and not changes:
-            return LayerResult("model", True, report=report)
-        trailer = ""
+            return _conflict(report, conflicts)
+        if numeric and getattr(ctx, "dry_run", False):
+            report.update({WHAT[p]: spec.to_json() for p in numeric})
+            return LayerResult("model", True, report=report, trailer=spec.trailer())
+        trailer = f"model {report['resolution']}"
         if numeric:
             base, ours, theirs = (read_state(git, image.tree if image else None)
                                   for image in (ctx.base, ctx.ours, ctx.theirs))
             if ours.base != theirs.base:
-                return LayerResult("model", False, report=report, conflicts=[
-                    "model: the two sides' weights apply to different base models; merge them by hand"])
+                return _conflict(report, ["CONFLICT (model): the two sides' weights apply to different base models"])
             try:
                 merged, details = _merge_numeric(ctx.repo.store, numeric, base, ours, theirs, spec)
             except MergeRefused as e:
-                return LayerResult("model", False, report=report, conflicts=[f"model: {e}"])
+                return _conflict(report, [f"CONFLICT (model): {e}"])
             report.update(details)
             changes.update({p: c for p, c in merged.changes(TreeWriter(git)).items() if p in numeric})
-            rank = report.get("adapter", {}).get("rank")
-            trailer = spec.trailer(rank)
+            trailer = spec.trailer(report.get("adapter", {}).get("rank"))
+        if not changes:
+            return LayerResult("model", True, report=report, trailer=trailer)
         summary = read_state(git, edit(TreeWriter(git), git, bytes.fromhex(ctx.ours.tree), changes).hex()).summary()
         return LayerResult("model", True, changes=changes, summary=summary, report=report, trailer=trailer)
+
+
+def _conflict(report: dict, lines: list[str]) -> LayerResult:
+    return LayerResult("model", False, report=dict(report, resolution="conflict"), conflicts=lines,
+                       trailer="model conflict")
 
 
 def _merge_numeric(store, parts, base: ModelState, ours: ModelState, theirs: ModelState, spec: MergeSpec):

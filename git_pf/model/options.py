@@ -66,7 +66,7 @@ class MergeSpec:
     @classmethod
     def parse(cls, method=None, density=None, drop=None, weights=None, seed=None, rank=None,
               flags: tuple[str, ...] = ("--method", "--density", "--drop", "--weights", "--seed", "--rank")) -> "MergeSpec":
-        m = (method or DEFAULT_METHOD).strip().lower()
+        m = (method or DEFAULT_METHOD).strip().lower().replace("-", "_")
         if m not in METHODS:
             raise UsageError(f"{flags[0]}: unknown method '{method}' (choose from ties, dare, dare_ties, linear)")
         spec = cls(

@@ -22,7 +22,7 @@ from ..sidestore import SideStore, decode_chunk_index
 
 # Layers that reference side-store objects without pointer blobs:
 # name -> "module:function", function(git, tree_hex) -> iterable of oids.
-OBJECT_REFS: dict[str, str] = {}
+OBJECT_REFS: dict[str, str] = {"model": "git_pf.model.state:image_object_ids"}
 
 
 @dataclass(frozen=True)
