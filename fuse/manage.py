@@ -96,3 +96,18 @@ def _wait_exit(pid: int) -> None:
     deadline = time.monotonic() + EXIT_WAIT
     while mounts.pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+def mount_forks(repo, forks, directory) -> list:
+    """Mount each fork copy-on-write at ``directory/<fork name>``: one daemon per fork, all
+    reading the same git object database and side store. Returns ``[(fork, state)]``."""
+    base = mounts.canonical(directory)
+    if not os.path.isdir(base):
+        if not os.path.isdir(os.path.dirname(base)):
+            raise UsageError(f"--mount: parent directory of '{directory}' does not exist")
+        os.mkdir(base)
+    out = []
+    for f in forks:
+        state, _ = mount(repo, f.id, os.path.join(base, f.name), rw=True, branch=f.name)
+        out.append((f, state))
+    return out

@@ -14,7 +14,8 @@ from .app import JsonOpt, app, emit, open_repo, warn
 
 @app.command()
 def snapshot(
-    fs_root: Path = typer.Option(..., "--fs-root", help="The sandbox directory to capture."),
+    fs_root: Optional[Path] = typer.Option(None, "--fs-root", help="The sandbox directory to capture."),
+    mount: Optional[Path] = typer.Option(None, "--mount", help="Snapshot a git-pf mount instead: only what changed in it is read."),
     name: Optional[str] = typer.Option(None, "--name", help="Branch to add the image to (default: the current one, else main)."),
     agent: Optional[str] = typer.Option(None, "--agent", help="Agent identity as KIND[/VERSION]."),
     agent_fingerprint: Optional[str] = typer.Option(None, "--agent-fingerprint", help="A hash identifying the agent's code/config."),
@@ -36,7 +37,7 @@ def snapshot(
     quiet: bool = typer.Option(False, "-q", "--quiet", help="Print nothing but the image id; no warnings."),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Snapshot the sandbox at --fs-root (and the given layers) as a new image; print its id.
+    """Snapshot the sandbox at --fs-root, or a mount (--mount), and the given layers as a new image; print its id.
 
     Layers not given (messages, effects, env) are carried over from the parent image."""
     from ..image import Agent
@@ -46,14 +47,17 @@ def snapshot(
     env_value = env_mod.from_file(env) if env is not None else env_mod.from_process() if capture_env else None
     if kv is None and model_fingerprint is not None:
         raise UsageError("--model-fingerprint needs --kv")
+    if (fs_root is None) == (mount is None):
+        raise UsageError("give exactly one of --fs-root and --mount")
     repo = open_repo()
     extra = (_kv_layer(kv, model_fingerprint, kv_page_tokens),) if kv is not None else ()
     if adapter is not None or base_model is not None or delta is not None:
         from ..model.layer import ModelInput  # no torch: capture works on raw safetensors bytes
 
         extra += (ModelInput.prepare(adapter, base_model, delta),)
-    result = repo.snapshot(
-        fs_root,
+    take = repo.snapshot if mount is None else _mount_snapshot(repo)
+    result = take(
+        fs_root or mount,
         name=name,
         agent=Agent.parse(agent, agent_fingerprint),
         messages=jsonl.read(messages, "--messages") if messages is not None else None,
@@ -81,3 +85,12 @@ def _kv_layer(path: Path, model: Optional[str], page_tokens: int):
     except ImportError as e:
         raise UsageError(f"--kv needs torch and safetensors (install git-pf[model]): {e}") from None
     return CacheInput.from_file(path, model=model, page_tokens=page_tokens)
+
+
+def _mount_snapshot(repo):
+    """``snapshot_mount`` bound to ``repo``: same options as ``Repo.snapshot``."""
+    from functools import partial
+
+    from ..mount_snapshot import snapshot_mount
+
+    return partial(snapshot_mount, repo)

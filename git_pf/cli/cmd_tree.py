@@ -30,8 +30,17 @@ def fork(
     n: int = typer.Option(1, "-n", help="How many forks."),
     name: Optional[str] = typer.Option(None, "--name", help="Branch name prefix (forks are PREFIX-1..N)."),
     explore: Optional[str] = typer.Option(None, "--explore", help="What the forks explore (their label)."),
+    mount: Optional[Path] = typer.Option(None, "--mount", help="Also mount each fork copy-on-write at DIR/<fork name>."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Make N forks of an image, one branch each; print '<id> <branch>' per fork."""
-    forks = open_repo().fork(rev, n, name, explore)
-    emit(as_json, [f.to_json() for f in forks], lambda: [typer.echo(f"{f.id} {f.name}") for f in forks])
+    if mount is None:
+        forks = open_repo().fork(rev, n, name, explore)
+        emit(as_json, [f.to_json() for f in forks], lambda: [typer.echo(f"{f.id} {f.name}") for f in forks])
+        return
+    from .cmd_mount import _fuse
+
+    manage = _fuse()
+    repo = open_repo()
+    rows = [dict(f.to_json(), mountpoint=s.mountpoint) for f, s in manage.mount_forks(repo, repo.fork(rev, n, name, explore), mount)]
+    emit(as_json, rows, lambda: [typer.echo(f"{r['id']} {r['name']} {r['mountpoint']}") for r in rows])
