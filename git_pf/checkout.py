@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import image as img, refs
-from .errors import UsageError
+from .errors import DataError, UsageError
 from .world import attrs as attrs_mod
 from .world.restore import RestoreStats, restore
 
@@ -80,7 +80,10 @@ def checkout(repo, rev: str, into: Path, layers=("world",), force: bool = False)
     tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.pf-checkout-"))
     try:
         os.chmod(tmp, 0o777 & ~umask)
-        stats = _fill(repo, image, layers, tmp)
+        try:
+            stats = _fill(repo, image, layers, tmp)
+        except DataError as e:  # name the image: the object may be missing on a remote
+            raise DataError(f"image {image.short}: {e.message}", e.code) from None
         _swap_into_place(tmp, dest, replace)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

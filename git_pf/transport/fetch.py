@@ -90,4 +90,9 @@ def clone(url: str, directory: Path, progress: Progress | None = None):
     repo, _ = Repo.init(directory)
     install.install(repo, "origin")
     repo = Repo.open(directory)
-    return repo, fetch(repo, remotes.resolve(repo, "origin"), progress)
+    remote = remotes.resolve(repo, "origin")
+    path = remote.local_path()
+    if path is not None and remotes.file_root(repo, remote, "file").is_dir():
+        # a local remote that holds a file store: use it (pf.remote.origin.store=file)
+        gitcmd.run(repo.git_dir, ["config", "pf.remote.origin.store", "file"])
+    return repo, fetch(repo, remote, progress)

@@ -16,7 +16,7 @@ from typing import Iterable, Iterator
 import pygit2
 
 from .. import pointer as pointer_fmt
-from ..errors import PfError
+from ..errors import DataError, PfError
 from ..gittree import MODE_LINK, MODE_TREE, read_tree
 from ..sidestore import SideStore, decode_chunk_index
 
@@ -107,6 +107,10 @@ def objects_of(store: SideStore, reached: Reach, unknown: list[str] | None = Non
     try:
         store.ensure(n.pointer.chunks for n in indexes)
     except PfError:
+        lacking = next((n for n in indexes if not store.has(n.pointer.chunks)), None)
+        if unknown is None and lacking is not None:
+            raise DataError(f"image {lacking.image[:12]} path '{lacking.path}' needs side-store object "
+                            f"{lacking.pointer.chunks}, which is not local and no remote has it") from None
         if unknown is None:
             raise
     for need in indexes:

@@ -70,8 +70,12 @@ def _restore_pointers(store, dest, pending, attrs, stats) -> None:
     try:
         store.ensure(oid for _, _, p in pending for oid in p.object_ids())
     except DataError as e:
-        rel = pending[0][0] if pending else b"?"
-        raise DataError(f"cannot restore '{os.fsdecode(rel)}' and others: {e}") from None
+        lacking = [(rel, o) for rel, _, p in pending for o in p.object_ids() if not store.has(o)]
+        if not lacking or "corrupt" in str(e):
+            raise DataError(f"cannot restore '{os.fsdecode(pending[0][0]) if pending else '?'}' and others: {e}") from None
+        rel, oid = lacking[0]
+        raise DataError(f"cannot restore '{os.fsdecode(rel)}': side-store object {oid} is missing "
+                        f"(not local, and no remote has it)", e.code) from None
     for rel, mode, ptr in pending:
         try:
             _write_file(os.path.join(dest, rel), store.iter_large(ptr.oid, ptr.size, ptr.chunks), mode, attrs.get(rel))

@@ -1,0 +1,161 @@
+"""Side-store objects over remotes: dedup measured at the remote, batch limits, the file adapter,
+and faults (killed push, missing object, corrupt object)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pygit2
+import pytest
+
+from transport_helpers import ENV, bare, objects_bytes, pf, rand_bytes, sh, source_repo, tree_files
+
+MiB = 1024 * 1024
+
+
+def _world(root, files: int, seed: int = 7):
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(files):
+        (root / f"f{i:02d}.bin").write_bytes(rand_bytes(MiB, seed * 1000 + i))
+
+
+def test_fork_changing_1mb_of_a_40mb_world_sends_under_3mb(tmp_path):
+    sb = tmp_path / "sb"
+    _world(sb, 40)
+    a = tmp_path / "a"
+    pf("init", a, cwd=tmp_path)
+    pf("snapshot", "--fs-root", sb, "-m", "X", cwd=a)
+    remote = bare(tmp_path / "r.git")
+    sh("git", "remote", "add", "origin", remote, cwd=a)
+    before = objects_bytes(remote)
+    pf("push", "origin", "main", cwd=a)
+    first = objects_bytes(remote) - before
+    assert first >= 40 * MiB
+    (sb / "f17.bin").write_bytes(rand_bytes(MiB, 99))  # the fork changes 1 MiB
+    pf("snapshot", "--fs-root", sb, "--name", "fork", "-m", "fork of X", cwd=a)
+    before = objects_bytes(remote)
+    out = pf("push", "origin", "fork", "--json", cwd=a).stdout
+    sent = objects_bytes(remote) - before
+    assert MiB <= sent <= 3 * 1000 * 1000, (sent, out)
+
+
+def test_pushes_are_split_by_max_push_bytes(tmp_path):
+    a, sb = source_repo(tmp_path)
+    remote = bare(tmp_path / "r.git")
+    sh("git", "remote", "add", "origin", remote, cwd=a)
+    sh("git", "config", "pf.maxPushBytes", "2m", cwd=a)
+    pf("push", "origin", "main", cwd=a)
+    repo = pygit2.Repository(str(remote))
+    index_commits = [c for c in sh("git", "rev-list", "--first-parent", "refs/pf/objects", cwd=remote).stdout.split()
+                     if "version" in repo[c].tree]
+    assert len(index_commits) >= 3
+    for c in index_commits:  # every data commit holds at most 2 MiB of frames
+        data = repo[c].parents[-1]
+        sizes = [repo[e.id].size for t in data.tree for e in repo[t.id]]
+        assert sum(sizes) <= 2 * MiB
+    pf("clone", remote, tmp_path / "b", cwd=tmp_path)
+    pf("checkout", "main", "--into", tmp_path / "c", cwd=tmp_path / "b")
+    assert tree_files(tmp_path / "c") == tree_files(sb)
+
+
+def test_file_adapter_stores_objects_in_the_bare_repo(tmp_path):
+    a, sb = source_repo(tmp_path)
+    remote = bare(tmp_path / "r.git")
+    sh("git", "remote", "add", "origin", remote, cwd=a)
+    sh("git", "config", "pf.remote.origin.store", "file", cwd=a)
+    pf("push", "origin", "main", cwd=a)
+    refs = sh("git", "for-each-ref", "--format=%(refname)", cwd=remote).stdout.split()
+    assert refs == ["refs/pf/heads/main"]
+    stored = [p for p in (remote / "pf" / "objects").rglob("*") if p.is_file()]
+    assert sum(p.stat().st_size for p in stored) >= 5 * MiB
+    pf("clone", remote, tmp_path / "b", cwd=tmp_path)
+    b = tmp_path / "b"
+    assert sh("git", "config", "pf.remote.origin.store", cwd=b).stdout.strip() == "file"
+    pf("checkout", "main", "--into", tmp_path / "c", cwd=b)
+    assert tree_files(tmp_path / "c") == tree_files(sb)
+    # a corrupt frame on the remote is refused and never enters the local store
+    victim = max(stored, key=lambda p: p.stat().st_size)
+    oid = victim.parent.name + victim.name
+    os.chmod(victim, 0o644)
+    victim.write_bytes(victim.read_bytes()[:-10] + b"0123456789")
+    pf("clone", remote, tmp_path / "b2", cwd=tmp_path)
+    proc = pf("checkout", "main", "--into", tmp_path / "c2", cwd=tmp_path / "b2", check=False)
+    assert proc.returncode == 3 and "corrupt" in proc.stderr and oid[:12] in proc.stderr, proc.stderr
+    assert not (tmp_path / "b2" / ".git" / "pf" / "objects" / oid[:2] / oid[2:]).exists()
+    assert not (tmp_path / "c2").exists()
+
+
+def test_corrupt_object_from_a_git_remote_is_rejected(tmp_path):
+    from git_pf.transport import index as idx
+
+    a, sb = source_repo(tmp_path)
+    remote = bare(tmp_path / "r.git")
+    sh("git", "remote", "add", "origin", remote, cwd=a)
+    pf("push", "origin", "main", cwd=a)
+    # the remote's index now maps one object to a blob with other content
+    repo = pygit2.Repository(str(remote))
+    tip = str(repo.references["refs/pf/objects"].target)
+    index = idx.read_index(repo, tip)
+    victim = max(index, key=lambda o: index[o].size)
+    import zstandard
+    bad = repo.create_blob(zstandard.ZstdCompressor().compress(b"not what you asked for"))
+    data = idx.write_data_commit(repo, {victim: idx.Entry(10, (str(bad),))})
+    forged = {**index, victim: idx.Entry(10, (str(bad),))}
+    new = idx.write_index_commit(repo, None, {}, forged, data)
+    repo.references["refs/pf/objects"].set_target(new)
+
+    pf("clone", remote, tmp_path / "b", cwd=tmp_path)
+    proc = pf("checkout", "main", "--into", tmp_path / "c", cwd=tmp_path / "b", check=False)
+    assert proc.returncode == 3 and "corrupt" in proc.stderr and victim[:12] in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "b" / ".git" / "pf" / "objects" / victim[:2] / victim[2:]).exists()
+
+
+def test_remote_lacking_an_object_names_image_path_and_oid(tmp_path):
+    a, sb = source_repo(tmp_path)
+    remote = bare(tmp_path / "r.git")
+    sh("git", "remote", "add", "origin", remote, cwd=a)
+    sh("git", "push", "-q", "origin", "refs/pf/heads/main:refs/pf/heads/main", cwd=a)  # refs only
+    image = pf("show", "main", "--json", cwd=a).stdout.split('"id": "')[1][:12]
+    pf("clone", remote, tmp_path / "b", cwd=tmp_path)
+    proc = pf("checkout", "main", "--into", tmp_path / "c", cwd=tmp_path / "b", check=False)
+    line = proc.stderr.strip()
+    assert proc.returncode == 3 and len(line.splitlines()) == 1, proc.stderr
+    assert image in line and "big.bin" in line and "missing" in line
+    assert any(len(w) == 64 for w in line.replace("'", " ").split())
+    # pushing from a repository that lacks the object names the same things
+    pf("branch", "copy", "main", cwd=tmp_path / "b")
+    proc = pf("push", "origin", "copy", cwd=tmp_path / "b", check=False)
+    assert proc.returncode == 3 and image in proc.stderr and "big.bin" in proc.stderr, proc.stderr
+
+
+def test_push_killed_half_way_then_rerun_completes(tmp_path):
+    sb = tmp_path / "sb"
+    _world(sb, 24)
+    a = tmp_path / "a"
+    pf("init", a, cwd=tmp_path)
+    pf("snapshot", "--fs-root", sb, "-m", "X", cwd=a)
+    remote = bare(tmp_path / "r.git")
+    sh("git", "remote", "add", "origin", remote, cwd=a)
+    sh("git", "config", "pf.maxPushBytes", "2m", cwd=a)
+    proc = subprocess.Popen(["git-pf", "push", "origin", "main"], cwd=a, env=ENV, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    end = time.time() + 60
+    while time.time() < end and not (remote / "refs" / "pf" / "objects").exists():
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    refs = sh("git", "for-each-ref", "--format=%(refname)", cwd=remote).stdout.split()
+    assert "refs/pf/objects" in refs and "refs/pf/heads/main" not in refs  # killed between batches
+    sh("git", "fsck", "--no-dangling", cwd=remote)
+    out = pf("push", "origin", "main", "--json", cwd=a).stdout
+    import json
+    result = json.loads(out)
+    assert 0 < result["sent_objects"] < result["objects"]  # the rerun sent only what was missing
+    sh("git", "fsck", "--no-dangling", cwd=remote)
+    pf("clone", remote, tmp_path / "b", cwd=tmp_path)
+    pf("checkout", "main", "--into", tmp_path / "c", cwd=tmp_path / "b")
+    assert tree_files(tmp_path / "c") == tree_files(sb)
+    assert pf("fsck", cwd=tmp_path / "b").returncode == 0
