@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import signal
 import stat
 import subprocess
@@ -96,7 +97,7 @@ def make_sandbox(root: Path) -> Path:
     os.symlink("src/main.py", sb / "link")
     os.symlink("missing-target", sb / "dangling")
     os.setxattr(sb / "src" / "main.py", "user.origin", b"agent")
-    big = bytes((i * 7919 + (i >> 9)) % 251 for i in range(3_000_000))  # several side-store chunks
+    big = random.Random(7).randbytes(3_000_000)  # several side-store chunks
     (sb / "data.bin").write_bytes(big)
     (sb / ".git").mkdir()  # a nested repository's directory: escaped in the tree
     (sb / ".git" / "HEAD").write_text("ref: refs/heads/main\n")

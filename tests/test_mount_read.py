@@ -1,0 +1,91 @@
+"""A read-only mount shows exactly what a checkout of the same image writes."""
+from __future__ import annotations
+
+import errno
+import os
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from mount_helpers import describe, make_sandbox, pf, requires_fuse, snapshot  # noqa: F401
+
+pytestmark = requires_fuse
+
+
+def test_readonly_mount_equals_checkout(pf):
+    sb = make_sandbox(pf.root)
+    image = snapshot(pf, sb)
+    pf.run("checkout", image, "--into", str(pf.root / "co"))
+    mnt = pf.mount(image, pf.root / "mnt")
+    assert describe(mnt) == describe(pf.root / "co")
+    assert describe(mnt)["empty/deeper"][0] == "dir"
+    assert os.path.isdir(mnt / ".git") and (mnt / ".git" / "HEAD").read_text() == "ref: refs/heads/main\n"
+    listed = pf.run("mounts", "--json").stdout
+    assert '"mode": "ro"' in listed and '"status": "mounted"' in listed and image in listed
+    pf.run("umount", str(mnt))
+    assert not os.listdir(mnt)
+    assert pf.states() == []
+
+
+def test_large_file_random_reads_match(pf):
+    sb = make_sandbox(pf.root)
+    image = snapshot(pf, sb)
+    mnt = pf.mount(image, pf.root / "mnt")
+    want = (sb / "data.bin").read_bytes()
+    rng = random.Random(5)
+    fd = os.open(mnt / "data.bin", os.O_RDONLY)
+    try:
+        for _ in range(200):
+            off = rng.randrange(0, len(want) + 10)
+            n = rng.choice([1, 17, 4096, 300_000, 1_500_000])
+            assert os.pread(fd, n, off) == want[off:off + n]
+    finally:
+        os.close(fd)
+    assert (mnt / "data.bin").read_bytes() == want
+
+
+def test_readonly_mount_refuses_writes(pf):
+    sb = make_sandbox(pf.root)
+    mnt = pf.mount(snapshot(pf, sb), pf.root / "mnt")
+    for attempt in (lambda: (mnt / "new").write_text("x"), lambda: os.unlink(mnt / "run.sh"),
+                    lambda: os.mkdir(mnt / "d"), lambda: os.chmod(mnt / "run.sh", 0o700)):
+        with pytest.raises(OSError) as info:
+            attempt()
+        assert info.value.errno == errno.EROFS
+
+
+def test_corrupt_side_store_object_gives_eio_not_a_hang(pf):
+    sb = make_sandbox(pf.root)
+    image = snapshot(pf, sb)
+    objects = pf.repo / ".git" / "pf" / "objects"
+    victims = list(objects.glob("??/*"))
+    assert len(victims) > 2
+    for p in victims:  # damage every chunk of the large file (and its chunk index)
+        os.chmod(p, 0o644)
+        p.write_bytes(b"garbage")
+    mnt = pf.mount(image, pf.root / "mnt")
+    start = time.monotonic()
+    with pytest.raises(OSError) as info:
+        (mnt / "data.bin").read_bytes()
+    assert info.value.errno == errno.EIO
+    assert time.monotonic() - start < 30
+    assert (mnt / "src" / "main.py").read_text() == "print('hello')\n"  # the rest still works
+    log = next((pf.repo / ".git" / "pf" / "mounts").glob("*/daemon.log")).read_text()
+    assert "corrupt" in log
+
+
+def test_mount_errors_are_one_line(pf):
+    sb = make_sandbox(pf.root)
+    image = snapshot(pf, sb)
+    bad = pf.run("mount", "no-such-image", str(pf.root / "m"), check=False)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    pf.mount(image, pf.root / "m")
+    again = pf.run("mount", image, str(pf.root / "m"), check=False)
+    assert again.returncode == 2 and "already a git-pf mount" in again.stderr
+    missing = pf.run("umount", str(pf.root / "elsewhere"), check=False)
+    assert missing.returncode == 2 and "not a git-pf mount" in missing.stderr
+    Path(pf.root / "file").write_text("x")
+    notdir = pf.run("mount", image, str(pf.root / "file"), check=False)
+    assert notdir.returncode == 2 and "not a directory" in notdir.stderr
