@@ -31,6 +31,8 @@ def _check_mountpoint(repo, mp: str) -> None:
     git_real = os.path.realpath(repo.git_dir)
     if mp == git_real or mp.startswith(git_real + os.sep):
         raise UsageError(f"cannot mount inside the git directory: '{mp}'")
+    if any(s.status() == "stale" for s in mounts.for_mountpoint(repo.git_dir, mp)):
+        raise UsageError(f"'{mp}' has a stale mount (its daemon died); run 'git pf umount {mp}' first")
     if mounts.is_mounted(mp):
         raise UsageError(f"'{mp}' is already a git-pf mount (see 'git pf mounts'; 'git pf umount' it first)")
     if not os.path.lexists(mp):
