@@ -173,3 +173,19 @@ assert not bad, bad
 """
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path / "repo", capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_damaged_tensor_object_fails_the_checkout_cleanly(repo, run_pf, tmp_path):
+    import zstandard
+
+    ad = make_adapter(tmp_path / "ad")
+    image = snap(repo, tmp_path, adapter=ad)
+    victim = read_state(repo.git, image.tree).adapter.index.tensors[3].sha256
+    path = repo.store.path_for(victim)
+    path.chmod(0o644)
+    path.write_bytes(zstandard.ZstdCompressor().compress(b"\0" * 512))
+    proc = run_pf("checkout", image.id, "--layers", "model", "--into", tmp_path / "out", cwd=tmp_path / "repo", check=False)
+    assert proc.returncode == 3 and victim in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "out").exists()
+    fsck = run_pf("fsck", cwd=tmp_path / "repo", check=False)
+    assert fsck.returncode == 1 and victim in fsck.stdout + fsck.stderr

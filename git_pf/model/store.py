@@ -3,7 +3,8 @@
 ``capture_file`` stores every tensor's exact bytes as one side-store object
 (named by their sha256, so a tensor unchanged between images is stored once)
 and returns the canonical ``TensorIndex`` that goes into the image tree;
-``write_file`` rebuilds the file byte for byte from the index; ``store_tensors``
+``write_file`` rebuilds the file byte for byte from the index (every tensor
+verified on read, the header checked against the index); ``store_tensors``
 stores tensors produced in memory (a merge result). Works on raw bytes only:
 never imports torch. Knows nothing of image trees or refs.
 """
@@ -188,16 +189,25 @@ def iter_tensors(store: SideStore, index: TensorIndex) -> Iterator[tuple[IndexEn
         yield entry, data
 
 
-def write_file(store: SideStore, index: TensorIndex, path: Path) -> None:
-    """Rebuild the safetensors file at ``path``; checks the whole-file sha256."""
+def checked_header(index: TensorIndex) -> bytes:
+    """The header to write, checked to describe exactly the indexed tensors in order."""
     head = index.header_bytes()
-    whole = hashlib.sha256()
+    total = 8 + len(head) + sum(t.size for t in index.tensors)
+    try:
+        parsed = stfile.parse(stfile.length_prefix(head) + head, total)
+    except ValueError as e:
+        raise DataError(f"the stored safetensors header is damaged ({e})") from None
+    if total != index.size or [(e.name, e.dtype, e.shape) for e in parsed.entries] != \
+            [(t.name, t.dtype, t.shape) for t in index.tensors]:
+        raise DataError("the stored safetensors header does not match its tensor index")
+    return head
+
+
+def write_file(store: SideStore, index: TensorIndex, path: Path) -> None:
+    """Rebuild the safetensors file at ``path``: the checked header, then every tensor's
+    bytes, each verified against its sha256 as it is read from the side store."""
+    head = checked_header(index)
     with open(path, "wb") as f:
-        for part in (stfile.length_prefix(head), head):
-            whole.update(part)
-            f.write(part)
+        f.write(stfile.length_prefix(head) + head)
         for _, data in iter_tensors(store, index):
-            whole.update(data)
             f.write(data)
-    if whole.hexdigest() != index.sha256:
-        raise DataError(f"'{path.name}' does not rebuild to its recorded sha256 {index.sha256[:12]}")
