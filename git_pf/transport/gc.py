@@ -83,12 +83,12 @@ def prune_cutoff(repo, prune: str | None) -> float | None:
         return None
     if value == "now":
         return time.time() + 1
-    out = gitcmd.run(repo.git_dir, ["rev-parse", f"--since={value}"], check=False).stdout.decode().strip()
-    if not out.startswith("--max-age="):
-        raise UsageError(f"--prune: cannot read date '{value}'")
-    epoch = int(out.split("=", 1)[1])
-    if epoch <= 0 and value not in ("0", "1970-01-01"):
-        raise UsageError(f"--prune: cannot read date '{value}'")
+    proc = gitcmd.run(repo.git_dir, ["-c", f"pf.pruneDate={value}", "config", "--type=expiry-date", "pf.pruneDate"],
+                      check=False)
+    out = proc.stdout.decode().strip()
+    if proc.returncode != 0 or not out.isdigit():
+        raise UsageError(f"--prune: cannot read date '{value}' (try 'now', 'never', '2.weeks.ago', an ISO date)")
+    epoch = int(out)
     return float(epoch)
 
 
