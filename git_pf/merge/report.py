@@ -10,7 +10,10 @@ SCHEMA = 1
 def to_json(result) -> dict:
     layers = []
     for r in result.layers:
-        item = {"layer": r.layer, "status": "clean" if r.clean else "conflict", "conflicts": list(r.conflicts)}
+        structured = r.report.get("conflicts")
+        if not isinstance(structured, list) or len(structured) != len(r.conflicts):
+            structured = [{"path": None, "kind": r.layer, "message": line} for line in r.conflicts]
+        item = {"layer": r.layer, "status": "clean" if r.clean else "conflict", "conflicts": structured}
         item.update({k: v for k, v in r.report.items() if k not in item})
         layers.append(item)
     return {

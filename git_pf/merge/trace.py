@@ -30,6 +30,19 @@ def _common_prefix(a: list, b: list) -> int:
     return n
 
 
+def _incorporation(git, image, bases: list) -> str | None:
+    """The oldest image on ``image``'s first-parent line that already contains every base
+    (the base itself, or the merge that brought it in); None without bases."""
+    if not bases:
+        return None
+    found, oid = None, image.id
+    while oid is not None and all(oid == b.id or git.descendant_of(oid, b.id) for b in bases):
+        found = oid
+        parents = git[oid].parent_ids
+        oid = str(parents[0]) if parents else None
+    return found
+
+
 def _needs_messages(ctx: MergeContext) -> bool:
     return any(entry(ctx.repo.git, i, b"cache") is not None for i in (ctx.ours, ctx.theirs))
 
@@ -70,14 +83,27 @@ class TraceMerger:
             return LayerResult("trace", True, report={"resolution": "ours", "prefill_tokens": 0}, trailer="trace ours")
         if ours == base:
             return self._result(ctx, "theirs", theirs, ours, {img.TRACE_MESSAGES: t})
-        rewritten = [side for side, msgs in (("ours", ours), ("theirs", theirs)) if not trace_fmt.is_prefix(base, msgs)]
+        if trace_fmt.is_prefix(base, ours) and trace_fmt.is_prefix(base, theirs):
+            return self._append(ctx, ours, theirs[len(base):])
+        # a side that merged the ancestor in earlier holds a summary of it, not its messages:
+        # there the ancestor is represented by the image on that side's line that brought it in
+        starts = {side: _incorporation(git, image, ctx.bases) for side, image in (("ours", ctx.ours), ("theirs", ctx.theirs))}
+        prefixes = {side: _messages(git, img.read_image(git, oid)) if oid else base for side, oid in starts.items()}
+        rewritten = [side for side, msgs in (("ours", ours), ("theirs", theirs))
+                     if not trace_fmt.is_prefix(prefixes[side], msgs)]
         if rewritten:
-            line = (f"CONFLICT (trace): the ancestor's {len(base)} messages are not a prefix of "
+            line = (f"CONFLICT (trace): the ancestor's messages are not a prefix of "
                     f"{' and '.join(rewritten)} (history rewritten)")
             ctx.merged_messages = ours
             return LayerResult("trace", False, report={"resolution": "conflict", "rewritten": rewritten},
                                conflicts=[line], trailer="trace conflict")
-        new = theirs[len(base):]
+        return self._append(ctx, ours, theirs[len(prefixes["theirs"]):])
+
+    def _append(self, ctx: MergeContext, ours: list[dict], new: list[dict]) -> LayerResult:
+        git = ctx.repo.git
+        if not new:
+            ctx.merged_messages = ours
+            return LayerResult("trace", True, report={"resolution": "ours", "prefill_tokens": 0}, trailer="trace ours")
         text, how = summarize(git, new, ctx.theirs_name, ctx.dry_run)
         merged = ours + [merge_message(text, ctx.theirs_name, ctx.theirs.id, len(new))]
         result = self._result(ctx, "summary", merged, ours, {img.TRACE_MESSAGES: blob(git, trace_fmt.encode(merged))})
