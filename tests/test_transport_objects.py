@@ -159,3 +159,55 @@ def test_push_killed_half_way_then_rerun_completes(tmp_path):
     pf("checkout", "main", "--into", tmp_path / "c", cwd=tmp_path / "b")
     assert tree_files(tmp_path / "c") == tree_files(sb)
     assert pf("fsck", cwd=tmp_path / "b").returncode == 0
+
+
+def test_racing_pushers_both_land_in_the_objects_index(tmp_path):
+    from git_pf import Repo
+    from git_pf.transport import index as idx, remotes
+    from git_pf.transport.gitstore import GitAdapter
+    from git_pf.transport.progress import Progress
+
+    remote = bare(tmp_path / "r.git")
+    a, _ = source_repo(tmp_path)
+    b = tmp_path / "b"
+    pf("init", b, cwd=tmp_path)
+    sb2 = tmp_path / "sb2"
+    sb2.mkdir()
+    (sb2 / "other.bin").write_bytes(rand_bytes(3 * MiB, 5))
+    pf("snapshot", "--fs-root", sb2, "-m", "B", cwd=b)
+    for repo in (a, b):
+        sh("git", "remote", "add", "origin", remote, cwd=repo)
+    rb = Repo.open(b)
+    adapter = GitAdapter(rb, remotes.resolve(rb, "origin"))
+    adapter.refresh()  # B learns the (empty) remote index...
+    pf("push", "origin", "main", cwd=a)  # ...then A pushes first
+    mine = [o for o in rb.store.iter_oids()]
+    adapter.upload(rb.store, mine, Progress(True))  # B's first attempt is not a fast-forward
+    final = idx.read_index(pygit2.Repository(str(remote)),
+                           sh("git", "rev-parse", "refs/pf/objects", cwd=remote).stdout.strip())
+    a_objects = {p.parent.name + p.name for p in (a / ".git" / "pf" / "objects").glob("??/*")}
+    assert a_objects <= set(final) and set(mine) <= set(final)
+
+
+def test_checkout_fetches_only_the_objects_that_image_needs(tmp_path):
+    a, sb = source_repo(tmp_path)
+    sb2 = tmp_path / "sb2"
+    sb2.mkdir()
+    (sb2 / "other.bin").write_bytes(rand_bytes(3 * MiB, 5))
+    pf("snapshot", "--fs-root", sb2, "--name", "other", "-m", "other", cwd=a)
+    remote = bare(tmp_path / "r.git")
+    sh("git", "remote", "add", "origin", remote, cwd=a)
+    pf("push", "origin", "--all", cwd=a)
+    pf("clone", f"file://{remote}", tmp_path / "b", cwd=tmp_path)
+    b = tmp_path / "b"
+    pf("checkout", "main", "--into", tmp_path / "c", cwd=b)
+    local = {p.parent.name + p.name for p in (b / ".git" / "pf" / "objects").glob("??/*")}
+    a_repo = pygit2.Repository(str(a))
+    from git_pf import Repo
+    from git_pf.transport import reach
+
+    ra = Repo.open(a)
+    main_objects = set(reach.objects_of(ra.store, reach.reach(a_repo, [str(a_repo.references["refs/pf/heads/main"].target)])))
+    other_objects = set(reach.objects_of(ra.store, reach.reach(a_repo, [str(a_repo.references["refs/pf/heads/other"].target)])))
+    assert local == main_objects and not (local & other_objects)
+    assert (b / ".git" / "shallow").exists()  # the objects index came without its data history
