@@ -24,8 +24,10 @@ from ..sidestore import OID_RE, SideStore
 from . import stfile
 
 INDEX_VERSION = 1
-_WORKERS = max(2, min(8, os.cpu_count() or 2))
-_WINDOW = 2 * _WORKERS  # tensors in flight while restoring
+# Threads: hashing and zstd release the GIL, and each object's fsync waits on the disk,
+# so more threads than cores overlap those waits.
+_WORKERS = max(4, min(16, 4 * (os.cpu_count() or 1)))
+_WINDOW_BYTES = 256 << 20  # tensor bytes read ahead while restoring (at least one tensor)
 
 
 @dataclass(frozen=True)
@@ -168,22 +170,27 @@ def store_tensors(store: SideStore, items: Iterable[tuple[str, str, tuple[int, .
 
 
 # -- reading back ------------------------------------------------------------
-def _ordered(fn: Callable[[str], bytes], oids: list[str]) -> Iterator[bytes]:
-    """``fn`` over ``oids`` on a thread pool, yielded in order, a bounded window in flight."""
+def _ordered(fn: Callable[[str], bytes], jobs: list[tuple[str, int]]) -> Iterator[bytes]:
+    """``fn(oid)`` for ``(oid, size)`` jobs on a thread pool, yielded in order, with at most
+    ``_WINDOW_BYTES`` (or one job) in flight."""
     with ThreadPoolExecutor(_WORKERS) as pool:
-        pending = []
-        for oid in oids:
-            pending.append(pool.submit(fn, oid))
-            if len(pending) >= _WINDOW:
-                yield pending.pop(0).result()
-        for fut in pending:
+        pending: list = []
+        ahead = 0
+        for oid, size in jobs:
+            while pending and ahead + size > _WINDOW_BYTES:
+                fut, n = pending.pop(0)
+                ahead -= n
+                yield fut.result()
+            pending.append((pool.submit(fn, oid), size))
+            ahead += size
+        for fut, _ in pending:
             yield fut.result()
 
 
 def iter_tensors(store: SideStore, index: TensorIndex) -> Iterator[tuple[IndexEntry, bytes]]:
     """Every tensor's verified bytes, in data order (missing objects fetched in one batch)."""
     store.ensure(index.object_ids())
-    for entry, data in zip(index.tensors, _ordered(store.get, [t.sha256 for t in index.tensors])):
+    for entry, data in zip(index.tensors, _ordered(store.get, [(t.sha256, t.size) for t in index.tensors])):
         if len(data) != entry.size:
             raise CorruptObject(f"tensor '{entry.name}' has {len(data)} bytes, the index says {entry.size}")
         yield entry, data
