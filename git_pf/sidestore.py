@@ -30,10 +30,13 @@ _WORKERS = max(2, min(8, os.cpu_count() or 2))
 _local = threading.local()
 
 
-def _compressor() -> zstandard.ZstdCompressor:
-    c = getattr(_local, "cctx", None)
+def _compressor(level: int = ZSTD_LEVEL) -> zstandard.ZstdCompressor:
+    cache = getattr(_local, "cctx", None)
+    if cache is None:
+        cache = _local.cctx = {}
+    c = cache.get(level)
     if c is None:
-        c = _local.cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True)
+        c = cache[level] = zstandard.ZstdCompressor(level=level, write_content_size=True)
     return c
 
 
@@ -92,14 +95,16 @@ class SideStore:
     def has(self, oid: str) -> bool:
         return self.path_for(oid).is_file()
 
-    def put(self, data, oid: str | None = None) -> str:
-        """Store ``data``; returns its oid. A no-op when the object exists."""
+    def put(self, data, oid: str | None = None, level: int = ZSTD_LEVEL) -> str:
+        """Store ``data``; returns its oid. A no-op when the object exists.
+
+        ``level`` is the zstd level of the frame (any level reads back the same)."""
         if oid is None:
             oid = sha256_hex(data)
         path = self.path_for(oid)
         if path.is_file():
             return oid
-        self._write_atomic(path, _compressor().compress(data))
+        self._write_atomic(path, _compressor(level).compress(data))
         return oid
 
     def put_verified(self, oid: str, data: bytes) -> None:

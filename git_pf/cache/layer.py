@@ -16,6 +16,9 @@ from .paging import DEFAULT_PAGE_TOKENS, WORKERS, Captured
 from .table import PATH
 
 NAME = "cache"
+# zstd level of page objects: fp16/fp32 activations gain ~8% from entropy coding,
+# which level 1 gets at twice the speed of the store's default (docs/cache.md).
+PAGE_ZSTD_LEVEL = 1
 
 
 def store_pages(store, captured: Captured) -> int:
@@ -24,7 +27,7 @@ def store_pages(store, captured: Captured) -> int:
         page, data = item
         if store.has(page.sha256):
             return False
-        store.put(data, page.sha256)
+        store.put(data, page.sha256, level=PAGE_ZSTD_LEVEL)
         return True
 
     unique = {p.sha256: (p, d) for p, d in zip(captured.table.pages, captured.data)}

@@ -76,15 +76,11 @@ def capture(cache, token_ids, *, model, adapter: str | None = None,
     model_id = fingerprint(model)
     ids = pg.chain(tokens, model_id, adapter, layout)
 
-    def one(span: tuple[int, int]) -> tuple[memoryview, str]:
-        data = tensors.page_buffer(layers, span[0], span[1], layout)
-        return data, hashlib.sha256(data).hexdigest()
-
+    data = tensors.all_pages(layers, len(tokens), layout)
     with ThreadPoolExecutor(WORKERS) as pool:
-        built = list(pool.map(one, pg.spans(len(tokens), page_tokens)))
-    pages = tuple(Page(pid, digest, len(data)) for pid, (data, digest) in zip(ids, built))
-    table = PageTable(layout, model_id, adapter, tuple(tokens), pages)
-    return Captured(table, tuple(d for d, _ in built))
+        digests = list(pool.map(lambda d: hashlib.sha256(d).hexdigest(), data))
+    pages = tuple(Page(pid, digest, len(d)) for pid, digest, d in zip(ids, digests, data))
+    return Captured(PageTable(layout, model_id, adapter, tuple(tokens), pages), tuple(data))
 
 
 def compare(a: PageTable, b: PageTable) -> dict:

@@ -103,6 +103,60 @@ def page_buffer(layers: KV, a: int, b: int, layout: pg.Layout) -> memoryview:
     return memoryview(buf.numpy())
 
 
+def _full_page_views(t: torch.Tensor, full: int, page_tokens: int) -> torch.Tensor:
+    """The first ``full * page_tokens`` tokens of ``t`` as [page, ..., token, dim] (a view)."""
+    pre, dim = tuple(t.shape[:-2]), t.shape[-1]
+    return t[..., : full * page_tokens, :].reshape(pre + (full, page_tokens, dim)).movedim(-3, 0)
+
+
+def _chunks(big: torch.Tensor, layers: KV, full: int, layout: pg.Layout):
+    """Pairs (tensor's full pages as a view, the same bytes' place in the page buffer)."""
+    page_bytes = layout.page_tokens * layout.token_bytes
+    rows = big[: full * page_bytes].view(full, page_bytes)
+    off = 0
+    for k, v in layers:
+        for t in (k, v):
+            pages = _full_page_views(t, full, layout.page_tokens)
+            nbytes = pages[0].numel() * t.element_size()
+            yield pages, rows[:, off : off + nbytes].view(t.dtype).view(pages.shape)
+            off += nbytes
+
+
+def all_pages(layers: KV, n_tokens: int, layout: pg.Layout) -> list[memoryview]:
+    """Every page's bytes, the full pages cut with one strided copy per tensor."""
+    spans = pg.spans(n_tokens, layout.page_tokens)
+    full = n_tokens // layout.page_tokens
+    page_bytes = layout.page_tokens * layout.token_bytes
+    big = torch.empty(full * page_bytes, dtype=torch.uint8)
+    if full:
+        for src, dst in _chunks(big, layers, full, layout):
+            dst.copy_(src)
+    view = memoryview(big.numpy())
+    out = [view[i * page_bytes : (i + 1) * page_bytes] for i in range(full)]
+    if len(spans) > full:
+        out.append(page_buffer(layers, spans[-1][0], spans[-1][1], layout))
+    return out
+
+
+def full_page_buffer(layout: pg.Layout, n_tokens: int) -> torch.Tensor:
+    """A buffer to read the full pages into, for ``fill_full_pages``."""
+    return torch.empty((n_tokens // layout.page_tokens) * layout.page_tokens * layout.token_bytes, dtype=torch.uint8)
+
+
+def fill_full_pages(layers: KV, big: torch.Tensor, n_tokens: int, layout: pg.Layout) -> None:
+    """Copy the full pages held in ``big`` into ``layers``, one strided copy per tensor."""
+    full = n_tokens // layout.page_tokens
+    if full:
+        for dst, src in _chunks(big, layers, full, layout):
+            dst.copy_(src)
+
+
+def put_bytes(big: torch.Tensor, offset: int, data) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # read-only buffer: we only read from it
+        big[offset : offset + len(data)].copy_(torch.frombuffer(data, dtype=torch.uint8))
+
+
 def empty_layers(layout: pg.Layout, n_tokens: int, device=None) -> KV:
     dtype = torch_dtype(layout.dtype)
     return [(torch.empty(_with_seq(k, n_tokens), dtype=dtype, device=device),
@@ -125,6 +179,13 @@ def fill_page(layers: KV, a: int, b: int, data, layout: pg.Layout) -> None:
 
 
 def to_dynamic_cache(layers: KV):
+    """A DynamicCache holding ``layers`` as they are (no copy).
+
+    The constructor sets every layer up from empty slices (dtype, device,
+    initialised); the full tensors then become its ``keys`` / ``values``."""
     from transformers import DynamicCache
 
-    return DynamicCache(ddp_cache_data=layers)
+    cache = DynamicCache(ddp_cache_data=[(k[..., :0, :], v[..., :0, :]) for k, v in layers])
+    for layer, (k, v) in zip(cache.layers, layers):
+        layer.keys, layer.values = k, v
+    return cache
