@@ -36,8 +36,8 @@ def test_checkout_gives_the_same_adapter_and_bitwise_same_logits(repo, tmp_path)
     assert json.loads((out / "base.json").read_text()) == {"name": "tiny-llama", "revision": "v1", "sha256": SHA}
     assert torch.equal(logits(out), logits(ad))
     summary = image.manifest["layers"]["model"]
-    assert summary["adapter"]["tensors"] == 8 and summary["adapter"]["r"] == 4
-    assert summary["base"]["name"] == "tiny-llama"
+    assert summary == {"base": f"tiny-llama@v1:{SHA[:12]}", "peft_type": "LORA", "r": 4, "lora_alpha": 8,
+                       "tensors": 8, "parameters": 1024, "bytes": (ad / WEIGHTS).stat().st_size}
     assert read_state(repo.git, image.tree).adapter.index.header is None  # peft's file is in canonical layout
 
 

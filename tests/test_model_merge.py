@@ -156,7 +156,7 @@ def test_model_merge_n_way_cli(repo, run_pf, tmp_path, forked):
     assert image.parents == (images[0].id,)
     assert image.trailer("Pf-Model-Source") == [i.id for i in images]
     assert image.trailer("Pf-Merge") == ["model dare_ties seed=11 drop=0.2 rank=2"]
-    assert image.manifest["layers"]["model"]["adapter"]["r"] == 2
+    assert image.manifest["layers"]["model"]["r"] == 2
     dest = checkout_model(repo, image, tmp_path / "out")
     assert torch.isfinite(logits(dest)).all()
 

@@ -73,16 +73,18 @@ class ModelState:
         return out
 
     def summary(self) -> dict | None:
-        """The manifest ``layers.model`` entry; None when the layer is empty."""
+        """The manifest ``layers.model`` entry (flat, as other layers'); None when the layer is empty."""
         if self.empty:
             return None
-        out: dict = {"base": self.base.to_json() if self.base else None, "adapter": None, "delta": None}
+        out: dict = {}
+        if self.base is not None:
+            out["base"] = self.base.label()
         if self.adapter is not None:
             cfg = self.adapter.config_json
-            out["adapter"] = {**_index_summary(self.adapter.index), "peft_type": cfg.get("peft_type"),
-                              "r": cfg.get("r"), "lora_alpha": cfg.get("lora_alpha")}
+            out.update(peft_type=cfg.get("peft_type"), r=cfg.get("r"), lora_alpha=cfg.get("lora_alpha"),
+                       **_index_summary(self.adapter.index))
         if self.delta is not None:
-            out["delta"] = _index_summary(self.delta)
+            out.update({f"delta_{k}": v for k, v in _index_summary(self.delta).items()})
         return out
 
     def object_ids(self) -> list[str]:
@@ -91,8 +93,7 @@ class ModelState:
 
 
 def _index_summary(index: TensorIndex) -> dict:
-    return {"tensors": len(index.tensors), "parameters": index.parameters, "bytes": index.size,
-            "sha256": index.sha256}
+    return {"tensors": len(index.tensors), "parameters": index.parameters, "bytes": index.size}
 
 
 def part_ids(git, tree: str | None) -> dict[bytes, tuple[int, bytes] | None]:
