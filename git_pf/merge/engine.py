@@ -107,7 +107,7 @@ def start(repo, req: MergeRequest) -> MergeResult | MergeContext:
                                                   dry_run=req.dry_run)
     if theirs.id == ours.id or git.descendant_of(ours.id, theirs.id):
         return done("up-to-date")
-    bases = gitmerge.merge_bases(repo.git_dir, ours.id, theirs.id)
+    bases = gitmerge.merge_bases(git, repo.git_dir, ours.id, theirs.id)
     if not bases and not req.allow_unrelated:
         raise UsageError(f"refusing to merge unrelated images {ours.short} and {theirs.short} "
                          "(use --allow-unrelated-histories)")

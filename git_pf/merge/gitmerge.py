@@ -48,7 +48,7 @@ class TreeMerge:
 
 def git_run(git_dir, args: list[str], ok=(0,)) -> subprocess.CompletedProcess:
     try:
-        proc = subprocess.run(["git", "--git-dir", str(git_dir), *args], capture_output=True)
+        proc = subprocess.run(["git", "--git-dir", str(git_dir), *args], capture_output=True, close_fds=False)
     except FileNotFoundError:
         raise PfError("git is not installed (git pf merge runs git merge-tree)") from None
     if proc.returncode not in ok:
@@ -57,9 +57,25 @@ def git_run(git_dir, args: list[str], ok=(0,)) -> subprocess.CompletedProcess:
     return proc
 
 
-def merge_bases(git_dir, ours: str, theirs: str) -> list[str]:
-    """Every merge base of two commits, git's best one first."""
-    return git_run(git_dir, ["merge-base", "--all", ours, theirs], ok=(0, 1)).stdout.decode().split()
+def merge_bases(git, git_dir, ours: str, theirs: str) -> list[str]:
+    """Every merge base of two commits, git's best one first. When both lines are linear
+    since libgit2's merge base, it is the only one; otherwise git lists them all."""
+    try:
+        best = str(git.merge_base(ours, theirs) or "")
+    except pygit2.GitError:
+        best = ""
+    if not best:
+        return []
+    if all(_linear_since(git, tip, best) for tip in (ours, theirs)):
+        return [best]
+    found = git_run(git_dir, ["merge-base", "--all", ours, theirs], ok=(0, 1)).stdout.decode().split()
+    return sorted(found, key=lambda oid: oid != best)
+
+
+def _linear_since(git, tip: str, base: str) -> bool:
+    walker = git.walk(tip, pygit2.enums.SortMode.NONE)
+    walker.hide(base)
+    return all(len(c.parent_ids) <= 1 for c in walker)
 
 
 def world_tree(git, commit_id: str | None, writer: TreeWriter) -> pygit2.Oid:

@@ -82,14 +82,17 @@ def _three_way(ctx: MergeContext) -> LayerResult:
     changed = _diff(git, ours_world[1] if ours_world else None, bytes.fromhex(tm.tree))
     conflicts = _git_conflicts(tm, attrs, pointer_oids)
     pointers = {p for p, e in attrs[0].items() if e.pointer}
-    touched = set()
+    flagged = {p for a in attrs for p, e in a.items() if e.pointer}
+    touched, sizes = set(), _Sizes(git, pointer_oids)
     for path, old, new in changed:
         real = real_path(path)
         touched.add(real)
         pointers.discard(real)
         if new is not None and new[1] in pointer_oids:
             pointers.add(real)
-        elif new is not None and new[0] != MODE_TREE and _looks_like_pointer(git, new[1]):
+        elif (new is not None and real in flagged and new != _at(git, ctx.theirs, path)
+              and all(c["path"] != os.fsdecode(real) for c in conflicts)):
+            # git merged a pointer's text: the result is a pointer no side wrote
             conflicts.append({"path": os.fsdecode(real), "kind": "pointer",
                               "message": f"CONFLICT (pointer): both sides changed large file '{os.fsdecode(real)}'"})
     merged_tree = bytes.fromhex(tm.tree)
@@ -98,13 +101,18 @@ def _three_way(ctx: MergeContext) -> LayerResult:
                                              mode_of=mode_of)
     conflicts += [{"path": None, "kind": "attrs", "message": line} for line in attr_lines]
     changes = {img.WORLD_FS: (MODE_TREE, merged_tree), img.WORLD_ATTRS: blob(git, attrs_mod.encode(list(merged_attrs.values())))}
-    summary = _summary(git, ctx.ours.manifest.get("layers", {}).get("world"), changed, pointer_oids)
+    summary = _summary(ctx.ours.manifest.get("layers", {}).get("world"), changed, sizes)
     report = {"resolution": "merged", "changed": len(changed), "conflicts": conflicts}
     trailer = f"world merged changed={len(changed)}"
     result = LayerResult("world", not conflicts, changes, summary, report, [c["message"] for c in conflicts], trailer)
     result.detail = {"ours": ours_c, "theirs": theirs_c, "unrelated": not ctx.bases, "merge": tm,
                      "attrs": merged_attrs}
     return result
+
+
+def _at(git, image, path: bytes):
+    world = entry(git, image, img.WORLD_FS)
+    return lookup(git, world[1], path) if world else None
 
 
 def _diff(git, a: bytes | None, b: bytes) -> list[tuple[bytes, tuple | None, tuple | None]]:
@@ -118,9 +126,24 @@ def _diff(git, a: bytes | None, b: bytes) -> list[tuple[bytes, tuple | None, tup
     return out
 
 
-def _looks_like_pointer(git, oid: bytes) -> bool:
-    _, size = git.odb.read_header(pygit2.Oid(raw=oid))
-    return size < pointer_fmt.MAX_POINTER_SIZE and pointer_fmt.looks_like_pointer(read_blob(git, oid))
+class _Sizes:
+    """Blob sizes, each read once; pointer blobs give the size of the file they stand for."""
+
+    def __init__(self, git, pointer_oids: set[bytes]):
+        self.git, self.pointer_oids, self.cache = git, pointer_oids, {}
+
+    def raw(self, oid: bytes) -> int:
+        if oid not in self.cache:
+            self.cache[oid] = self.git.odb.read_header(pygit2.Oid(raw=oid))[1]
+        return self.cache[oid]
+
+    def file(self, oid: bytes) -> int:
+        if oid in self.pointer_oids:
+            try:
+                return pointer_fmt.decode(read_blob(self.git, oid)).size
+            except ValueError:
+                pass
+        return self.raw(oid)
 
 
 def _git_conflicts(tm: gitmerge.TreeMerge, attrs: list[dict], pointer_oids: set[bytes]) -> list[dict]:
@@ -144,7 +167,7 @@ def _git_conflicts(tm: gitmerge.TreeMerge, attrs: list[dict], pointer_oids: set[
     return out
 
 
-def _summary(git, ours: dict | None, changed, pointer_oids: set[bytes]) -> dict | None:
+def _summary(ours: dict | None, changed, sizes: _Sizes) -> dict | None:
     if not ours or any(k not in ours for k in SUMMARY_FIELDS):
         return None
     out = {k: ours[k] for k in SUMMARY_FIELDS}
@@ -154,16 +177,6 @@ def _summary(git, ours: dict | None, changed, pointer_oids: set[bytes]) -> dict 
                 continue
             out["files"] += sign
             if e[0] in (MODE_FILE, MODE_EXEC):
-                is_ptr = e[1] in pointer_oids
-                out["pointers"] += sign * is_ptr
-                out["bytes"] += sign * _size(git, e[1], is_ptr)
+                out["pointers"] += sign * (e[1] in sizes.pointer_oids)
+                out["bytes"] += sign * sizes.file(e[1])
     return out
-
-
-def _size(git, oid: bytes, is_pointer: bool) -> int:
-    if is_pointer:
-        try:
-            return pointer_fmt.decode(read_blob(git, oid)).size
-        except ValueError:
-            pass
-    return git.odb.read_header(pygit2.Oid(raw=oid))[1]

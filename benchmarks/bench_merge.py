@@ -1,0 +1,143 @@
+"""``git pf merge`` against ``git merge-tree --write-tree`` on the same trees, in one run.
+
+    python -m benchmarks.bench_merge [--files 10000] [--changed 100] [--runs 5]
+
+A world of FILES text files (100 per directory); each side changes CHANGED
+different files (ours edits the top of a file, theirs the bottom, and 10 files
+are edited on both sides, in different hunks, so git merges them line by
+line), and each side also adds messages and effects, so every layer merges.
+Measured (best of RUNS): the whole merge through the Python API (all layers,
+the merge image and the branch update), the same through the ``git pf merge``
+command (process start included), and git's own ``git merge-tree --write-tree``
+on plain commits holding the same three trees. Goal: within 1.5x of git.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from git_pf import Repo, refs
+
+from .common import git_env, report, verdict, workdir
+
+BODY = "".join(f"line {i} of a source file in the agent's sandbox\n" for i in range(20))
+
+
+def _world(root: Path, files: int) -> list[Path]:
+    paths = []
+    for i in range(files):
+        p = root / f"pkg{i // 100:03d}" / f"mod{i % 100:03d}.py"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(f"# file {i}\n" + BODY)
+        paths.append(p)
+    return paths
+
+
+def _edit(path: Path, top: bool, tag: str) -> None:
+    lines = path.read_text().splitlines(keepends=True)
+    lines[1 if top else -1] = f"{tag}\n"
+    path.write_text("".join(lines))
+
+
+def _fx(key: str, ts: int) -> dict:
+    return {"ts": ts, "tool": "write_file", "args": key, "result": "ok", "idempotency_key": key,
+            "side_effect_class": "idempotent"}
+
+
+def build(base_dir: Path, files: int, changed: int) -> tuple[Repo, str, str, str]:
+    repo, _ = Repo.init(base_dir / "repo")
+    sandbox = base_dir / "sb"
+    paths = _world(sandbox, files)
+    msgs = [{"role": "user", "content": "refactor the package"}]
+    base = repo.snapshot(sandbox, name="main", messages=msgs, effects=[_fx("k0", 0)]).image
+    repo.create_branch("side", base.id)
+    step = files // (2 * changed)
+    ours_paths = [paths[i * step] for i in range(changed)]
+    theirs_paths = [paths[i * step + 1] for i in range(changed - 10)] + ours_paths[:10]
+    for p in ours_paths:
+        _edit(p, True, "ours")
+    ours = repo.snapshot(sandbox, name="main", messages=msgs + [{"role": "assistant", "content": "ours done"}],
+                         effects=[_fx("k0", 0), _fx("k-ours", 2)]).image
+    for p in ours_paths:
+        _edit(p, True, "line 0 of a source file in the agent's sandbox")
+    for p in theirs_paths:
+        _edit(p, False, "theirs")
+    theirs = repo.snapshot(sandbox, name="side", messages=msgs + [{"role": "assistant", "content": "theirs done"}],
+                           effects=[_fx("k0", 0), _fx("k-theirs", 1)]).image
+    return repo, base.id, ours.id, theirs.id
+
+
+def git_reference(repo: Repo, base: str, ours: str, theirs: str) -> tuple[str, str]:
+    def commit(image: str, parents: list[str]) -> str:
+        tree = repo.git.revparse_single(f"{image}:world/fs").id
+        args = ["git", "--git-dir", str(repo.git_dir), "commit-tree", str(tree), "-m", "w"]
+        for p in parents:
+            args += ["-p", p]
+        return subprocess.run(args, check=True, capture_output=True, env=git_env(), text=True).stdout.strip()
+
+    b = commit(base, [])
+    return commit(ours, [b]), commit(theirs, [b])
+
+
+def best(fn, runs: int, setup=lambda: None) -> float:
+    times = []
+    for _ in range(runs):
+        setup()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--files", type=int, default=10_000)
+    ap.add_argument("--changed", type=int, default=100)
+    ap.add_argument("--runs", type=int, default=15)
+    args = ap.parse_args(argv)
+    with workdir("merge") as d:
+        repo, base, ours, theirs = build(d, args.files, args.changed)
+        o, t = git_reference(repo, base, ours, theirs)
+        git_cmd = ["git", "--git-dir", str(repo.git_dir), "merge-tree", "--write-tree", o, t]
+        git_tree = subprocess.run(git_cmd, capture_output=True, text=True, check=True).stdout.split()[0]
+
+        def reset() -> None:
+            tip = refs.branch_tip(repo.git, "main")
+            if tip != ours:
+                refs.update_branch(repo.git, "main", ours, tip, "bench: reset")
+
+        def api() -> None:
+            result = repo.merge("side", into="main")
+            assert result.status == "merged", result.status
+
+        env = dict(os.environ, GIT_PF_REPO=str(repo.git_dir.parent),
+                   PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+
+        def cli() -> None:
+            subprocess.run(["git-pf", "merge", "side", "--into", "main"], check=True, capture_output=True, env=env)
+
+        t_git, t_api = [], []
+        for _ in range(args.runs):  # interleaved, so a busy moment weighs on both alike
+            t_git.append(best(lambda: subprocess.run(git_cmd, check=True, capture_output=True), 1))
+            t_api.append(best(api, 1, reset))
+        t_git, t_api = min(t_git), min(t_api)
+        merged_world = str(repo.git.revparse_single(refs.branch_tip(repo.git, "main") + ":world/fs").id)
+        t_cli = best(cli, args.runs, reset)
+        t_start = best(lambda: subprocess.run([sys.executable, "-c", "import git_pf.cli.commands"], check=True), args.runs)
+    report(f"merge: {args.files} files, {args.changed} changed per side (best of {args.runs})", [
+        ("git merge-tree --write-tree", f"{t_git * 1000:.1f} ms", "reference"),
+        ("Repo.merge (all layers, image + ref)", f"{t_api * 1000:.1f} ms  {t_api / t_git:.2f}x",
+         f"goal <= 1.5x: {verdict(t_api <= 1.5 * t_git)}"),
+        ("git pf merge (command)", f"{t_cli * 1000:.1f} ms  {t_cli / t_git:.2f}x", "process start included"),
+        ("  of which Python start + imports", f"{t_start * 1000:.1f} ms", ""),
+        ("merged world == git's tree", str(merged_world == git_tree), verdict(merged_world == git_tree)),
+    ])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
