@@ -7,6 +7,7 @@ object must hash to its name. Reports problems; repairs nothing.
 """
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass, field
 
@@ -71,6 +72,21 @@ def _check_pointers(git, store: SideStore, image: img.ImageInfo, report: FsckRep
                 report.problems.append(f"{where}: side-store object {oid} is missing")
 
 
+def _check_layer_objects(git, store: SideStore, image: img.ImageInfo, report: FsckReport, seen: set[str],
+                         remote_has=lambda oid: False) -> None:
+    """Side-store objects a layer names without pointer blobs (model tensors), as registered
+    in ``transport.reach.OBJECT_REFS``, must exist."""
+    from .transport.reach import OBJECT_REFS
+
+    for layer, spec in OBJECT_REFS.items():
+        module, _, func = spec.partition(":")
+        for oid in getattr(importlib.import_module(module), func)(git, image.tree):
+            if oid not in seen:
+                seen.add(oid)
+                if not store.has(oid) and not remote_has(oid):
+                    report.problems.append(f"image {image.short} layer {layer}: side-store object {oid} is missing")
+
+
 def _check_image(git, store, image: img.ImageInfo, report: FsckReport, seen: set[str], remote_has=lambda o: False) -> None:
     try:
         trace.decode(img.read_file(git, image.tree, img.TRACE_MESSAGES) or b"")
@@ -78,6 +94,7 @@ def _check_image(git, store, image: img.ImageInfo, report: FsckReport, seen: set
         for problem in effects_mod.verify(ledger):
             report.problems.append(f"image {image.short}: effects {problem}")
         _check_pointers(git, store, image, report, seen, remote_has)
+        _check_layer_objects(git, store, image, report, seen, remote_has)
     except PfError as e:
         report.problems.append(f"image {image.short}: {e}")
 

@@ -189,3 +189,16 @@ def test_a_damaged_tensor_object_fails_the_checkout_cleanly(repo, run_pf, tmp_pa
     assert not (tmp_path / "out").exists()
     fsck = run_pf("fsck", cwd=tmp_path / "repo", check=False)
     assert fsck.returncode == 1 and victim in fsck.stdout + fsck.stderr
+
+
+def test_fsck_reports_a_missing_tensor_object_and_gc_keeps_the_rest(repo, run_pf, tmp_path):
+    ad = make_adapter(tmp_path / "ad")
+    image = snap(repo, tmp_path, adapter=ad)
+    stray = repo.store.put(b"an object no image reaches")
+    run_pf("gc", "--prune", "now", cwd=tmp_path / "repo")
+    assert not repo.store.has(stray) and len(list(repo.store.iter_oids())) == 8
+    assert run_pf("fsck", cwd=tmp_path / "repo").returncode == 0  # gc kept every tensor the image needs
+    victim = read_state(repo.git, image.tree).adapter.index.tensors[0].sha256
+    repo.store.remove(victim)
+    fsck = run_pf("fsck", cwd=tmp_path / "repo", check=False)
+    assert fsck.returncode == 1 and f"layer model: side-store object {victim} is missing" in fsck.stdout + fsck.stderr
