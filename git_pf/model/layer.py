@@ -15,7 +15,7 @@ from pathlib import Path
 from ..errors import UsageError
 from . import store as store_mod
 from .identity import BaseModel
-from .state import Adapter, ModelState, read_state
+from .state import Adapter, read_state
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
