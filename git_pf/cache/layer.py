@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .. import image as img
 from ..errors import UsageError
-from .paging import DEFAULT_PAGE_TOKENS, WORKERS, Captured
+from .paging import DEFAULT_PAGE_TOKENS, IO_WORKERS, Captured
 from .table import PATH
 
 NAME = "cache"
@@ -31,7 +31,7 @@ def store_pages(store, captured: Captured) -> int:
         return True
 
     unique = {p.sha256: (p, d) for p, d in zip(captured.table.pages, captured.data)}
-    with ThreadPoolExecutor(WORKERS) as pool:
+    with ThreadPoolExecutor(IO_WORKERS) as pool:
         return sum(pool.map(one, unique.values()))
 
 

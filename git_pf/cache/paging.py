@@ -18,7 +18,8 @@ from . import pages as pg, tensors
 from .table import Page, PageTable
 
 DEFAULT_PAGE_TOKENS = 16
-WORKERS = max(2, min(8, os.cpu_count() or 2))
+WORKERS = max(2, min(8, os.cpu_count() or 2))  # CPU-bound work (hashing)
+IO_WORKERS = 2 * WORKERS + 4  # work that also waits on files and fsync
 
 
 @dataclass(frozen=True)

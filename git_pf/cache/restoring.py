@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import CorruptObject, UsageError
 from . import tensors
-from .paging import WORKERS, fingerprint
+from .paging import IO_WORKERS, fingerprint
 from .table import PageTable, read
 
 _UNSET = object()
@@ -88,7 +88,7 @@ def read_layers(repo, table: PageTable, device=None) -> tensors.KV:
         else:
             tensors.fill_page(layers, a, b, data, lay)
 
-    with ThreadPoolExecutor(WORKERS) as pool:
+    with ThreadPoolExecutor(IO_WORKERS) as pool:
         list(pool.map(one, enumerate(zip(table.spans(), table.pages))))
     tensors.fill_full_pages(layers, big, n, lay)
     return layers
