@@ -121,7 +121,7 @@ class Daemon:
         self.state.pid = os.getpid()
         self.state.save()
         self.listen()
-        ready()
+        threading.Thread(target=self._when_served, args=(ready,), daemon=True, name="ready").start()
         signal.signal(signal.SIGTERM, lambda *_: _terminate())
         try:
             trio.run(pyfuse3.main)
@@ -129,11 +129,32 @@ class Daemon:
             pyfuse3.close(unmount=True)
             self.finish()
 
+    def _when_served(self, ready) -> None:
+        """Report ready once the kernel has finished its handshake and the root answers."""
+        try:
+            os.stat(self.state.mountpoint)
+            _raise_readahead(self.state.mountpoint)
+        finally:
+            ready()
+
     def finish(self) -> None:
         """After a clean unmount: drop the state unless an upper layer holds changes."""
         if self.state.mode == "ro" or mounts.upper_is_empty(self.state):
             mounts.discard(self.state)
         log.info("unmounted %s", self.state.mountpoint)
+
+
+def _raise_readahead(mountpoint: str) -> None:
+    """Let the kernel read ahead 1 MiB at a time (one FUSE request per MiB, not per 128 KiB);
+    only after the handshake, which sets the kernel's default."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            devs = [line.split()[2] for line in f if mounts.unescape(line.split()[4]) == mountpoint]
+        if devs:
+            with open(f"/sys/class/bdi/{devs[-1]}/read_ahead_kb", "w") as f:
+                f.write(str(MAX_READ // 1024))
+    except OSError:
+        pass  # not allowed here: the kernel's default applies
 
 
 def _terminate() -> None:

@@ -12,6 +12,7 @@ import bisect
 import os
 import stat
 from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pygit2
@@ -25,6 +26,8 @@ from git_pf.world.attrs import DEFAULT_DIR_MODE, DEFAULT_EXEC_MODE, DEFAULT_FILE
 from git_pf.world.names import from_tree
 
 CHUNK_CACHE_BYTES = 64 * 1024 * 1024
+PREFETCH_AHEAD = 2  # chunks decoded ahead of a reader
+PREFETCH_WORKERS = 2
 
 
 @dataclass
@@ -43,18 +46,31 @@ class LEntry:
 
 
 class ChunkCache:
-    """Decoded side-store chunks, least recently used dropped first."""
+    """Decoded side-store chunks, least recently used dropped first.
+
+    ``prefetch`` decodes (decompress + verify) upcoming chunks on a worker
+    thread, so a sequential reader finds them ready; both steps release the GIL."""
 
     def __init__(self, store: SideStore, limit: int = CHUNK_CACHE_BYTES):
         self.store, self.limit, self.used = store, limit, 0
         self.items: OrderedDict[str, bytes] = OrderedDict()
+        self.pending: dict[str, Future] = {}
+        self.pool: ThreadPoolExecutor | None = None
+
+    def prefetch(self, oids: list[str]) -> None:
+        for oid in oids:
+            if oid not in self.items and oid not in self.pending:
+                if self.pool is None:
+                    self.pool = ThreadPoolExecutor(PREFETCH_WORKERS, thread_name_prefix="prefetch")
+                self.pending[oid] = self.pool.submit(self.store.get, oid)
 
     def get(self, oid: str) -> bytes:
         data = self.items.get(oid)
         if data is not None:
             self.items.move_to_end(oid)
             return data
-        data = self.store.get(oid)
+        fut = self.pending.pop(oid, None)
+        data = fut.result() if fut is not None else self.store.get(oid)
         self.items[oid] = data
         self.used += len(data)
         while self.used > self.limit and len(self.items) > 1:
@@ -85,9 +101,10 @@ class PointerReader:
             if len(data) != self.chunks[i].size:
                 raise DataError(f"chunk {self.chunks[i].oid[:12]} has the wrong size")
             lo = max(off - self.starts[i], 0)
-            out.append(data[lo : end - self.starts[i]])
+            out.append(data[lo : end - self.starts[i]] if lo or end - self.starts[i] < len(data) else data)
             i += 1
-        return b"".join(out)
+        self.cache.prefetch([c.oid for c in self.chunks[i : i + PREFETCH_AHEAD]])
+        return out[0] if len(out) == 1 else b"".join(out)
 
 
 class BlobReader:

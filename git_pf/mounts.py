@@ -157,7 +157,7 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
-def _unescape(field: str) -> str:
+def unescape(field: str) -> str:
     return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
 
 
@@ -167,7 +167,7 @@ def is_mounted(mountpoint: str) -> bool:
         with open("/proc/self/mounts", encoding="utf-8", errors="surrogateescape") as f:
             for line in f:
                 parts = line.split(" ")
-                if len(parts) > 2 and parts[0] == FSNAME and _unescape(parts[1]) == mountpoint:
+                if len(parts) > 2 and parts[0] == FSNAME and unescape(parts[1]) == mountpoint:
                     return True
     except OSError:
         pass

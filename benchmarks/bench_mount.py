@@ -1,0 +1,191 @@
+"""A mounted image against a native checkout of the same image, in one run.
+
+    python -m benchmarks.bench_mount [--files 10000] [--big-mib 512] [--write-mib 256]
+
+Measures: sequential read of a large (side-store) file, find + stat and cat
+of many small files, a large write into an --rw mount, mount time, and
+``snapshot --mount`` after 10 edits against a full snapshot of the checkout.
+Reads on the mount are cold (a fresh mount: nothing in the kernel cache, no
+decoded chunk); the native side is read as the checkout left it.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import subprocess
+import time
+from pathlib import Path
+
+from git_pf import Repo
+from git_pf.fuse import manage
+from git_pf.mount_snapshot import snapshot_mount
+
+from .common import report, timed, verdict, workdir
+
+BLOCK = 1024 * 1024
+
+
+def make_world(sb: Path, files: int, big_mib: int) -> None:
+    rng = random.Random(3)
+    for i in range(files):
+        d = sb / f"d{i % 100:02d}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"f{i}.txt").write_bytes(rng.randbytes(300).hex().encode())
+    with open(sb / "big.bin", "wb") as f:
+        for _ in range(big_mib):
+            f.write(rng.randbytes(BLOCK))
+
+
+def drop_caches() -> None:
+    try:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError:
+        pass
+
+
+def read_all(path: Path) -> int:
+    n = 0
+    with open(path, "rb", buffering=0) as f:
+        while chunk := f.read(BLOCK):
+            n += len(chunk)
+    return n
+
+
+def stat_all(root: Path) -> int:
+    n = 0
+    for base, dirs, files in os.walk(root):
+        for name in files:
+            os.lstat(os.path.join(base, name))
+            n += 1
+    return n
+
+
+def cat_all(root: Path) -> int:
+    n = 0
+    for base, dirs, files in os.walk(root):
+        for name in files:
+            if name.endswith(".txt"):
+                with open(os.path.join(base, name), "rb") as f:
+                    n += len(f.read())
+    return n
+
+
+def write_big(path: Path, mib: int) -> None:
+    block = os.urandom(BLOCK)
+    with open(path, "wb", buffering=0) as f:
+        for _ in range(mib):
+            f.write(block)
+        os.fsync(f.fileno())
+
+
+class Mounts:
+    def __init__(self, repo: Repo, base: Path):
+        self.repo, self.base, self.n = repo, base, 0
+
+    def fresh(self, rev: str, rw: bool = False) -> tuple[float, Path]:
+        self.n += 1
+        mp = self.base / f"m{self.n}"
+        t, _ = timed(manage.mount, self.repo, rev, mp, rw)
+        return t, mp
+
+    def close_all(self) -> None:
+        for i in range(1, self.n + 1):
+            mp = self.base / f"m{i}"
+            try:
+                manage.umount(self.repo, mp, discard=True)
+            except Exception:
+                subprocess.run(["fusermount3", "-u", "-z", str(mp)], capture_output=True)
+
+
+def ratio(native: float, mounted: float) -> str:
+    return f"{mounted / native:.1f}x native" if native > 0 else "-"
+
+
+def run(files: int, big_mib: int, write_mib: int) -> None:
+    with workdir("mount") as base:
+        sb = base / "sb"
+        make_world(sb, files, big_mib)
+        repo, _ = Repo.init(base / "pf")
+        t_full_cold, snap = timed(repo.snapshot, sb, name="main")
+        co = base / "co"
+        repo.checkout("main", co)
+        mounts = Mounts(repo, base)
+        try:
+            rows = []
+            # mount time of the image (fork, mount, ready) and through the CLI
+            t_mount, mp = mounts.fresh("main")
+            env = dict(os.environ, GIT_PF_REPO=str(base / "pf"))
+            t0 = time.perf_counter()
+            subprocess.run(["git-pf", "mount", "main", str(base / "cli-m")], env=env, check=True, capture_output=True)
+            t_cli = time.perf_counter() - t0
+            manage.umount(repo, base / "cli-m")
+            rows.append((f"mount ready ({files} files)", f"{t_mount * 1000:.0f} ms", f"goal <= 200 ms: {verdict(t_mount <= 0.2)}"))
+            rows.append(("mount via CLI (incl. start-up)", f"{t_cli * 1000:.0f} ms", ""))
+
+            # sequential read of the large file
+            drop_caches()
+            t_nat, n = timed(read_all, co / "big.bin")
+            _, mp = mounts.fresh("main")
+            t_mnt, _ = timed(read_all, mp / "big.bin")
+            gbs = n / t_mnt / 1e9
+            rows.append((f"seq read {big_mib} MiB: native", f"{n / t_nat / 1e9:.2f} GB/s", ""))
+            rows.append((f"seq read {big_mib} MiB: mount", f"{gbs:.2f} GB/s", f"goal >= 0.5 GB/s: {verdict(gbs >= 0.5)}"))
+            t_warm, _ = timed(read_all, mp / "big.bin")
+            rows.append(("seq read again (kernel cache)", f"{n / t_warm / 1e9:.2f} GB/s", ""))
+
+            # metadata: find + stat, then cat of every small file
+            drop_caches()
+            t_nat, count = timed(stat_all, co)
+            _, mp = mounts.fresh("main")
+            t_mnt, _ = timed(stat_all, mp)
+            rows.append((f"find+stat {count} files", f"{t_nat * 1000:.0f} / {t_mnt * 1000:.0f} ms",
+                         f"{ratio(t_nat, t_mnt)}; goal <= 5x: {verdict(t_mnt <= 5 * t_nat)}"))
+            drop_caches()
+            t_nat, _ = timed(cat_all, co)
+            _, mp = mounts.fresh("main")
+            t_mnt, _ = timed(cat_all, mp)
+            rows.append((f"cat {files} small files", f"{t_nat * 1000:.0f} / {t_mnt * 1000:.0f} ms",
+                         f"{ratio(t_nat, t_mnt)}; goal <= 5x: {verdict(t_mnt <= 5 * t_nat)}"))
+
+            # a large write into an --rw mount
+            t_nat, _ = timed(write_big, co / "new.bin", write_mib)
+            os.unlink(co / "new.bin")
+            _, rw = mounts.fresh("main", rw=True)
+            t_mnt, _ = timed(write_big, rw / "new.bin", write_mib)
+            rows.append((f"write {write_mib} MiB + fsync", f"{write_mib / 1024 / t_nat:.2f} / {write_mib / 1024 / t_mnt:.2f} GiB/s",
+                         ratio(t_nat, t_mnt)))
+            os.unlink(rw / "new.bin")
+
+            # snapshot --mount after 10 edits vs a full snapshot of the checkout
+            for i in range(10):
+                (rw / f"d{i:02d}" / f"f{i}.txt").write_text(f"edit {i}\n")
+                (co / f"d{i:02d}" / f"f{i}.txt").write_text(f"edit {i}\n")
+            t_mnt, res = timed(snapshot_mount, repo, rw, name="edited")
+            repo2, _ = Repo.init(base / "pf2")
+            t_full, res2 = timed(repo2.snapshot, co, name="main")  # first capture: reads every file
+            t_full_warm, _ = timed(repo2.snapshot, co, name="main", allow_empty=True)  # stat cache warm
+            same = repo.resolve(res.image.id).tree == repo2.resolve(res2.image.id).tree
+            rows.append(("snapshot --mount after 10 edits", f"{t_mnt * 1000:.0f} ms",
+                         f"same tree as full: {same}"))
+            rows.append(("full snapshot of checkout (cold)", f"{t_full * 1000:.0f} ms",
+                         f"mount {t_full / t_mnt:.0f}x faster; goal >= 20x: {verdict(t_full >= 20 * t_mnt)}"))
+            rows.append(("full snapshot, stat cache warm", f"{t_full_warm * 1000:.0f} ms",
+                         f"mount {t_full_warm / t_mnt:.1f}x faster"))
+            report(f"mount vs native checkout ({files} files, {big_mib} MiB large file)", rows)
+        finally:
+            mounts.close_all()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--files", type=int, default=10_000)
+    ap.add_argument("--big-mib", type=int, default=512)
+    ap.add_argument("--write-mib", type=int, default=256)
+    args = ap.parse_args()
+    run(args.files, args.big_mib, args.write_mib)
+
+
+if __name__ == "__main__":
+    main()
