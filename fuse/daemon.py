@@ -53,6 +53,7 @@ class Daemon:
 
         self.state = state
         self.repo = Repo.open(git_dir)
+        _attach_lazy_fetch(self.repo)
         self._Lower, self._View = Lower, View
         upper = None
         if state.mode == "rw":
@@ -142,6 +143,16 @@ class Daemon:
         if self.state.mode == "ro" or mounts.upper_is_empty(self.state):
             mounts.discard(self.state)
         log.info("unmounted %s", self.state.mountpoint)
+
+
+def _attach_lazy_fetch(repo) -> None:
+    """Side-store objects missing here are fetched from the remote on first read."""
+    os.environ.setdefault("GIT_PF_QUIET", "1")
+    try:
+        from git_pf.transport import lazy
+    except ImportError:
+        return
+    lazy.attach(repo)
 
 
 def _raise_readahead(mountpoint: str) -> None:

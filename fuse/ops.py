@@ -294,8 +294,14 @@ class Operations(pyfuse3.Operations):
     # -- changes --------------------------------------------------------
     @_fuse
     def setattr(self, inode, attr, fields, fh, ctx):
-        rel = self.inodes.rel(inode)
         fd = self.handles[fh].fd if fh is not None and fh in self.handles else None
+        if self.inodes.path.get(inode) is None and fd is not None:  # unlinked but still open
+            if fields.update_size:
+                os.ftruncate(fd, attr.st_size)
+            if fields.update_mode:
+                os.fchmod(fd, stat.S_IMODE(attr.st_mode))
+            return self._attrs(inode, Node(os.fstat(fd), None))
+        rel = self.inodes.rel(inode)
         self.view.setattr(
             rel, fd,
             mode=attr.st_mode if fields.update_mode else None,

@@ -144,17 +144,26 @@ def _join(rel: bytes, name: bytes) -> bytes:
 def clear_upper(state: MountState, keep: set[bytes] = frozenset()) -> None:
     """Empty the upper layer once the mount follows an image that holds its changes.
 
-    ``keep``: relative paths of files still open for writing, which stay (with
-    their directories). Whiteouts go first, so at every instant the view is
+    ``keep``: relative paths of files still open, which stay (with their
+    directories), as do fifos, sockets and devices, which no image records. Whiteouts go first, so at every instant the view is
     the new image's world."""
     root = os.fsencode(state.upper)
+    keep = set(keep)
     for base, dirs, files in os.walk(root):
         for name in files:
+            path = os.path.join(base, name)
             if name.startswith(_WH):
-                os.unlink(os.path.join(base, name))
+                os.unlink(path)
+            elif _special(path):  # not in any image: it stays in the upper layer to stay in the mount
+                keep.add(os.path.relpath(path, root))
     keep_dirs = {k.rsplit(b"/", 1)[0] for k in keep if b"/" in k}
     keep_dirs |= {d.rsplit(b"/", i)[0] for d in list(keep_dirs) for i in range(1, d.count(b"/") + 1)}
     _clear(root, b"", keep, keep_dirs)
+
+
+def _special(path: bytes) -> bool:
+    mode = os.lstat(path).st_mode
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode))
 
 
 def _clear(abs_dir: bytes, rel: bytes, keep: set[bytes], keep_dirs: set[bytes]) -> None:
