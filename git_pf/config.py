@@ -4,6 +4,8 @@ Only reading and defaults live here; commands decide what to do with them.
 """
 from __future__ import annotations
 
+import os
+
 import pygit2
 
 from .errors import UsageError
@@ -32,8 +34,10 @@ def get_str(repo: pygit2.Repository, key: str) -> str | None:
 
 
 def signature(repo: pygit2.Repository) -> pygit2.Signature:
-    """The committer: git's user.name / user.email, else a fixed git-pf identity."""
-    try:
-        return repo.default_signature
-    except (KeyError, pygit2.GitError):
-        return pygit2.Signature("git-pf", "git-pf@localhost")
+    """Who writes images, as git decides it: ``GIT_COMMITTER_NAME`` / ``GIT_COMMITTER_EMAIL``,
+    else ``user.name`` / ``user.email``, else a fixed git-pf identity."""
+    name, email = os.environ.get("GIT_COMMITTER_NAME"), os.environ.get("GIT_COMMITTER_EMAIL")
+    if not (name and email):
+        name = name or get_str(repo, "user.name")
+        email = email or get_str(repo, "user.email")
+    return pygit2.Signature(name or "git-pf", email or "git-pf@localhost")
