@@ -99,6 +99,8 @@ def root(git_dir: Path) -> Path:
 def load(state_dir: Path) -> MountState | None:
     try:
         rec = json.loads((state_dir / "mount.json").read_bytes())
+        if rec.get("format", 1) > FORMAT:
+            return None  # written by a newer git-pf: leave it alone
         return MountState(state_dir.name, state_dir, rec["image"], int(rec["pid"]), rec["mountpoint"],
                           rec["mode"], rec.get("branch"))
     except (OSError, ValueError, KeyError, TypeError):
