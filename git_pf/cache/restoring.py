@@ -73,24 +73,17 @@ def read_layers(repo, table: PageTable, device=None) -> tensors.KV:
     """Every page of ``table`` read from the side store, verified, in fresh tensors."""
     store = repo.store
     store.ensure(table.oids())  # one batch for a lazy fetch
-    lay, n = table.layout, len(table.tokens)
-    layers = tensors.empty_layers(lay, n, device)
-    big = tensors.full_page_buffer(lay, n)
-    full = n // lay.page_tokens
+    layers = tensors.empty_layers(table.layout, len(table.tokens), device)
 
     def one(item) -> None:
-        i, ((a, b), page) = item
+        (a, b), page = item
         data = store.get(page.sha256)  # verified: the bytes hash to the recorded sha256
         if len(data) != page.size:
             raise CorruptObject(f"KV page {page.id[:12]} has {len(data)} bytes, the table says {page.size}")
-        if i < full:
-            tensors.put_bytes(big, i * page.size, data)
-        else:
-            tensors.fill_page(layers, a, b, data, lay)
+        tensors.fill_page(layers, a, b, data, table.layout)
 
     with ThreadPoolExecutor(IO_WORKERS) as pool:
-        list(pool.map(one, enumerate(zip(table.spans(), table.pages))))
-    tensors.fill_full_pages(layers, big, n, lay)
+        list(pool.map(one, zip(table.spans(), table.pages)))
     return layers
 
 

@@ -138,25 +138,6 @@ def all_pages(layers: KV, n_tokens: int, layout: pg.Layout) -> list[memoryview]:
     return out
 
 
-def full_page_buffer(layout: pg.Layout, n_tokens: int) -> torch.Tensor:
-    """A buffer to read the full pages into, for ``fill_full_pages``."""
-    return torch.empty((n_tokens // layout.page_tokens) * layout.page_tokens * layout.token_bytes, dtype=torch.uint8)
-
-
-def fill_full_pages(layers: KV, big: torch.Tensor, n_tokens: int, layout: pg.Layout) -> None:
-    """Copy the full pages held in ``big`` into ``layers``, one strided copy per tensor."""
-    full = n_tokens // layout.page_tokens
-    if full:
-        for dst, src in _chunks(big, layers, full, layout):
-            dst.copy_(src)
-
-
-def put_bytes(big: torch.Tensor, offset: int, data) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # read-only buffer: we only read from it
-        big[offset : offset + len(data)].copy_(torch.frombuffer(data, dtype=torch.uint8))
-
-
 def empty_layers(layout: pg.Layout, n_tokens: int, device=None) -> KV:
     dtype = torch_dtype(layout.dtype)
     return [(torch.empty(_with_seq(k, n_tokens), dtype=dtype, device=device),
