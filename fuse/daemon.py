@@ -28,7 +28,8 @@ from git_pf.mounts import MountState
 
 READY_TIMEOUT = 60.0
 FREEZE_TIMEOUT = 120.0  # a snapshot that has not answered by then is abandoned; the mount carries on
-MAX_READ = 1024 * 1024
+MAX_READ = 1024 * 1024  # kernel read-ahead window of a mount
+MAX_BACKGROUND = 64  # read-ahead requests the kernel may have in flight at once
 
 log = logging.getLogger("git_pf.fuse")
 
@@ -105,7 +106,7 @@ class Daemon:
     def switch(self, image: str) -> None:
         """Follow ``image`` (which holds the upper layer's changes) and empty the upper layer."""
         self.state.image = image
-        self.state.save()
+        self.state.save(durable=True)
         view = self.ops.view
         if view.upper is not None:
             clear_upper(self.state, self.ops.open_paths())
@@ -146,26 +147,33 @@ class Daemon:
 
 
 def _attach_lazy_fetch(repo) -> None:
-    """Side-store objects missing here are fetched from the remote on first read."""
+    """Side-store objects missing here are fetched from the remote on first read
+    (the transport is imported only when an object is actually missing)."""
     os.environ.setdefault("GIT_PF_QUIET", "1")
-    try:
-        from git_pf.transport import lazy
-    except ImportError:
-        return
-    lazy.attach(repo)
+
+    def fetch(missing: list[str]) -> None:
+        try:
+            from git_pf.transport import lazy
+        except ImportError:
+            return
+        lazy.Fetcher(repo)(missing)
+
+    repo.store.fetcher = fetch
 
 
 def _raise_readahead(mountpoint: str) -> None:
-    """Let the kernel read ahead 1 MiB at a time (one FUSE request per MiB, not per 128 KiB);
-    only after the handshake, which sets the kernel's default."""
+    """Let the kernel read ahead 1 MiB at a time (one FUSE request per MiB, not per 128 KiB)
+    with more requests in flight; only after the handshake, which sets the defaults."""
     try:
         with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
             devs = [line.split()[2] for line in f if mounts.unescape(line.split()[4]) == mountpoint]
         if devs:
             with open(f"/sys/class/bdi/{devs[-1]}/read_ahead_kb", "w") as f:
                 f.write(str(MAX_READ // 1024))
+            with open(f"/sys/fs/fuse/connections/{devs[-1].split(':')[1]}/max_background", "w") as f:
+                f.write(str(MAX_BACKGROUND))
     except OSError:
-        pass  # not allowed here: the kernel's default applies
+        pass  # not allowed here: the kernel's defaults apply
 
 
 def _terminate() -> None:
@@ -198,6 +206,9 @@ def start(git_dir: str, state: MountState, foreground: bool = False) -> MountSta
         os.umask(0)
         Daemon(git_dir, state).run(lambda: print(f"mounted {state.image[:12]} at {state.mountpoint}", flush=True))
         return state
+    import pyfuse3  # noqa: F401  (loaded once, before the fork, for every daemon this process starts)
+    import trio  # noqa: F401
+
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # double fork: the daemon is nobody's child, so it never lingers as a zombie

@@ -225,7 +225,7 @@ def snapshot_mount(repo, directory, *, name: str | None = None, agent=None, mess
     if state.status() != "mounted":  # nothing serves the upper layer: work on it directly
         result = take_now(state.image)
         state.image = result.image.id
-        state.save()
+        state.save(durable=True)
         clear_upper(state)
         return result
     ctl = mounts.Control(state, timeout=120.0)

@@ -55,15 +55,16 @@ class MountState:
         return {"image": self.image, "pid": self.pid, "mountpoint": self.mountpoint, "mode": self.mode,
                 "branch": self.branch, "format": FORMAT}
 
-    def save(self) -> None:
-        """Write ``mount.json`` atomically (temp, fsync, rename)."""
+    def save(self, durable: bool = False) -> None:
+        """Write ``mount.json`` atomically (temp, rename; fsync too when ``durable``)."""
         data = json.dumps(self.to_record(), sort_keys=True, separators=(",", ":")).encode() + b"\n"
         fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".mount.json.")
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+                if durable:
+                    f.flush()
+                    os.fsync(f.fileno())
             os.replace(tmp, self.dir / "mount.json")
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
