@@ -161,7 +161,7 @@ def test_push_killed_half_way_then_rerun_completes(tmp_path):
     assert pf("fsck", cwd=tmp_path / "b").returncode == 0
 
 
-def test_racing_pushers_both_land_in_the_objects_index(tmp_path):
+def test_racing_pushers_both_land_in_the_objects_index(tmp_path, monkeypatch):
     from git_pf import Repo
     from git_pf.transport import index as idx, remotes
     from git_pf.transport.gitstore import GitAdapter
@@ -177,8 +177,10 @@ def test_racing_pushers_both_land_in_the_objects_index(tmp_path):
     pf("snapshot", "--fs-root", sb2, "-m", "B", cwd=b)
     for repo in (a, b):
         sh("git", "remote", "add", "origin", remote, cwd=repo)
+    monkeypatch.setenv("GIT_PF_NO_LOCAL_SHORTCUT", "1")  # B goes through git push, as to any remote
     rb = Repo.open(b)
     adapter = GitAdapter(rb, remotes.resolve(rb, "origin"))
+    assert adapter.direct is None
     adapter.refresh()  # B learns the (empty) remote index...
     pf("push", "origin", "main", cwd=a)  # ...then A pushes first
     mine = [o for o in rb.store.iter_oids()]

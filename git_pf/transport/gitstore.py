@@ -11,6 +11,7 @@ refuses. Frames are verified before they enter the local store.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pygit2
@@ -38,6 +39,19 @@ def _max_push_bytes(git: pygit2.Repository, default: int) -> int:
     return max(1, min(value, default))
 
 
+def _open_local(remote: Remote) -> pygit2.Repository | None:
+    """The remote's repository when it is on this machine (path or file://), for direct object access."""
+    if os.environ.get("GIT_PF_NO_LOCAL_SHORTCUT"):
+        return None
+    path = remote.local_path()
+    if path is None or not path.exists():
+        return None
+    try:
+        return pygit2.Repository(str(path))
+    except (pygit2.GitError, KeyError, ValueError):
+        return None
+
+
 class GitAdapter:
     def __init__(self, repo, remote: Remote, max_push_bytes: int = MAX_PUSH_BYTES):
         self.repo = repo
@@ -48,6 +62,7 @@ class GitAdapter:
         self.tip: str | None = None
         self.index: idx.Index = {}
         self.fresh = False
+        self.direct = _open_local(remote)
 
     # -- what the remote holds -----------------------------------------
     def _git(self, args: list[str], **kw):
@@ -59,7 +74,11 @@ class GitAdapter:
 
     def refresh(self) -> None:
         """Learn the remote's current index (one round trip; a depth-1 fetch when it moved)."""
-        tip = gitcmd.ls_remote(self.repo.git_dir, self.remote.arg, [OBJECTS_REF], cwd=self.cwd).get(OBJECTS_REF)
+        if self.direct is not None:
+            ref = self.direct.references.get(OBJECTS_REF)
+            tip = str(ref.target) if ref is not None else None
+        else:
+            tip = gitcmd.ls_remote(self.repo.git_dir, self.remote.arg, [OBJECTS_REF], cwd=self.cwd).get(OBJECTS_REF)
         if tip is not None and tip not in self.git.odb:
             self._git(["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--recurse-submodules=no",
                        "--depth=1", self.remote.arg, f"+{OBJECTS_REF}:{self.remote.tracking('objects')}"])
@@ -102,9 +121,11 @@ class GitAdapter:
             for batch in batches:
                 sent += self._push_batch(store, batch, progress)
                 advance(len(batch))
+        if self.direct is not None and batches:
+            self.refresh()  # bring the new index commit here (depth 1) for the tracking ref
         return sent
 
-    def _write_batch(self, store: SideStore, batch: list[str]) -> tuple[str, idx.Index]:
+    def _write_batch(self, store: SideStore, batch: list[str], git: pygit2.Repository) -> tuple[str, idx.Index]:
         parts: list[bytes] = []
         shapes: list[tuple[str, int, int]] = []
         for oid in batch:
@@ -112,12 +133,17 @@ class GitAdapter:
             pieces = [frame[i : i + idx.MAX_BLOB] for i in range(0, len(frame), idx.MAX_BLOB)] or [b""]
             shapes.append((oid, len(frame), len(pieces)))
             parts.extend(pieces)
-        ids = iter(packwrite.write_blobs(self.repo.git_dir, parts))
+        ids = iter(packwrite.write_blobs(Path(git.path), parts))
         added = {oid: idx.Entry(size, tuple(next(ids) for _ in range(n))) for oid, size, n in shapes}
-        return idx.write_data_commit(self.git, added), added
+        return idx.write_data_commit(git, added), added
 
     def _push_batch(self, store: SideStore, batch: list[str], progress: Progress) -> int:
-        data, added = self._write_batch(store, batch)
+        if self.direct is not None:
+            try:
+                return self._push_batch_direct(store, batch)
+            except OSError:
+                self.direct = None  # not writable here: go through git push
+        data, added = self._write_batch(store, batch, self.git)
         for _ in range(_RETRIES):
             commit = idx.write_index_commit(self.git, self.tip, self.index, added, data)
             proc = self._git([*_NO_DELTA, "push", "--no-verify", *progress.git_flag, self.remote.arg,
@@ -131,13 +157,29 @@ class GitAdapter:
                 raise PfError(f"pushing {OBJECTS_REF} to '{self.remote.arg}' failed: {gitcmd.last_line(proc.stderr)}")
         raise PfError(f"pushing {OBJECTS_REF} to '{self.remote.arg}' kept losing races with other pushes; try again")
 
+    def _push_batch_direct(self, store: SideStore, batch: list[str]) -> int:
+        """A remote on this machine: write the pack and commits into it, move its ref with compare-and-swap."""
+        rgit = self.direct
+        data, added = self._write_batch(store, batch, rgit)
+        for _ in range(_RETRIES):
+            ref = rgit.references.get(OBJECTS_REF)
+            tip = str(ref.target) if ref is not None else None
+            base = idx.read_index(rgit, tip)
+            commit = idx.write_index_commit(rgit, tip, base, added, data)
+            proc = gitcmd.run(Path(rgit.path), ["update-ref", "-m", "git-pf push", OBJECTS_REF, commit, tip or "0" * 40],
+                              check=False)
+            if proc.returncode == 0:
+                self.tip, self.index = commit, {**base, **added}
+                return sum(e.size for e in added.values())
+        raise PfError(f"updating {OBJECTS_REF} in '{self.remote.arg}' kept losing races with other pushes; try again")
+
     # -- download -----------------------------------------------------
     def download(self, store: SideStore, oids: list[str], progress: Progress) -> None:
         if not self.fresh and any(o not in self.index for o in oids):
             self.refresh()
         wanted = {o: self.index[o] for o in oids if o in self.index and not store.has(o)}
         blobs = sorted({b for e in wanted.values() for b in e.blobs if b not in self.git.odb})
-        if blobs:
+        if blobs and self.direct is None:
             self._fetch_blobs(blobs, progress)
         with progress.task("importing objects", len(wanted)) as advance:
             for oid, entry in wanted.items():
@@ -147,6 +189,8 @@ class GitAdapter:
 
     def _blob(self, blob: str, oid: str) -> bytes:
         try:
+            if self.direct is not None and blob not in self.git.odb:
+                return self.direct[blob].data  # a remote on this machine: read its objects in place
             return self.git[blob].data
         except KeyError:
             raise CorruptObject(f"remote '{self.remote.arg}' did not send object {oid} (blob {blob[:12]})") from None

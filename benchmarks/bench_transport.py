@@ -1,0 +1,190 @@
+"""Transport speed and size: git-pf vs git-lfs over the same file:// bare remote.
+
+A 1 GiB image (8 files of 128 MiB, incompressible) goes push -> clone ->
+checkout with git-pf, and the same files go add -> push -> clone (which
+checks out) with git-lfs (Debian's package; its standalone file adapter
+serves file:// remotes). Then a fork that changes 1 MiB in one file is
+pushed with each, and the bytes the remote gained are measured; and a
+200 MB world with a 1 MiB change, as the issue states it. Run:
+``python -m benchmarks.bench_transport`` (``PF_BENCH_TRANSPORT_MB`` scales the big image).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from .common import git_env, report, sh, timed, verdict, workdir
+
+MiB = 1024 * 1024
+TOTAL_MB = int(os.environ.get("PF_BENCH_TRANSPORT_MB", "1024"))
+FILES = 8
+
+
+def env() -> dict:
+    e = git_env()
+    e["PATH"] = f"{Path(sys.executable).parent}:{e.get('PATH', '')}"
+    e.pop("GIT_DIR", None)
+    return e
+
+
+def pf(*args, cwd):
+    return sh("git-pf", *args, cwd=cwd, env=env())
+
+
+def git(*args, cwd):
+    return sh("git", *args, cwd=cwd, env=env())
+
+
+def ensure_git_lfs() -> bool:
+    if subprocess.run(["git", "lfs", "version"], capture_output=True).returncode == 0:
+        return True
+    print("git-lfs not found; installing Debian's git-lfs package", flush=True)
+    sudo = [] if os.geteuid() == 0 else ["sudo"]
+    subprocess.run(sudo + ["apt-get", "install", "-y", "-qq", "git-lfs"], capture_output=True,
+                   env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+    return subprocess.run(["git", "lfs", "version"], capture_output=True).returncode == 0
+
+
+def make_world(root: Path, total_mb: int, files: int) -> None:
+    root.mkdir(parents=True)
+    per = total_mb * MiB // files
+    for i in range(files):
+        (root / f"part{i}.bin").write_bytes(random.Random(i).randbytes(per))
+
+
+def change_1mib(path: Path) -> None:
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) // 2)
+        f.write(random.Random(12345).randbytes(MiB))
+
+
+def tree_bytes(path: Path) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+def digest_tree(root: Path) -> dict[str, str]:
+    out = {}
+    for d, dirs, fs in os.walk(root):
+        dirs[:] = [x for x in dirs if x not in (".git", ".pf")]
+        for f in fs:
+            if f == ".gitattributes":
+                continue
+            p = Path(d) / f
+            h = hashlib.sha256()
+            with open(p, "rb") as fh:
+                for block in iter(lambda: fh.read(8 * MiB), b""):
+                    h.update(block)
+            out[str(p.relative_to(root))] = h.hexdigest()
+    return out
+
+
+def bench_pf(base: Path, world: Path) -> dict:
+    a, remote = base / "pf-a", base / "pf-remote.git"
+    pf("init", a, cwd=base)
+    git("init", "-q", "--bare", remote, cwd=base)
+    git("remote", "add", "origin", f"file://{remote}", cwd=a)
+    out = {"snapshot": timed(pf, "snapshot", "--fs-root", world, "-m", "X", cwd=a)[0]}
+    out["push"] = timed(pf, "push", "-q", "origin", "main", cwd=a)[0]
+    out["clone"] = timed(pf, "clone", "-q", f"file://{remote}", base / "pf-b", cwd=base)[0]
+    out["checkout"] = timed(pf, "checkout", "main", "--into", base / "pf-c", cwd=base / "pf-b")[0]
+    out["identical"] = digest_tree(base / "pf-c") == digest_tree(world)
+    change_1mib(world / "part3.bin")
+    pf("snapshot", "--fs-root", world, "--name", "fork", "-m", "fork", cwd=a)
+    before = tree_bytes(remote)
+    pf("push", "-q", "origin", "fork", cwd=a)
+    out["incremental_bytes"] = tree_bytes(remote) - before
+    return out
+
+
+def bench_lfs(base: Path, world: Path) -> dict:
+    a, remote = base / "lfs-a", base / "lfs-remote.git"
+    git("init", "-q", a, cwd=base)
+    git("init", "-q", "--bare", remote, cwd=base)
+    git("lfs", "install", "--local", cwd=a)
+    git("lfs", "track", "*.bin", cwd=a)
+    for f in world.iterdir():
+        os.link(f, a / f.name)  # no copy: git-lfs reads them where they are, as git-pf does
+    git("remote", "add", "origin", f"file://{remote}", cwd=a)
+
+    def add_commit():
+        git("add", "-A", cwd=a)
+        git("commit", "-qm", "X", cwd=a)
+
+    out = {"snapshot": timed(add_commit)[0]}
+    out["push"] = timed(git, "push", "-q", "origin", "HEAD:refs/heads/main", cwd=a)[0]
+    git("symbolic-ref", "HEAD", "refs/heads/main", cwd=remote)
+    out["clone"] = timed(git, "clone", "-q", f"file://{remote}", base / "lfs-b", cwd=base)[0]
+    out["checkout"] = 0.0  # git clone checks out (smudge) as part of the clone
+    out["identical"] = digest_tree(base / "lfs-b") == digest_tree(world)
+    target = a / "part3.bin"
+    data = target.read_bytes()  # break the hard link before changing the file
+    target.unlink()
+    target.write_bytes(data)
+    change_1mib(target)
+    git("commit", "-qam", "fork", cwd=a)
+    before = tree_bytes(remote)
+    git("push", "-q", "origin", "HEAD:refs/heads/main", cwd=a)
+    out["incremental_bytes"] = tree_bytes(remote) - before
+    return out
+
+
+def bench_dedup_200mb(base: Path) -> int:
+    world = base / "w200"
+    make_world(world, 200, 25)
+    a, remote = base / "d-a", base / "d-remote.git"
+    pf("init", a, cwd=base)
+    git("init", "-q", "--bare", remote, cwd=base)
+    git("remote", "add", "origin", str(remote), cwd=a)
+    pf("snapshot", "--fs-root", world, "-m", "X", cwd=a)
+    pf("push", "-q", "origin", "main", cwd=a)
+    change_1mib(world / "part7.bin")
+    pf("snapshot", "--fs-root", world, "--name", "fork", "-m", "fork of X", cwd=a)
+    before = tree_bytes(remote)
+    pf("push", "-q", "origin", "fork", cwd=a)
+    return tree_bytes(remote) - before
+
+
+def main() -> int:
+    have_lfs = ensure_git_lfs()
+    with workdir("transport") as base:
+        world = base / "world"
+        make_world(world, TOTAL_MB, FILES)
+        pf_res = bench_pf(base, world)
+        for d in ("pf-a", "pf-b", "pf-c", "pf-remote.git"):
+            shutil.rmtree(base / d, ignore_errors=True)
+        shutil.rmtree(world)
+        make_world(world, TOTAL_MB, FILES)
+        lfs_res = bench_lfs(base, world) if have_lfs else None
+        for d in ("lfs-a", "lfs-b", "lfs-remote.git", "world"):
+            shutil.rmtree(base / d, ignore_errors=True)
+        dedup = bench_dedup_200mb(base)
+    size = f"{TOTAL_MB} MiB"
+    rows = []
+    for step in ("snapshot", "push", "clone", "checkout"):
+        lfs_v = f"{lfs_res[step]:.2f}" if lfs_res else "n/a"
+        rows.append((f"{step} (s) git-pf / git-lfs", f"{pf_res[step]:.2f} / {lfs_v}", ""))
+    pf_e2e = pf_res["push"] + pf_res["clone"] + pf_res["checkout"]
+    if lfs_res:
+        lfs_e2e = lfs_res["push"] + lfs_res["clone"] + lfs_res["checkout"]
+        rows.append(("push+clone+checkout (s)", f"{pf_e2e:.2f} / {lfs_e2e:.2f}",
+                     f"git-lfs/git-pf = {lfs_e2e / pf_e2e:.2f}x  goal > 1: {verdict(lfs_e2e > pf_e2e)}"))
+    else:
+        rows.append(("push+clone+checkout (s)", f"{pf_e2e:.2f}", "git-lfs unavailable: no ratio"))
+    rows.append(("byte-identical checkout", f"{pf_res['identical']} / {lfs_res['identical'] if lfs_res else 'n/a'}", ""))
+    inc = pf_res["incremental_bytes"]
+    rows.append(("incremental push, 1 MiB changed (bytes)",
+                 f"{inc} / {lfs_res['incremental_bytes'] if lfs_res else 'n/a'}",
+                 f"git-pf {inc / MiB:.2f}x changed; goal <= 3x: {verdict(inc <= 3 * MiB)}"))
+    rows.append(("200 MB world, fork changing 1 MiB (bytes)", str(dedup),
+                 f"goal <= 3 MB: {verdict(dedup <= 3_000_000)}"))
+    report(f"transport: {size} image over a file:// bare remote, git-pf vs git-lfs", rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
