@@ -12,6 +12,8 @@ from git_pf.errors import UsageError
 from git_pf.merge.layer import MergeContext
 from git_pf.model.layer import ModelInput
 from git_pf.model.merge import ModelMerger
+from git_pf.model.model_merge import model_merge
+from git_pf.model.options import MergeSpec
 from git_pf.model.state import ADAPTER, BASE, read_state
 
 from model_helpers import WEIGHTS, commit_merge, logits, make_adapter, sandbox, train
@@ -161,7 +163,7 @@ def test_model_merge_n_way_cli(repo, run_pf, tmp_path, forked):
     assert torch.isfinite(logits(dest)).all()
 
     # linear merge of an adapter with itself returns it, byte for byte
-    _pf(run_pf, tmp_path, "model-merge", "f0", "f0", "--method", "linear", "--base", "none", "-o", "self")
+    model_merge(repo, ["f0", "f0"], MergeSpec.parse("linear"), "self", base="none")
     same = checkout_model(repo, repo.resolve("self"), tmp_path / "self")
     assert (same / WEIGHTS).read_bytes() == (tmp_path / "f0" / WEIGHTS).read_bytes()
     assert torch.equal(logits(same), logits(tmp_path / "f0"))
