@@ -176,3 +176,19 @@ def test_model_merge_n_way_cli(repo, run_pf, tmp_path, forked):
         proc = _pf(run_pf, tmp_path, "model-merge", *args, check=False)
         assert proc.returncode == 2 and needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert repo.git.references.get("refs/pf/heads/y") is None
+
+
+def test_git_pf_merge_merges_trained_adapters(repo, run_pf, tmp_path, forked):
+    a0, root = forked
+    snap(repo, tmp_path, "theirs", adapter=train(a0, tmp_path / "t", seed=5))
+    snap(repo, tmp_path, "ours", adapter=train(a0, tmp_path / "o", seed=6))
+    proc = _pf(run_pf, tmp_path, "merge", "theirs", "--into", "ours", "--model-method", "dare-ties", "--drop", "0.3",
+               "--seed", "7", "--weights", "1", "--weights", "0.5", "--json")
+    assert json.loads(proc.stdout)["branch"] == "ours"
+    merged = repo.resolve("ours")
+    assert merged.parents[1] == repo.resolve("theirs").id
+    assert "model dare_ties seed=7 drop=0.3 weights=1,0.5 rank=4" in merged.trailer("Pf-Merge")
+    out = checkout_model(repo, merged, tmp_path / "out")
+    assert torch.isfinite(logits(out)).all()
+    state = read_state(repo.git, merged.tree)
+    assert state.adapter.index != read_state(repo.git, repo.resolve("theirs").tree).adapter.index
