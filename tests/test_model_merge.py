@@ -192,3 +192,24 @@ def test_git_pf_merge_merges_trained_adapters(repo, run_pf, tmp_path, forked):
     assert torch.isfinite(logits(out)).all()
     state = read_state(repo.git, merged.tree)
     assert state.adapter.index != read_state(repo.git, repo.resolve("theirs").tree).adapter.index
+
+
+def test_a_merge_where_one_side_trained_never_imports_torch(repo, tmp_path, forked):
+    import subprocess
+    import sys
+
+    a0, root = forked
+    snap(repo, tmp_path, "theirs", adapter=train(a0, tmp_path / "t", seed=5))
+    snap(repo, tmp_path, "ours", text="world change\n")
+    code = """
+import sys
+from git_pf.cli.app import main
+assert main(["merge", "theirs", "--into", "ours", "--model-method", "ties", "--density", "0.5"]) == 0
+bad = [m for m in sys.modules if m.split(".")[0] in ("torch", "safetensors", "peft", "transformers")]
+assert not bad, bad
+"""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path / "repo", capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    merged = repo.resolve("ours")
+    assert read_state(repo.git, merged.tree).adapter == read_state(repo.git, repo.resolve("theirs").tree).adapter
+    assert "model theirs" in merged.trailer("Pf-Merge")
