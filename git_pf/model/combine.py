@@ -15,8 +15,8 @@ import json
 from collections import Counter
 from dataclasses import dataclass
 
-from ..sidestore import SideStore
 from .. import kernels
+from ..sidestore import SideStore
 from . import store as store_mod, tensors as tensors_mod
 from .options import MergeRefused, MergeSpec
 from .state import Adapter
@@ -73,8 +73,8 @@ def _config_bytes(cfg: dict, first: Adapter) -> bytes:
     return (json.dumps(cfg, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
-def _load(store: SideStore, adapter: Adapter, cfg: dict | None = None) -> kernels.LoraAdapter:
-    return kernels.LoraAdapter(tensors_mod.load(store, adapter.index), cfg or adapter.config_json)
+def _load(store: SideStore, adapter: Adapter) -> kernels.LoraAdapter:
+    return kernels.LoraAdapter(tensors_mod.load(store, adapter.index), adapter.config_json)
 
 
 def _source_name(src, names: list[str]) -> str:
