@@ -189,7 +189,7 @@ class Operations(pyfuse3.Operations):
     @_fuse
     def readdir(self, fh, start_id, token):
         listing = self.dirs.get(fh)
-        if listing is None:
+        if listing is None or start_id == 0:  # first call, or rewinddir: list afresh
             rel = self.inodes.rel(self.dir_ino[fh])
             listing = self.dirs[fh] = [
                 (name, self._attrs(self.inodes.of(join(rel, name)), node))
@@ -263,9 +263,7 @@ class Operations(pyfuse3.Operations):
             raise OSError(errno.EBADF, "")
         return os.pwrite(h.fd, buf, off)
 
-    @_fuse
-    def flush(self, fh):
-        pass
+    # no ``flush``: pyfuse3 answers ENOSYS, after which the kernel stops sending one per close
 
     @_fuse
     def release(self, fh):
