@@ -55,19 +55,19 @@ def test_git_pf_merge_keeps_pages_that_prefix_the_merged_trace(tmp_path):
     sb = tmp_path / "sb"
     sb.mkdir()
     repo_dir = tmp_path / "a"
-    pf("init", repo_dir, cwd=tmp_path)
+    repo, _ = Repo.init(repo_dir)
     msgs = [{"role": "user", "content": "task"}]
 
-    def snap(branch, messages, tokens, name):
-        path = tmp_path / f"{name}.jsonl"
-        path.write_text("".join(json.dumps(m) + "\n" for m in messages))
-        kv = _kv_file(tmp_path, f"{name}.safetensors", tokens, model)
-        pf("snapshot", "--fs-root", sb, "--name", branch, "--messages", path, "--kv", kv, cwd=repo_dir)
+    def snap(branch, messages, tokens):
+        cache = DynamicCache()
+        feed(model, cache, tokens)
+        layer = kc.CacheInput.from_cache(cache, tokens, model="tiny@1")
+        repo.snapshot(sb, name=branch, messages=messages, layers=(layer,))
 
-    snap("main", msgs, base_tokens, "base")
-    pf("branch", "other", "main", cwd=repo_dir)
-    snap("main", msgs + [{"role": "assistant", "content": "ours"}], base_tokens + prompt(10, seed=2), "ours")
-    snap("other", msgs + [{"role": "assistant", "content": "theirs"}], base_tokens + prompt(30, seed=3), "theirs")
+    snap("main", msgs, base_tokens)
+    repo.create_branch("other", "main")
+    snap("main", msgs + [{"role": "assistant", "content": "ours"}], base_tokens + prompt(10, seed=2))
+    snap("other", msgs + [{"role": "assistant", "content": "theirs"}], base_tokens + prompt(30, seed=3))
     proc = pf("merge", "other", "--into", "main", "--json", cwd=repo_dir, check=False)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)

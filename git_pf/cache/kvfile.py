@@ -7,22 +7,21 @@ Tensors ``layers.<i>.keys`` / ``layers.<i>.values`` and ``token_ids``
 """
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from ..errors import InputFormatError, UsageError
-from . import pages as pg, tensors
+from . import pages as pg
 
 FILENAME = "kv.safetensors"
 
 
 @dataclass(frozen=True)
 class KVFile:
-    layers: tensors.KV
+    layers: list  # [(K, V)] torch tensors
     tokens: list[int]
     model: str | None
     adapter: str | None
@@ -30,8 +29,10 @@ class KVFile:
 
 def save(path, cache, token_ids, *, model, adapter: str | None = None) -> Path:
     """Write ``cache`` (DynamicCache, dict or list of (K, V)) and its token ids to ``path``."""
+    import torch
     from safetensors.torch import save_file
 
+    from . import tensors
     from .paging import _token_list, fingerprint
 
     tokens = _token_list(token_ids)
@@ -54,23 +55,46 @@ def save(path, cache, token_ids, *, model, adapter: str | None = None) -> Path:
     return path
 
 
+MAX_HEADER = 100 << 20
+
+
+def _header(path: Path) -> dict:
+    """The safetensors JSON header, read without torch (so a wrong file fails fast)."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+        size = int.from_bytes(head, "little") if len(head) == 8 else 0
+        if not 2 <= size <= MAX_HEADER:
+            raise ValueError("no safetensors header")
+        doc = json.loads(f.read(size))
+    if not isinstance(doc, dict):
+        raise ValueError("the header is not a JSON object")
+    return doc
+
+
 def load(path) -> KVFile:
     """Read an interchange file; one-line errors for anything malformed."""
-    from safetensors import SafetensorError, safe_open
-
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"--kv: '{path}' does not exist or is not a file")
     try:
+        doc = _header(path)
+    except (ValueError, OSError) as e:
+        raise InputFormatError(f"--kv: '{path}' is not a readable safetensors file ({e})") from None
+    meta = doc.get("__metadata__") or {}
+    if meta.get("format") != pg.VERSION:
+        raise InputFormatError(f"--kv: '{path}' is not a {pg.VERSION} KV file (format {meta.get('format')!r})")
+    n = int(meta["layers"]) if str(meta.get("layers", "")).isdigit() else 0
+    want = {"token_ids"} | {f"layers.{i}.{kv}" for i in range(n) for kv in ("keys", "values")}
+    if n < 1 or set(doc) - {"__metadata__"} != want:
+        raise InputFormatError(f"--kv: '{path}' does not hold token_ids and {n} layers of keys/values")
+    return _read_tensors(path, n, meta)
+
+
+def _read_tensors(path: Path, n: int, meta: dict) -> KVFile:
+    from safetensors import SafetensorError, safe_open
+
+    try:
         with safe_open(str(path), framework="pt") as f:
-            meta = f.metadata() or {}
-            names = set(f.keys())
-            if meta.get("format") != pg.VERSION:
-                raise InputFormatError(f"--kv: '{path}' is not a {pg.VERSION} KV file (format {meta.get('format')!r})")
-            n = int(meta.get("layers", "-1"))
-            want = {"token_ids"} | {f"layers.{i}.{kv}" for i in range(n) for kv in ("keys", "values")}
-            if n < 1 or names != want:
-                raise InputFormatError(f"--kv: '{path}' does not hold token_ids and {n} layers of keys/values")
             tokens = f.get_tensor("token_ids").tolist()
             layers = [(f.get_tensor(f"layers.{i}.keys"), f.get_tensor(f"layers.{i}.values")) for i in range(n)]
     except (SafetensorError, ValueError, OSError) as e:

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import image as img
 from ..errors import UsageError
-from .paging import DEFAULT_PAGE_TOKENS, IO_WORKERS, Captured
+from .pages import DEFAULT_PAGE_TOKENS, IO_WORKERS
 from .table import PATH
+
+if TYPE_CHECKING:
+    from .paging import Captured
 
 NAME = "cache"
 # zstd level of page objects: fp16/fp32 activations gain ~8% from entropy coding,
@@ -21,7 +25,7 @@ NAME = "cache"
 PAGE_ZSTD_LEVEL = 1
 
 
-def store_pages(store, captured: Captured) -> int:
+def store_pages(store, captured: "Captured") -> int:
     """Put every page into ``store``; returns how many objects were new."""
     def one(item) -> bool:
         page, data = item
@@ -40,7 +44,7 @@ class CacheInput:
 
     name = NAME
 
-    def __init__(self, captured: Captured):
+    def __init__(self, captured: "Captured"):
         self.captured = captured
         self.new_objects = 0
 

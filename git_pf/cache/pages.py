@@ -11,11 +11,15 @@ torch, no I/O.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import struct
 from dataclasses import dataclass
 
 VERSION = "pf-kv/1"
+DEFAULT_PAGE_TOKENS = 16
+WORKERS = max(2, min(8, os.cpu_count() or 2))  # threads for CPU-bound page work (hashing)
+IO_WORKERS = 2 * WORKERS + 4  # threads for page work that also waits on files and fsync
 ID_DOMAIN = b"pf-kv-page/1\x00"
 ZERO_ID = "0" * 64
 MAX_TOKEN = 2**32 - 1

@@ -7,7 +7,6 @@ Does not touch repositories.
 from __future__ import annotations
 
 import hashlib
-import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -17,9 +16,7 @@ from ..errors import UsageError
 from . import pages as pg, tensors
 from .table import Page, PageTable
 
-DEFAULT_PAGE_TOKENS = 16
-WORKERS = max(2, min(8, os.cpu_count() or 2))  # CPU-bound work (hashing)
-IO_WORKERS = 2 * WORKERS + 4  # work that also waits on files and fsync
+DEFAULT_PAGE_TOKENS, WORKERS = pg.DEFAULT_PAGE_TOKENS, pg.WORKERS
 
 
 @dataclass(frozen=True)

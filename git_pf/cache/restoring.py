@@ -11,7 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import CorruptObject, UsageError
 from . import tensors
-from .paging import IO_WORKERS, fingerprint
+from .pages import IO_WORKERS
+from .paging import fingerprint
 from .table import PageTable, read
 
 _UNSET = object()
