@@ -2,16 +2,44 @@
 
 The directory (given as ``file:<dir>``, or a local bare repo's ``pf/objects``)
 holds ``<2 hex>/<62 hex>`` zstd frames, exactly the side-store layout, so
-any git-pf side store can serve as one. Uploads copy frames atomically;
-downloads are verified (decoded and hashed) before they enter the local
-store. Touches nothing but that directory and the local store.
+any git-pf side store can serve as one. Frames are immutable and
+content-addressed, so on one filesystem they are hard-linked rather than
+copied (as git-lfs does for local remotes); elsewhere they are copied
+atomically. Downloads are verified (decoded and hashed) before they enter
+the local store: the frame is linked to a temporary name, that inode is
+verified, then renamed into place.
+Touches nothing but that directory and the local store.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from ..sidestore import SideStore
+import zstandard
+
+from ..errors import CorruptObject
+from ..sidestore import SideStore, sha256_hex
 from .progress import Progress
+
+def _link(src: str | Path, dst: Path) -> bool:
+    """Hard-link ``src`` at ``dst``; False when that cannot be done here (other filesystem...)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst, follow_symlinks=True)
+        return True
+    except FileExistsError:
+        return True
+    except OSError:
+        return False
+
+
+def _verify(oid: str, frame: bytes) -> None:
+    try:
+        data = zstandard.ZstdDecompressor().decompress(frame)
+    except zstandard.ZstdError as e:
+        raise CorruptObject(f"object {oid[:12]} received corrupt: {e}") from None
+    if sha256_hex(data) != oid:
+        raise CorruptObject(f"object {oid[:12]} received corrupt (content hashes to {sha256_hex(data)[:12]})")
 
 
 class FileAdapter:
@@ -26,12 +54,15 @@ class FileAdapter:
 
     def upload(self, store: SideStore, oids: list[str], progress: Progress) -> int:
         sent = 0
+        store.ensure(oids)
         with progress.task("uploading objects", len(oids)) as advance:
             for oid in oids:
-                frame = store.read_compressed(oid)
-                if not self.remote.has(oid):
-                    self.remote._write_atomic(self.remote.path_for(oid), frame)
-                    sent += len(frame)
+                dst = self.remote.path_for(oid)
+                if not dst.is_file():
+                    src = store.path_for(oid)
+                    if not _link(src, dst):
+                        self.remote._write_atomic(dst, src.read_bytes())
+                    sent += dst.stat().st_size
                 advance(1)
         return sent
 
@@ -40,5 +71,23 @@ class FileAdapter:
             for oid in oids:
                 path = self.remote.path_for(oid)
                 if path.is_file() and not store.has(oid):
-                    store.put_compressed(oid, path.read_bytes())
+                    self._fetch_one(store, oid, path)
                 advance(1)
+
+    @staticmethod
+    def _fetch_one(store: SideStore, oid: str, path: Path) -> None:
+        """Link the remote frame to a temporary name, verify *that* inode, then move it into place."""
+        tmp = store.root / "tmp" / f"link-{oid[:16]}-{os.getpid()}"
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        tmp.unlink(missing_ok=True)
+        if not _link(path, tmp):
+            frame = path.read_bytes()
+            _verify(oid, frame)
+            store.put_compressed(oid, frame)
+            return
+        try:
+            _verify(oid, tmp.read_bytes())
+            store.path_for(oid).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, store.path_for(oid))
+        finally:
+            tmp.unlink(missing_ok=True)
