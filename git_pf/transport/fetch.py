@@ -41,7 +41,7 @@ def refspecs(remote: Remote) -> list[str]:
 
 def fetch(repo, remote: Remote, progress: Progress | None = None) -> FetchResult:
     progress = progress or Progress(True)
-    proc = gitcmd.run(repo.git_dir, ["fetch", "--no-tags", "--prune", "--recurse-submodules=no", *progress.git_flag,
+    proc = gitcmd.run(repo.git_dir, ["fetch", "--no-tags", "--recurse-submodules=no", *progress.git_flag,
                                      remote.arg, *refspecs(remote)], check=False, quiet_stderr=not progress.enabled,
                       cwd=repo.git.workdir or repo.git_dir)
     if proc.returncode != 0:
