@@ -213,3 +213,25 @@ def test_checkout_fetches_only_the_objects_that_image_needs(tmp_path):
     other_objects = set(reach.objects_of(ra.store, reach.reach(a_repo, [str(a_repo.references["refs/pf/heads/other"].target)])))
     assert local == main_objects and not (local & other_objects)
     assert (b / ".git" / "shallow").exists()  # the objects index came without its data history
+
+
+def test_an_object_over_64_mib_travels_as_parts(tmp_path, monkeypatch):
+    from git_pf import Repo
+    from git_pf.transport import index as idx, remotes
+    from git_pf.transport.gitstore import GitAdapter
+    from git_pf.transport.progress import Progress
+
+    monkeypatch.setenv("GIT_PF_NO_LOCAL_SHORTCUT", "1")
+    remote = bare(tmp_path / "r.git")
+    ra, _ = Repo.init(tmp_path / "a")
+    rb, _ = Repo.init(tmp_path / "b")
+    for r in (ra, rb):
+        sh("git", "remote", "add", "origin", remote, cwd=r.git.workdir)
+    data = rand_bytes(65 * MiB, 3)
+    oid = ra.store.put(data)  # one object, not chunked (as a layer may store a big tensor)
+    GitAdapter(ra, remotes.resolve(ra, "origin")).upload(ra.store, [oid], Progress(True))
+    git = pygit2.Repository(str(remote))
+    entry = idx.read_index(git, str(git.references["refs/pf/objects"].target))[oid]
+    assert len(entry.blobs) == 2 and all(git[b].size <= idx.MAX_BLOB for b in entry.blobs)
+    GitAdapter(rb, remotes.resolve(rb, "origin")).download(rb.store, [oid], Progress(True))
+    assert rb.store.get(oid) == data
