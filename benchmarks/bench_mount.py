@@ -123,13 +123,15 @@ def run(files: int, big_mib: int, write_mib: int) -> None:
         try:
             rows = []
             # mount time of the image (fork, mount, ready) and through the CLI
-            t_mount, mp = mounts.fresh("main")
+            t_first, mp = mounts.fresh("main")  # also loads pyfuse3 + trio into this process
+            t_mount = min(mounts.fresh("main")[0] for _ in range(3))
             env = dict(os.environ, GIT_PF_REPO=str(base / "pf"))
             t0 = time.perf_counter()
             subprocess.run(["git-pf", "mount", "main", str(base / "cli-m")], env=env, check=True, capture_output=True)
             t_cli = time.perf_counter() - t0
             manage.umount(repo, base / "cli-m")
             rows.append((f"mount ready ({files} files)", f"{t_mount * 1000:.0f} ms", f"goal <= 200 ms: {verdict(t_mount <= 0.2)}"))
+            rows.append(("first mount in a process", f"{t_first * 1000:.0f} ms", "includes loading pyfuse3 + trio"))
             rows.append(("mount via CLI (incl. start-up)", f"{t_cli * 1000:.0f} ms", ""))
 
             # sequential read of the large file

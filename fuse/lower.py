@@ -26,6 +26,8 @@ from git_pf.world.attrs import DEFAULT_DIR_MODE, DEFAULT_EXEC_MODE, DEFAULT_FILE
 from git_pf.world.names import from_tree
 
 CHUNK_CACHE_BYTES = 64 * 1024 * 1024
+BLOB_CACHE_BYTES = 32 * 1024 * 1024
+BLOB_CACHE_ITEM = 64 * 1024
 PREFETCH_AHEAD = 2  # chunks decoded ahead of a reader
 PREFETCH_WORKERS = 2
 
@@ -126,6 +128,8 @@ class Lower:
         world = img.subtree(git, tree, img.WORLD_FS)
         self.attrs = attrs_mod.decode(img.read_file(git, tree, img.WORLD_ATTRS) or b"")
         self.chunks = ChunkCache(store)
+        self.blobs: dict[bytes, bytes] = {}  # small blobs, oldest first
+        self.blob_bytes = 0
         root_attrs = self.attrs.get(b"")
         self.entries: dict[bytes, LEntry] = {
             b"": LEntry(stat.S_IFDIR | (root_attrs.mode if root_attrs and root_attrs.mode is not None
@@ -195,9 +199,20 @@ class Lower:
                 entry._size = 4096
             elif entry.pointer:
                 entry._size = self._pointer(entry).size
-            else:
-                entry._size = self.git.odb.read_header(pygit2.Oid(raw=entry.oid))[1]
+            else:  # reading a small loose blob whole is cheaper than libgit2's header read
+                entry._size = len(self._blob(entry.oid))
         return entry._size
+
+    def _blob(self, oid: bytes) -> bytes:
+        data = self.blobs.pop(oid, None)
+        if data is None:
+            data = read_blob(self.git, oid)
+        if len(data) <= BLOB_CACHE_ITEM:  # kept for the open that usually follows a stat
+            self.blobs[oid] = data
+            self.blob_bytes += len(data)
+            while self.blob_bytes > BLOB_CACHE_BYTES:
+                self.blob_bytes -= len(self.blobs.pop(next(iter(self.blobs))))
+        return data
 
     def _pointer(self, entry: LEntry) -> pointer_fmt.Pointer:
         try:
@@ -212,7 +227,7 @@ class Lower:
         """An object with ``read(off, size)`` for a lower regular file."""
         if entry.pointer:
             return PointerReader(self.chunks, self._pointer(entry))
-        return BlobReader(read_blob(self.git, entry.oid))
+        return BlobReader(self._blob(entry.oid))
 
     def copy_to(self, entry: LEntry, fd: int) -> None:
         """Write the whole content of a lower file into ``fd`` (for copy-up)."""
