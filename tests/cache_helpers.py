@@ -5,17 +5,29 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import pytest  # noqa: E402
 import torch  # noqa: E402
 
 VOCAB = 256
+
+
+@pytest.fixture(autouse=True)
+def deterministic_torch():
+    """Deterministic algorithms and one thread for the test, then the process's settings back.
+
+    Test modules import this name, which makes it apply to each of their tests."""
+    det, threads = torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    yield
+    torch.use_deterministic_algorithms(det)
+    torch.set_num_threads(threads)
 
 
 def tiny_llama(layers: int = 2, seed: int = 0):
     """A randomly initialised fp32 Llama (hidden 64, 4 heads, 2 KV heads), deterministic."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    torch.use_deterministic_algorithms(True)
-    torch.set_num_threads(1)
     torch.manual_seed(seed)
     cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,
                       num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=1024)

@@ -6,7 +6,7 @@ import torch
 from transformers import DynamicCache
 
 import git_pf.cache as kc
-from cache_helpers import feed, prompt, tiny_llama
+from cache_helpers import deterministic_torch, feed, prompt, tiny_llama  # noqa: F401 (autouse fixture)
 
 
 def _one_line_error(proc, code: int, *words: str) -> None:

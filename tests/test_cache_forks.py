@@ -9,7 +9,7 @@ from transformers import DynamicCache
 
 import git_pf.cache as kc
 from git_pf.cache.table import sharing
-from cache_helpers import feed, prompt, tiny_llama
+from cache_helpers import deterministic_torch, feed, prompt, tiny_llama  # noqa: F401 (autouse fixture)
 
 
 def test_eight_forks_sharing_ninety_percent_store_shared_pages_once(repo, tmp_path, run_pf):

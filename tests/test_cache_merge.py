@@ -10,7 +10,7 @@ import git_pf.cache as kc
 from git_pf.cache.table import PATH, object_refs, read
 from git_pf.gittree import lookup
 from git_pf.merge.layer import PLUGINS, MergeContext
-from cache_helpers import feed, prompt, tiny_llama
+from cache_helpers import deterministic_torch, feed, prompt, tiny_llama  # noqa: F401 (autouse fixture)
 
 MSG = [{"role": "user", "content": "task"}]
 

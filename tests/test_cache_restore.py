@@ -12,7 +12,7 @@ import torch
 from transformers import DynamicCache
 
 import git_pf.cache as kc
-from cache_helpers import decode, feed, prompt, tiny_llama
+from cache_helpers import deterministic_torch, decode, feed, prompt, tiny_llama  # noqa: F401 (autouse fixture)
 
 HERE = Path(__file__).parent
 
@@ -21,6 +21,8 @@ RESTORE_AND_DECODE = textwrap.dedent("""
     sys.path.insert(0, sys.argv[1])
     from cache_helpers import decode, tiny_llama
     import git_pf.cache as kc
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
     from git_pf import Repo
     repo_dir, rev, first, steps, out = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
     model = tiny_llama()
@@ -41,10 +43,9 @@ def test_restore_in_fresh_process_decodes_bitwise_equal(tmp_path, repo, run_pf):
     cache = DynamicCache()
     tokens = prompt(37)
     first_logits = feed(model, cache, tokens)
-    fed, _ = decode(model, cache, int(first_logits.argmax()), 6)
+    fed, logits = decode(model, cache, int(first_logits.argmax()), 6)
     tokens += fed
-    # The token the agent decided on last but has not fed yet continues both runs.
-    pending = 17
+    pending = int(logits[-1].argmax())  # decided on, not yet fed: both runs continue from it
     kv_file = kc.save(tmp_path / "kv.safetensors", cache, tokens, model=model)
 
     sandbox = tmp_path / "sb"

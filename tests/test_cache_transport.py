@@ -8,7 +8,7 @@ from transformers import DynamicCache
 
 import git_pf.cache as kc
 from git_pf import Repo
-from cache_helpers import feed, prompt, tiny_llama
+from cache_helpers import deterministic_torch, feed, prompt, tiny_llama  # noqa: F401 (autouse fixture)
 from transport_helpers import bare, pf, sh
 
 
