@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 
-import pytest
-
 from git_pf import image as img
 from merge_helpers import PlainRepo, conflicted_paths, snap, world
 

@@ -125,19 +125,26 @@ def start(repo, req: MergeRequest) -> MergeResult | MergeContext:
 
 
 def run_layers(ctx: MergeContext, prefer: dict[str, str], skip: tuple[str, ...] = ()) -> list[LayerResult]:
-    results = []
-    for name in layer_names():
-        if name in skip:
-            continue
-        if name not in BUILTIN and not _present(ctx, name):
-            continue
+    """Every layer's result, in layer order. git's world merge is started first and collected
+    after env, trace and effects, which merge while git runs."""
+    names = [n for n in layer_names() if n not in skip and (n in BUILTIN or _present(ctx, n))]
+    world = None
+    if "world" in names and "world" not in prefer:
+        world = WorldMerger()
+        world.start(ctx)
+    order = [n for n in names if n not in ("world",) + plugins.ORDER + tuple(plugins.PLUGINS)]
+    order += [n for n in names if n not in order]
+    done: dict[str, LayerResult] = {}
+    for name in order:
         if name in prefer:
             result = take_side(ctx, name, prefer[name])
+        elif name == "world":
+            result = world.merge(ctx)
         else:
             merger = BUILTIN[name]() if name in BUILTIN else plugins.merger_for(name)
             result = merger.merge(ctx)
-        ctx.results[name] = result
-        results.append(result)
+        done[name] = ctx.results[name] = result
+    results = [done[n] for n in names]
     other = _other(ctx)
     if other is not None:
         results.append(other)

@@ -46,15 +46,24 @@ class TreeMerge:
     messages: list[Message] = field(default_factory=list)
 
 
-def git_run(git_dir, args: list[str], ok=(0,)) -> subprocess.CompletedProcess:
+def spawn(git_dir, args: list[str]) -> subprocess.Popen:
     try:
-        proc = subprocess.run(["git", "--git-dir", str(git_dir), *args], capture_output=True, close_fds=False)
+        return subprocess.Popen(["git", "--git-dir", str(git_dir), *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, close_fds=False)
     except FileNotFoundError:
         raise PfError("git is not installed (git pf merge runs git merge-tree)") from None
+
+
+def collect(proc: subprocess.Popen, what: str, ok=(0,)) -> tuple[bytes, int]:
+    out, err = proc.communicate()
     if proc.returncode not in ok:
-        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise PfError(f"git {args[0]} failed: {err[-1] if err else f'exit {proc.returncode}'}")
-    return proc
+        lines = err.decode("utf-8", "replace").strip().splitlines()
+        raise PfError(f"git {what} failed: {lines[-1] if lines else f'exit {proc.returncode}'}")
+    return out, proc.returncode
+
+
+def git_run(git_dir, args: list[str], ok=(0,)) -> bytes:
+    return collect(spawn(git_dir, args), args[0], ok)[0]
 
 
 def merge_bases(git, git_dir, ours: str, theirs: str) -> list[str]:
@@ -68,7 +77,7 @@ def merge_bases(git, git_dir, ours: str, theirs: str) -> list[str]:
         return []
     if all(_linear_since(git, tip, best) for tip in (ours, theirs)):
         return [best]
-    found = git_run(git_dir, ["merge-base", "--all", ours, theirs], ok=(0, 1)).stdout.decode().split()
+    found = git_run(git_dir, ["merge-base", "--all", ours, theirs], ok=(0, 1)).decode().split()
     return sorted(found, key=lambda oid: oid != best)
 
 
@@ -103,12 +112,21 @@ def stand_ins(git, ours: str, theirs: str, bases: list[str]) -> tuple[str, str]:
     return mirrored[ours], mirrored[theirs]
 
 
-def merge_tree(git_dir, ours_commit: str, theirs_commit: str, *, unrelated: bool, diff3: bool = False) -> TreeMerge:
-    """Run ``git merge-tree --write-tree -z`` and parse what it prints."""
+def start_merge_tree(git_dir, ours_commit: str, theirs_commit: str, *, unrelated: bool,
+                     diff3: bool = False) -> subprocess.Popen:
+    """Start ``git merge-tree --write-tree -z``; ``finish`` reads its answer."""
     args = ["-c", f"merge.conflictStyle={'diff3' if diff3 else 'merge'}", "merge-tree", "--write-tree", "-z"]
     args += ["--allow-unrelated-histories"] if unrelated else []
-    proc = git_run(git_dir, args + [ours_commit, theirs_commit], ok=(0, 1))
-    return parse(proc.stdout, proc.returncode == 0)
+    return spawn(git_dir, args + [ours_commit, theirs_commit])
+
+
+def finish(proc: subprocess.Popen) -> TreeMerge:
+    out, code = collect(proc, "merge-tree", ok=(0, 1))
+    return parse(out, code == 0)
+
+
+def merge_tree(git_dir, ours_commit: str, theirs_commit: str, *, unrelated: bool, diff3: bool = False) -> TreeMerge:
+    return finish(start_merge_tree(git_dir, ours_commit, theirs_commit, unrelated=unrelated, diff3=diff3))
 
 
 def parse(out: bytes, clean: bool) -> TreeMerge:

@@ -45,6 +45,8 @@ def _detail(r) -> str:
         text = f"union: {rep['entries']} entries, {rep['from_theirs']} from theirs"
         if rep.get("duplicates"):
             text += f", {len(rep['duplicates'])} duplicated irreversible" + (" (accepted)" if rep.get("duplicates_accepted") else "")
+    elif not how:
+        text = ", ".join(f"{k} {v}" for k, v in rep.items() if isinstance(v, (str, int, float)) and not isinstance(v, bool))
     else:
         text = {"unchanged": "unchanged", "same": "both sides changed it alike", "ours": "only ours changed it",
                 "theirs": "taken from theirs"}.get(how, how)

@@ -33,22 +33,41 @@ def real_path(tree: bytes) -> bytes:
 
 
 class WorldMerger:
+    """``start`` launches git's merge (so other layers can merge while git runs); ``merge`` finishes."""
+
     name = "world"
 
-    def merge(self, ctx: MergeContext) -> LayerResult:
+    def __init__(self):
+        self._started = None
+
+    def start(self, ctx: MergeContext) -> None:
         git = ctx.repo.git
         pair = lambda image: (entry(git, image, img.WORLD_FS), entry(git, image, img.WORLD_ATTRS))  # noqa: E731
         found = {pair(b) for b in ctx.bases} or {(None, None)}
         base = found.pop() if len(found) == 1 else AMBIGUOUS
-        ours, theirs = pair(ctx.ours), pair(ctx.theirs)
-        choice = pick(base, ours, theirs)
+        theirs = pair(ctx.theirs)
+        choice = pick(base, pair(ctx.ours), theirs)
+        proc = stand = None
+        sizes: dict = {}
+        if choice == "both":
+            stand = gitmerge.stand_ins(git, ctx.ours.id, ctx.theirs.id, [b.id for b in ctx.bases])
+            proc = gitmerge.start_merge_tree(ctx.repo.git_dir, *stand, unrelated=not ctx.bases)
+            if len(ctx.bases) == 1:
+                sizes = _prefetch_sizes(git, base[0], pair(ctx.ours)[0], theirs[0])
+        self._started = (choice, theirs, stand, proc, sizes)
+
+    def merge(self, ctx: MergeContext) -> LayerResult:
+        if self._started is None:
+            self.start(ctx)
+        choice, theirs, stand, proc, sizes = self._started
+        self._started = None
         if choice in ("unchanged", "same", "ours"):
             return LayerResult("world", True, report={"resolution": choice}, trailer=f"world {choice}")
         if choice == "theirs":
             summary = _fields(ctx.theirs.manifest.get("layers", {}).get("world"))
             return LayerResult("world", True, {img.WORLD_FS: theirs[0], img.WORLD_ATTRS: theirs[1]}, summary,
                                {"resolution": "theirs"}, trailer="world theirs")
-        return _three_way(ctx)
+        return _three_way(ctx, stand, gitmerge.finish(proc), sizes)
 
 
 def _fields(summary: dict | None) -> dict | None:
@@ -71,10 +90,23 @@ def _pointer_oids(git, image, attrs: dict) -> set[bytes]:
     return out
 
 
-def _three_way(ctx: MergeContext) -> LayerResult:
+def _prefetch_sizes(git, base, ours, theirs) -> dict[bytes, int]:
+    """While git merges: sizes of the blobs theirs changed and of ours' blobs at those paths
+    (the paths the merge will most likely change from ours), for the manifest counts."""
+    if not (base and ours and theirs):
+        return {}
+    mine = {p: n for p, _, n in _diff(git, base[1], ours[1])}
+    sizes: dict[bytes, int] = {}
+    for path, old, new in _diff(git, base[1], theirs[1]):
+        for e in (mine.get(path, old), new):
+            if e is not None and e[0] in (MODE_FILE, MODE_EXEC) and e[1] not in sizes:
+                sizes[e[1]] = git.odb.read_header(pygit2.Oid(raw=e[1]))[1]
+    return sizes
+
+
+def _three_way(ctx: MergeContext, stand: tuple[str, str], tm: gitmerge.TreeMerge, known: dict) -> LayerResult:
     git = ctx.repo.git
-    ours_c, theirs_c = gitmerge.stand_ins(git, ctx.ours.id, ctx.theirs.id, [b.id for b in ctx.bases])
-    tm = gitmerge.merge_tree(ctx.repo.git_dir, ours_c, theirs_c, unrelated=not ctx.bases)
+    ours_c, theirs_c = stand
     sides = [ctx.ours, ctx.theirs, *ctx.bases]
     attrs = [_attrs(git, s) for s in sides]
     pointer_oids = set().union(*(_pointer_oids(git, s, a) for s, a in zip(sides, attrs)))
@@ -83,7 +115,7 @@ def _three_way(ctx: MergeContext) -> LayerResult:
     conflicts = _git_conflicts(tm, attrs, pointer_oids)
     pointers = {p for p, e in attrs[0].items() if e.pointer}
     flagged = {p for a in attrs for p, e in a.items() if e.pointer}
-    touched, sizes = set(), _Sizes(git, pointer_oids)
+    touched, sizes = set(), _Sizes(git, pointer_oids, known)
     for path, old, new in changed:
         real = real_path(path)
         touched.add(real)
@@ -129,8 +161,8 @@ def _diff(git, a: bytes | None, b: bytes) -> list[tuple[bytes, tuple | None, tup
 class _Sizes:
     """Blob sizes, each read once; pointer blobs give the size of the file they stand for."""
 
-    def __init__(self, git, pointer_oids: set[bytes]):
-        self.git, self.pointer_oids, self.cache = git, pointer_oids, {}
+    def __init__(self, git, pointer_oids: set[bytes], known: dict[bytes, int]):
+        self.git, self.pointer_oids, self.cache = git, pointer_oids, known
 
     def raw(self, oid: bytes) -> int:
         if oid not in self.cache:
