@@ -47,7 +47,9 @@ class FileAdapter:
         self.remote = SideStore(root)
 
     def refresh(self) -> None:
-        pass
+        """Nothing to learn ahead: presence is checked per object."""
+
+    load_local = refresh
 
     def has(self, oids) -> set[str]:
         return {o for o in oids if self.remote.has(o)}

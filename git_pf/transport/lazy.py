@@ -38,7 +38,7 @@ class Fetcher:
                 return
             try:
                 adapter = adapters.for_remote(self.repo, remote)
-                adapter.load_local() if hasattr(adapter, "load_local") else None
+                adapter.load_local()
                 adapter.download(self.repo.store, todo, progress)
                 chunks = self._chunks_of(todo)
                 if chunks:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from .. import refs as refs_mod
 from ..errors import DataError, PfError, UsageError
-from . import adapters, gitcmd, reach
+from . import adapters, gitcmd, reach, remotes
 from .progress import Progress
 from .remotes import Remote
 
@@ -50,7 +50,8 @@ def upload_objects(repo, remote: Remote, tips: list[str], progress: Progress) ->
     needed = reach.objects_of(repo.store, reached)
     adapter = adapters.for_remote(repo, remote)
     adapter.refresh()
-    todo = [o for o in needed if o not in adapter.has(needed)]
+    have = adapter.has(needed)
+    todo = [o for o in needed if o not in have]
     _check_local(repo, todo, needed)
     sent = adapter.upload(repo.store, todo, progress) if todo else 0
     return UploadResult(len(images), len(needed), len(todo), sent)
@@ -122,9 +123,8 @@ def pre_push(repo, remote_arg: str, url: str, lines: list[str], progress: Progre
         if local_oid != zero and local_ref.startswith(refs_mod.ROOT) and not local_ref.startswith(
                 (refs_mod.OBJECTS, "refs/pf/remotes/")):
             tips.append(local_oid)
-    from .remotes import Remote as R, names, workdir
-
-    remote = R(remote_arg, url, workdir(repo)) if remote_arg in names(repo) else R(None, url, workdir(repo))
+    known = remote_arg in remotes.names(repo)
+    remote = Remote(remote_arg if known else None, url, remotes.workdir(repo))
     if not tips:
         return UploadResult()
     return upload_objects(repo, remote, tips, progress)
