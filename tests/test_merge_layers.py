@@ -4,7 +4,10 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
 from git_pf import effects as ledger_fmt, trace as trace_fmt
+from git_pf.errors import UsageError
 from merge_helpers import snap
 
 U = {"role": "user", "content": "task"}
@@ -169,3 +172,46 @@ def test_env_key_wise_and_conflicts(repo):
     clash = repo.merge("f2", into="main")
     env_layer = next(r for r in clash.layers if r.layer == "env")
     assert clash.status == "conflict" and env_layer.report["conflicting_keys"] == ["A"]
+
+
+class _Layer:
+    """A plug-in layer as a snapshot writes it: files under its own top-level directory."""
+
+    def __init__(self, name: str, content: str):
+        self.name, self.content = name, content
+
+    def write(self, repo, edit, parent) -> dict:
+        edit.put_file(f"{self.name}/state.json".encode(), self.content.encode())
+        return {"content": self.content}
+
+
+def test_plugin_layer_without_its_merger_merges_by_side(repo, monkeypatch):
+    from git_pf.merge import layer
+
+    monkeypatch.setitem(layer.PLUGINS, "model", "git_pf.no_such_module:Merger")  # the extra is not installed
+    base = snap(repo, "main", {"a": "1\n"}, layers=(_Layer("model", "v0"),))
+    repo.create_branch("fork", base.id)
+    repo.create_branch("fork2", base.id)
+    snap(repo, "main", {"a": "2\n"}, layers=(_Layer("model", "v0"),))
+    snap(repo, "fork", {"a": "1\n"}, layers=(_Layer("model", "theirs"),))
+    taken = repo.merge("fork", into="main")
+    assert taken.clean and repo.read_layer("main", "model/state.json") == b"theirs"
+    assert taken.image.manifest["layers"]["model"] == {"content": "theirs"} and "model theirs" in taken.image.trailer("Pf-Merge")
+    snap(repo, "fork2", {"a": "1\n"}, layers=(_Layer("model", "other"),))
+    clash = repo.merge("fork2", into="main")
+    model = next(r for r in clash.layers if r.layer == "model")
+    assert clash.status == "conflict" and "pip install 'git-pf[model]'" in model.conflicts[0]
+    assert repo.merge("fork2", into="main", prefer={"model": "theirs"}).clean
+    assert repo.read_layer("main", "model/state.json") == b"other"
+
+
+def test_unrelated_images_need_the_flag(repo):
+    snap(repo, "main", {"a": "1\n", "shared": "x\n"})
+    snap(repo, "island", {"b": "2\n", "shared": "y\n"})
+    with pytest.raises(UsageError, match="unrelated"):
+        repo.merge("island", into="main")
+    result = repo.merge("island", into="main", allow_unrelated=True)
+    assert result.status == "conflict" and result.bases == []  # add/add on 'shared'
+    snap(repo, "island", {"b": "2\n", "shared": "x\n"})
+    ok = repo.merge("island", into="main", allow_unrelated=True)
+    assert ok.clean and repo.read_layer("main", "world/fs/b") == b"2\n"

@@ -2,9 +2,11 @@
 
 Messages: one side unchanged takes the other; when the ancestor's messages
 are a prefix of both, the result is ours followed by one merge message
-carrying the other branch's outcome (``summary``); anything else (a side
-rewrote history) is a conflict. With several merge bases the ancestor is
-the longest prefix the bases share. The tape merges path-wise. Sets
+carrying the other branch's outcome (``summary``). A side that merged the
+ancestor in earlier holds a summary of it, so there the ancestor is the
+image on that side's first-parent line that brought it in. Anything else (a
+side rewrote history) is a conflict. With several merge bases the ancestor
+is the longest prefix the bases share. The tape merges path-wise. Sets
 ``ctx.merged_messages`` for later layers (the cache keeps pages that prefix
 it). Writes blobs only.
 """
