@@ -89,3 +89,20 @@ def test_checkout_abort(repo, run_pf, tmp_path):
     proc = run_pf("merge", "--abort", dest, cwd=cwd)
     assert not dest.exists() and repo.resolve("main").id == ours.id
     assert not list((repo.git_dir / "pf" / "merge").iterdir())
+
+
+def test_merge_of_core_layers_never_imports_torch(repo, tmp_path):
+    import subprocess
+    import sys
+
+    _conflicted(repo)
+    script = (
+        "import sys\n"
+        "from git_pf.cli.app import main\n"
+        "assert main(['merge', 'fork', '--prefer', 'world=ours', '--json']) == 0\n"
+        "heavy = sorted(m for m in ('torch', 'safetensors', 'peft', 'transformers', 'pyfuse3') if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path / "repo", capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert len(repo.resolve("main").parents) == 2
