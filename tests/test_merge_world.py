@@ -144,6 +144,12 @@ def test_large_file_pointers_changed_differently_conflict(repo):
     result = repo.merge("side", into="main")
     kinds = {c["path"]: c["kind"] for c in result.layers[0].report["conflicts"]}
     assert kinds == {"model.bin": "pointer"}
+    # checked out for resolution: ours' large file at the path, theirs' beside it, both restored in full
+    fix = repo.git_dir.parent.parent / "fix"
+    assert repo.merge("side", into="main", checkout=fix).checkout == str(fix)
+    assert (fix / "model.bin").read_bytes() == big("o") and (fix / "model.bin~theirs").read_bytes() == big("t")
+    assert (fix / "x.txt").read_text() == "x\ny\n"
+    repo.merge_abort(fix)
     # one side changing the large file merges cleanly and keeps it a pointer
     repo.create_branch("side2", base.id)
     snap(repo, "side2", {"model.bin": big("b"), "x.txt": "x\nz\n"})

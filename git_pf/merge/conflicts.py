@@ -12,6 +12,7 @@ clean (or resolved with ``--prefer``) to check out.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -106,11 +107,11 @@ def _conflicted_world(repo, result, world: LayerResult):
     for path, stages in sorted(by_path.items()):
         real = real_path(path)
         if path in side_paths and 2 in stages and 3 in stages:
-            changes[path] = (stages[2].mode, bytes.fromhex(stages[2].oid))
-            changes[path + b"~theirs"] = (stages[3].mode, bytes.fromhex(stages[3].oid))
+            for name, stage in ((real, stages[2]), (real + b"~theirs", stages[3])):
+                changes[tree_path(name)] = (stage.mode, bytes.fromhex(stage.oid))
+                entry = attrs.get(name) or attrs_mod.PathAttrs(name)
+                attrs[name] = dataclasses.replace(entry, pointer=bytes.fromhex(stage.oid) in d["pointer_oids"])
             companions.append(real + b"~theirs")
-            if real in attrs and attrs[real].pointer:
-                attrs[real + b"~theirs"] = attrs_mod.PathAttrs(real + b"~theirs", pointer=True)
             continue
         found = lookup(git, bytes.fromhex(tm.tree), path)
         if found is None or found[0] == MODE_TREE:

@@ -138,7 +138,7 @@ def _three_way(ctx: MergeContext, stand: tuple[str, str], tm: gitmerge.TreeMerge
     trailer = f"world merged changed={len(changed)}"
     result = LayerResult("world", not conflicts, changes, summary, report, [c["message"] for c in conflicts], trailer)
     result.detail = {"ours": ours_c, "theirs": theirs_c, "unrelated": not ctx.bases, "merge": tm,
-                     "attrs": merged_attrs}
+                     "attrs": merged_attrs, "pointer_oids": pointer_oids}
     return result
 
 
