@@ -69,7 +69,12 @@ def mount(repo, rev: str, directory, rw: bool = False, foreground: bool = False,
     mp = mounts.canonical(directory)
     _check_mountpoint(repo, mp)
     state, notes = _state_for(repo, mp, image.id, "rw" if rw else "ro", branch)
-    return daemon.start(str(repo.git_dir), state, foreground), notes
+    try:
+        return daemon.start(str(repo.git_dir), state, foreground), notes
+    except BaseException:
+        if not mounts.is_mounted(mp) and (state.mode == "ro" or mounts.upper_is_empty(state)):
+            mounts.discard(state)  # a mount that never started leaves nothing behind
+        raise
 
 
 def umount(repo, directory, discard: bool = False) -> MountState:
