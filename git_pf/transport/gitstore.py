@@ -19,7 +19,7 @@ import pygit2
 
 from ..errors import CorruptObject, PfError, UsageError
 from ..sidestore import SideStore
-from . import gitcmd, index as idx, packwrite
+from . import bulkput, gitcmd, index as idx, packwrite
 from .progress import Progress
 from .remotes import Remote
 
@@ -138,14 +138,18 @@ class GitAdapter:
         return sent
 
     def _write_batch(self, store: SideStore, batch: list[str], git: pygit2.Repository) -> tuple[str, idx.Index]:
-        parts: list[bytes] = []
-        shapes: list[tuple[str, int, int]] = []
-        for oid in batch:
-            frame = store.read_compressed(oid)
-            pieces = [frame[i : i + idx.MAX_BLOB] for i in range(0, len(frame), idx.MAX_BLOB)] or [b""]
-            shapes.append((oid, len(frame), len(pieces)))
-            parts.extend(pieces)
-        ids = iter(packwrite.write_blobs(Path(git.path), parts))
+        sizes = {oid: store.path_for(oid).stat().st_size for oid in batch}
+        shapes = [(oid, sizes[oid], max(1, -(-sizes[oid] // idx.MAX_BLOB))) for oid in batch]
+
+        def pieces():  # read one frame at a time: a 1 GiB batch never sits in memory
+            for oid, size, n in shapes:
+                frame = store.read_compressed(oid)
+                if len(frame) != size:
+                    raise PfError(f"side-store object {oid} changed while it was being pushed")
+                for i in range(n):
+                    yield frame[i * idx.MAX_BLOB : (i + 1) * idx.MAX_BLOB]
+
+        ids = iter(packwrite.write_blobs(Path(git.path), pieces(), sum(n for _, _, n in shapes)))
         added = {oid: idx.Entry(size, tuple(next(ids) for _ in range(n))) for oid, size, n in shapes}
         return idx.write_data_commit(git, added), added
 
@@ -194,10 +198,12 @@ class GitAdapter:
         if blobs and self.direct is None:
             self._fetch_blobs(blobs, progress)
         with progress.task("importing objects", len(wanted)) as advance, _no_sha1_recheck():
-            for oid, entry in wanted.items():
-                frame = b"".join(self._blob(b, oid) for b in entry.blobs)
-                store.put_compressed(oid, frame)  # verified: decodes and hashes to oid, else refused
-                advance(1)
+            def frames():
+                for oid, entry in wanted.items():
+                    yield oid, b"".join(self._blob(b, oid) for b in entry.blobs)
+                    advance(1)
+
+            bulkput.put_many(store, frames())  # verified: decodes and hashes to oid, else refused
 
     def _blob(self, blob: str, oid: str) -> bytes:
         try:

@@ -64,10 +64,15 @@ def _idx_bytes(entries: list[tuple[bytes, int, int]], pack_sum: bytes) -> bytes:
     return body + hashlib.sha1(body).digest()
 
 
-def write_blobs(git_dir: Path, blobs: Iterable[bytes]) -> list[str]:
-    """Write every blob of ``blobs`` into one new pack; returns their git ids in order."""
-    blobs = list(blobs)
-    if not blobs:
+def write_blobs(git_dir: Path, blobs: Iterable[bytes], count: int | None = None) -> list[str]:
+    """Write every blob of ``blobs`` into one new pack; returns their git ids in order.
+
+    With ``count`` given, ``blobs`` may be a lazy iterator of exactly that many
+    blobs (so a batch need not sit in memory at once)."""
+    if count is None:
+        blobs = list(blobs)
+        count = len(blobs)
+    if not count:
         return []
     pack_dir = Path(git_dir) / "objects" / "pack"
     pack_dir.mkdir(parents=True, exist_ok=True)
@@ -82,7 +87,7 @@ def write_blobs(git_dir: Path, blobs: Iterable[bytes]) -> list[str]:
                 f.write(b)
                 digest.update(b)
 
-            out(b"PACK" + struct.pack(">II", 2, len(blobs)))
+            out(b"PACK" + struct.pack(">II", 2, count))
             offset = 12
             for data in blobs:
                 oid = blob_id(data)
@@ -93,6 +98,8 @@ def write_blobs(git_dir: Path, blobs: Iterable[bytes]) -> list[str]:
                     entries[sha] = (sha, zlib.crc32(record), offset)
                 out(record)
                 offset += len(record)
+            if len(ids) != count:
+                raise ValueError(f"pack announced {count} objects but got {len(ids)}")
             pack_sum = digest.digest()
             f.write(pack_sum)
             f.flush()
