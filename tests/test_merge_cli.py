@@ -53,7 +53,7 @@ def test_exit_codes_json_and_dry_run(repo, run_pf, tmp_path):
 def test_checkout_continue(repo, run_pf, tmp_path):
     cwd, dest = tmp_path / "repo", tmp_path / "resolve"
     base, ours, theirs = _conflicted(repo)
-    proc = run_pf("merge", "fork", "--checkout", dest, cwd=cwd, check=False)
+    proc = run_pf("merge", "fork", "--checkout", dest, "--prefer", "trace=ours", cwd=cwd, check=False)
     assert proc.returncode == 1 and f"--continue {dest}" in proc.stdout
     doc = (dest / "doc.txt").read_text()
     assert "<<<<<<< ours (main)\nours 5\n||||||| base\nline 5\n=======\ntheirs 5\n>>>>>>> theirs (fork)\n" in doc
@@ -76,7 +76,7 @@ def test_checkout_continue(repo, run_pf, tmp_path):
     assert repo.read_layer("main", "world/fs/doc.txt").decode() == LINES.replace("line 5", "both 5")
     assert repo.read_layer("main", "world/fs/extra.txt") == b"added while resolving\n"
     assert img.read_file(repo.git, merged.tree, b"world/fs/.pf/merge-conflicts.txt") is None
-    assert "world resolved-by-hand" in merged.trailer("Pf-Merge")
+    assert {"world resolved-by-hand", "trace prefer-ours"} <= set(merged.trailer("Pf-Merge"))
     assert run_pf("merge", "--continue", dest, cwd=cwd, check=False).returncode == 2  # nothing in progress
 
 

@@ -80,7 +80,7 @@ def merge_with_checkout(repo, req: engine.MergeRequest, dest: Path) -> engine.Me
     tree, attrs, markers, companions = _conflicted_world(repo, result, world)
     _write_dir(repo, dest, tree, attrs, conflicts)
     state = {"version": STATE_VERSION, "dir": str(dest), "branch": result.branch, "ours": result.ours.id,
-             "theirs": result.theirs.id, "theirs_rev": result.theirs_name, "prefer": dict(req.prefer),
+             "theirs": result.theirs.id, "theirs_rev": result.theirs_name, "prefer": engine.parse_prefer(req.prefer),
              "options": req.options, "accept_duplicate_effects": req.accept_duplicate_effects,
              "allow_unrelated": req.allow_unrelated, "conflicts": conflicts,
              "markers": [os.fsdecode(p) for p in markers], "companions": [os.fsdecode(p) for p in companions]}

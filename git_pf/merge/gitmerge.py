@@ -58,6 +58,8 @@ def collect(proc: subprocess.Popen, what: str, ok=(0,)) -> tuple[bytes, int]:
     out, err = proc.communicate()
     if proc.returncode not in ok:
         lines = err.decode("utf-8", "replace").strip().splitlines()
+        if what == "merge-tree" and any(line.startswith("usage:") for line in lines):
+            raise PfError("git pf merge needs git 2.38 or newer (git merge-tree --write-tree)")
         raise PfError(f"git {what} failed: {lines[-1] if lines else f'exit {proc.returncode}'}")
     return out, proc.returncode
 
