@@ -10,9 +10,17 @@ from ..errors import EXIT_NEGATIVE, UsageError
 from .app import JsonOpt, app, emit, open_repo
 
 
+def _weights(given: list[str]) -> list[float] | None:
+    parts = [p for text in given for p in text.split(",")]
+    try:
+        return [float(p) for p in parts] or None
+    except ValueError:
+        raise UsageError(f"--weights: '{','.join(given)}' is not a list of numbers") from None
+
+
 def _plugin_options(method, density, drop, weights, seed, rank) -> dict:
     given = {"model.method": method, "model.density": density, "model.drop": drop,
-             "model.weights": weights or None, "model.seed": seed, "model.rank": rank}
+             "model.weights": _weights(weights), "model.seed": seed, "model.rank": rank}
     return {k: v for k, v in given.items() if v is not None}
 
 
@@ -31,7 +39,7 @@ def merge(
     model_method: Optional[str] = typer.Option(None, "--model-method", help="Model merge: ties | dare | dare-ties | linear."),
     density: Optional[float] = typer.Option(None, "--density", help="Model merge: fraction of delta entries kept (TIES/DARE)."),
     drop: Optional[float] = typer.Option(None, "--drop", help="Model merge: DARE drop rate."),
-    weights: List[float] = typer.Option([], "--weights", help="Model merge: weight of ours, then theirs (repeatable)."),
+    weights: List[str] = typer.Option([], "--weights", help="Model merge: weights of ours, theirs: repeat it or separate by commas."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Model merge: random seed (reproducible merges)."),
     rank: Optional[int] = typer.Option(None, "--rank", help="Model merge: LoRA rank of the merged adapter."),
     as_json: bool = JsonOpt,
@@ -55,7 +63,7 @@ def merge(
         result = repo.merge_continue(cont)
     else:
         result = repo.merge(theirs, into=into, dry_run=dry_run, prefer=list(prefer),
-                            options=_plugin_options(model_method, density, drop, list(weights), seed, rank),
+                            options=_plugin_options(model_method, density, drop, weights, seed, rank),
                             accept_duplicate_effects=accept_dup, no_ff=no_ff, allow_unrelated=unrelated,
                             checkout=checkout)
     emit(as_json, result.to_json(), lambda: [typer.echo(line) for line in report.lines(result)])
