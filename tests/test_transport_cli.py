@@ -1,0 +1,42 @@
+"""Transport commands as a user meets them: every mistake is one line on stderr and a non-zero exit."""
+from __future__ import annotations
+
+import json
+
+from transport_helpers import bare, pf, sh, source_repo
+
+
+def _one_line(proc, code, needle):
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr and needle in lines[0], proc.stderr
+
+
+def test_mistakes_are_one_line_errors(tmp_path):
+    a, _ = source_repo(tmp_path)
+    _one_line(pf("push", "nosuch", cwd=a, check=False), 2, "nosuch")
+    sh("git", "remote", "add", "origin", bare(tmp_path / "r.git"), cwd=a)
+    image = json.loads(pf("show", "main", "--json", cwd=a).stdout)["id"]
+    _one_line(pf("push", "origin", image[:12], cwd=a, check=False), 2, "not an image branch or tag")
+    _one_line(pf("push", "origin", "nobranch", cwd=a, check=False), 2, "nobranch")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    _one_line(pf("clone", tmp_path / "r.git", tmp_path / "full", cwd=tmp_path, check=False), 2, "already exists")
+    _one_line(pf("clone", tmp_path / "missing.git", tmp_path / "n", cwd=tmp_path, check=False), 2, "git clone failed")
+    sh("git", "remote", "add", "gone", tmp_path / "gone.git", cwd=a)
+    _one_line(pf("fetch", "gone", cwd=a, check=False), 2, "gone")
+    _one_line(pf("gc", cwd=tmp_path, check=False), 2, "not a git repository")
+    _one_line(pf("install", "--remote", "nosuch", cwd=a, check=False), 2, "nosuch")
+    sh("git", "config", "pf.remote.origin.store", "ftp", cwd=a)
+    _one_line(pf("push", "origin", "main", cwd=a, check=False), 2, "unknown adapter")
+
+
+def test_push_json_and_a_second_push_sends_nothing(tmp_path):
+    a, _ = source_repo(tmp_path)
+    sh("git", "remote", "add", "origin", bare(tmp_path / "r.git"), cwd=a)
+    first = json.loads(pf("push", "--json", cwd=a).stdout)
+    assert first["refs"] == ["refs/pf/heads/main"] and first["sent_objects"] == first["objects"] > 0
+    again = json.loads(pf("push", "origin", "main", "--json", cwd=a).stdout)
+    assert again["sent_objects"] == 0 and again["sent_bytes"] == 0
+    fetched = json.loads(pf("fetch", "--json", cwd=a).stdout)
+    assert fetched["diverged"] == [] and fetched["created"] == []
