@@ -97,21 +97,29 @@ class Daemon:
         except (OSError, ValueError):
             log.warning("snapshot client went away; carrying on")
             return
-        if req.get("op") == "switch":
+        if req.get("op") != "switch":
+            _reply(f, {"ok": True})
+            return
+        try:
             self.switch(req["image"])
-            _reply(f, {"ok": True})
-        else:
-            _reply(f, {"ok": True})
+        except Exception as e:
+            log.exception("switching to the new image failed")
+            _reply(f, {"ok": False, "error": f"switching to the new image failed: {e}"})
+            return
+        _reply(f, {"ok": True})
 
     def switch(self, image: str) -> None:
         """Follow ``image`` (which holds the upper layer's changes) and empty the upper layer."""
+        lower = self._Lower(self.repo.git, self.repo.store, image)
         self.state.image = image
         self.state.save(durable=True)
-        view = self.ops.view
-        if view.upper is not None:
-            clear_upper(self.state, self.ops.open_paths())
-            view.upper.reload()
-        self.ops.view = self._View(self._Lower(self.repo.git, self.repo.store, image), view.upper)
+        upper = self.ops.view.upper
+        self.ops.view = self._View(lower, upper)  # the upper layer is valid over the new image too
+        if upper is not None:
+            try:
+                clear_upper(self.state, self.ops.open_paths())
+            finally:
+                upper.reload()
         log.info("now following image %s", image)
 
     # -- lifecycle ------------------------------------------------------
