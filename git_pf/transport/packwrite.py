@@ -2,7 +2,7 @@
 
 libgit2 writes loose objects through zlib at ~40 MB/s; side-store objects are
 already zstd-compressed, so this writes them as one pack file whose entries
-use stored (level 0) deflate blocks, plus its version-2 ``.idx``, straight
+use stored deflate blocks (written around the data, not copied), plus its version-2 ``.idx``, straight
 into ``objects/pack/``. Knows nothing of the side store or refs.
 """
 from __future__ import annotations
@@ -12,6 +12,7 @@ import os
 import struct
 import tempfile
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
 
@@ -28,6 +29,25 @@ def _entry_header(kind: int, size: int) -> bytes:
         size >>= 7
     out.append(byte)
     return bytes(out)
+
+
+_STORED = 65535  # the most bytes one stored deflate block holds
+
+
+def _stored_zlib(data) -> list:
+    """``data`` as a zlib stream of stored (uncompressed) deflate blocks, as a list of pieces.
+
+    Any inflater reads it back as ``data``; built without copying ``data``."""
+    view = memoryview(data)
+    pieces: list = [b"\x78\x01"]
+    n = len(view)
+    for off in range(0, max(n, 1), _STORED):
+        part = view[off : off + _STORED]
+        final = 1 if off + _STORED >= n else 0
+        pieces.append(struct.pack("<BHH", final, len(part), len(part) ^ 0xFFFF))
+        pieces.append(part)
+    pieces.append(struct.pack(">I", zlib.adler32(view)))
+    return pieces
 
 
 def blob_id(data) -> str:
@@ -89,15 +109,20 @@ def write_blobs(git_dir: Path, blobs: Iterable[bytes], count: int | None = None)
 
             out(b"PACK" + struct.pack(">II", 2, count))
             offset = 12
-            for data in blobs:
-                oid = blob_id(data)
-                ids.append(oid)
-                record = _entry_header(_BLOB, len(data)) + zlib.compress(data, 0)
-                sha = bytes.fromhex(oid)
-                if sha not in entries:  # a pack may hold duplicates; the index names each once
-                    entries[sha] = (sha, zlib.crc32(record), offset)
-                out(record)
-                offset += len(record)
+            with ThreadPoolExecutor(1) as hasher:  # the blob's SHA-1 runs beside the CRC and the writes
+                for data in blobs:
+                    pending = hasher.submit(blob_id, data)
+                    crc, length = 0, 0
+                    for piece in [_entry_header(_BLOB, len(data)), *_stored_zlib(data)]:
+                        crc = zlib.crc32(piece, crc)
+                        length += len(piece)
+                        out(piece)
+                    oid = pending.result()
+                    ids.append(oid)
+                    sha = bytes.fromhex(oid)
+                    if sha not in entries:  # a pack may hold duplicates; the index names each once
+                        entries[sha] = (sha, crc, offset)
+                    offset += length
             if len(ids) != count:
                 raise ValueError(f"pack announced {count} objects but got {len(ids)}")
             pack_sum = digest.digest()
