@@ -129,3 +129,30 @@ def test_snapshot_of_unchanged_mount_writes_no_image(pf):
     assert out == image
     usage = pf.run("snapshot", check=False)
     assert usage.returncode == 2 and "exactly one of --fs-root and --mount" in usage.stderr
+
+
+def test_snapshot_while_files_are_open_keeps_them_working(pf):
+    sb = make_sandbox(pf.root)
+    snapshot(pf, sb, "--name", "agent")
+    mnt = pf.mount("agent", pf.root / "mnt", "--rw")
+    db = sqlite3.connect(mnt / "live.db")
+    db.execute("CREATE TABLE t (x INTEGER)")
+    with db:
+        db.execute("INSERT INTO t VALUES (1)")
+    log = open(mnt / "src" / "main.py", "a")
+    log.write("# first\n")
+    log.flush()
+    first = pf.run("snapshot", "--mount", str(mnt), "-q").stdout.strip()
+    with db:  # the same connection and file keep working after the switch
+        db.execute("INSERT INTO t VALUES (2)")
+    log.write("# second\n")
+    log.close()
+    db.close()
+    second = pf.run("snapshot", "--mount", str(mnt), "-q").stdout.strip()
+    assert second != first
+    pf.run("checkout", second, "--into", str(pf.root / "co"))
+    assert describe(pf.root / "co") == describe(mnt)
+    assert (pf.root / "co" / "src" / "main.py").read_text().endswith("# first\n# second\n")
+    conn = sqlite3.connect(pf.root / "co" / "live.db")
+    assert [r[0] for r in conn.execute("SELECT x FROM t")] == [1, 2]
+    conn.close()
