@@ -13,6 +13,8 @@ from __future__ import annotations
 import ctypes
 import os
 import tempfile
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
 
@@ -20,6 +22,8 @@ import zstandard
 
 from ..errors import CorruptObject
 from ..sidestore import SideStore, sha256_hex
+
+_WORKERS = max(2, min(4, os.cpu_count() or 2))
 
 
 def _syncfs(path: Path) -> bool:
@@ -34,9 +38,9 @@ def _syncfs(path: Path) -> bool:
         os.close(fd)
 
 
-def verify(oid: str, frame: bytes, dctx: zstandard.ZstdDecompressor) -> None:
+def verify(oid: str, frame: bytes) -> None:
     try:
-        data = dctx.decompress(frame)
+        data = zstandard.ZstdDecompressor().decompress(frame)
     except zstandard.ZstdError as e:
         raise CorruptObject(f"object {oid[:12]} received corrupt: {e}") from None
     if sha256_hex(data) != oid:
@@ -47,18 +51,27 @@ def put_many(store: SideStore, frames: Iterable[tuple[str, bytes]]) -> int:
     """Verify and store every ``(oid, zstd frame)``; returns how many were new."""
     tmpdir = store.root / "tmp"
     tmpdir.mkdir(parents=True, exist_ok=True)
-    dctx = zstandard.ZstdDecompressor()
     staged: list[tuple[str, str]] = []
+
+    def stage(oid: str, frame: bytes, checked) -> None:
+        checked.result()  # CorruptObject: nothing of this batch is kept
+        fd, tmp = tempfile.mkstemp(dir=tmpdir, prefix="recv-")
+        staged.append((oid, tmp))
+        with os.fdopen(fd, "wb") as f:
+            f.write(frame)
+        os.chmod(tmp, 0o444)
+
     try:
-        for oid, frame in frames:
-            if store.has(oid):
-                continue
-            verify(oid, frame, dctx)
-            fd, tmp = tempfile.mkstemp(dir=tmpdir, prefix="recv-")
-            staged.append((oid, tmp))
-            with os.fdopen(fd, "wb") as f:
-                f.write(frame)
-            os.chmod(tmp, 0o444)
+        with ThreadPoolExecutor(_WORKERS) as pool:  # decoding and hashing release the GIL
+            window: deque = deque()
+            for oid, frame in frames:
+                if store.has(oid):
+                    continue
+                window.append((oid, frame, pool.submit(verify, oid, frame)))
+                if len(window) > 2 * _WORKERS:
+                    stage(*window.popleft())
+            while window:
+                stage(*window.popleft())
         if staged and not _syncfs(tmpdir):
             for _, tmp in staged:
                 fd = os.open(tmp, os.O_RDONLY)
