@@ -87,7 +87,7 @@ class _Builder:
             old = entries.pop(tname, None)
             if stat.S_ISDIR(st.st_mode):
                 keep = old is not None and old[0] == MODE_TREE
-                if not keep:
+                if old is not None and not keep:  # a file replaced by a directory
                     self._drop(child, old)
                 self.attrs.pop(child, None)
                 sub = self.dir(path, child, old[1] if keep else None)

@@ -19,6 +19,7 @@ def test_two_forks_mounted_at_once_stay_independent(pf):
     assert describe(one) == describe(two) == describe(sb)
 
     (one / "src" / "main.py").write_text("print('one')\n")
+    (one / "empty" / "new.txt").write_text("n\n")  # an image directory known only from fs.attrs
     os.unlink(one / "run.sh")
     (two / "only-two.txt").write_text("2\n")
     os.rename(two / "src", two / "code")
@@ -34,6 +35,7 @@ def test_two_forks_mounted_at_once_stay_independent(pf):
         pf.run("checkout", new, "--into", str(pf.root / f"co-{name}"))
         assert describe(pf.root / f"co-{name}") == describe(mnt)
     assert describe(one) != describe(two)
+    assert describe(pf.root / "co-task-fork-1")["empty/deeper"][0] == "dir"
     states = json.loads(pf.run("mounts", "--json").stdout)
     assert sorted(s["image"] for s in states) == sorted([id1, id2])
     assert {s["mode"] for s in states} == {"rw"} and len({s["pid"] for s in states}) == 2
