@@ -30,8 +30,8 @@ def worlds(draw, base=None):
     if base is None:
         return {n: draw(contents()) for n in draw(st.sets(st.sampled_from(NAMES), min_size=1))}
     out = dict(base)
-    for name in draw(st.lists(st.sampled_from(NAMES), max_size=4)):
-        action = draw(st.sampled_from(["edit", "delete", "exec", "rename"]))
+    for name in draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=4)):
+        action = draw(st.sampled_from(["edit", "edit", "edit", "delete", "exec", "rename"]))
         if action == "delete":
             out.pop(name, None)
         elif action == "exec" and name in out:
@@ -55,7 +55,7 @@ def triples(draw):
     return base, draw(worlds(base)), draw(worlds(base))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(triples())
 def test_world_merge_equals_git_merge_tree(three):
     base, ours, theirs = three
