@@ -103,14 +103,29 @@ def main(argv: list[str] | None = None) -> int:
             if ok and winner is None:
                 winner = i
         assert winner is not None
-        d.run("git", "pf", "snapshot", "--mount", forks_dir / f"main-fork-{winner}", "-m", "fix add(): use +", cwd=work)
+        fork_msgs = base / "fork-messages.jsonl"
+        fork_msgs.write_text((base / "messages.jsonl").read_text() + json.dumps(
+            {"role": "assistant", "content": f"Fork {winner}: add() must use +, not -. Changed calc.py; tests pass."}) + "\n")
+        d.run("git", "pf", "snapshot", "--mount", forks_dir / f"main-fork-{winner}", "--messages", fork_msgs,
+              "-m", "fix add(): use +", cwd=work)
         for mnt in mounts:
-            d.run("git", "pf", "umount", mnt, cwd=work)
+            d.run("git", "pf", "umount", "--discard", mnt, cwd=work)
         mounts.clear()
+
+        d.say("meanwhile the main line moved on: a note in the sandbox, one more message, one more effect")
+        (sb / "NOTES.md").write_text("fixing add(): candidates tried in forks\n")
+        with open(base / "messages.jsonl", "a") as f:
+            f.write(json.dumps({"role": "assistant", "content": "While the forks run, I wrote NOTES.md."}) + "\n")
+        with open(base / "effects.jsonl", "a") as f:
+            f.write(json.dumps({"ts": "2026-11-22T10:05:00Z", "tool": "write_file", "args": {"path": "NOTES.md"},
+                                "result": "ok", "idempotency_key": "write-notes", "side_effect_class": "idempotent"}) + "\n")
+        d.run("git", "pf", "snapshot", "--fs-root", sb, "--name", "main", "--messages", base / "messages.jsonl",
+              "--effects", base / "effects.jsonl", "-m", "notes while the forks explore", cwd=work)
 
         d.say("4. merge the winning fork back into main (every layer, three-way)")
         d.run("git", "pf", "merge", f"main-fork-{winner}", "--into", "main", cwd=work)
         d.run("git", "pf", "log", "--graph", "main", cwd=work)
+        d.run("git", "pf", "diff", "main^1", "main", cwd=work)
 
         d.say("5. push with plain `git push` to a bare remote")
         remote = base / "remote.git"
