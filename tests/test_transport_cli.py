@@ -40,3 +40,31 @@ def test_push_json_and_a_second_push_sends_nothing(tmp_path):
     assert again["sent_objects"] == 0 and again["sent_bytes"] == 0
     fetched = json.loads(pf("fetch", "--json", cwd=a).stdout)
     assert fetched["diverged"] == [] and fetched["created"] == []
+
+
+def test_fetch_fast_forwards_and_never_overwrites_a_diverged_branch(tmp_path):
+    a, sb = source_repo(tmp_path)
+    remote = bare(tmp_path / "r.git")
+    sh("git", "remote", "add", "origin", remote, cwd=a)
+    pf("push", cwd=a)
+    b = tmp_path / "b"
+    pf("clone", remote, b, cwd=tmp_path)
+    (sb / "sub" / "note.txt").write_text("second\n")
+    second = pf("snapshot", "--fs-root", sb, "-m", "second", cwd=a).stdout.strip()
+    pf("push", cwd=a)
+    assert json.loads(pf("fetch", "--json", cwd=b).stdout)["updated"] == ["main"]
+    assert json.loads(pf("show", "main", "--json", cwd=b).stdout)["id"] == second
+    mine_sb = tmp_path / "mine"
+    mine_sb.mkdir()
+    (mine_sb / "f").write_text("b's own work\n")
+    mine = pf("snapshot", "--fs-root", mine_sb, "-m", "b", cwd=b).stdout.strip()
+    (sb / "sub" / "note.txt").write_text("third\n")
+    third = pf("snapshot", "--fs-root", sb, "-m", "third", cwd=a).stdout.strip()
+    pf("push", cwd=a)
+    proc = pf("fetch", cwd=b)
+    assert "diverged" in proc.stderr and "refs/pf/remotes/origin/heads/main" in proc.stderr
+    assert json.loads(pf("show", "main", "--json", cwd=b).stdout)["id"] == mine
+    assert json.loads(pf("show", "refs/pf/remotes/origin/heads/main", "--json", cwd=b).stdout)["id"] == third
+    # pushing the diverged branch is refused by git, not forced
+    proc = pf("push", cwd=b, check=False)
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
