@@ -34,10 +34,14 @@ def test_mistakes_are_one_line_errors(tmp_path):
 def test_push_json_and_a_second_push_sends_nothing(tmp_path):
     a, _ = source_repo(tmp_path)
     sh("git", "remote", "add", "origin", bare(tmp_path / "r.git"), cwd=a)
-    first = json.loads(pf("push", "--json", cwd=a).stdout)
+    proc = pf("push", "--json", cwd=a)
+    assert proc.stderr == ""  # not a terminal: no progress output at all
+    first = json.loads(proc.stdout)
     assert first["refs"] == ["refs/pf/heads/main"] and first["sent_objects"] == first["objects"] > 0
     again = json.loads(pf("push", "origin", "main", "--json", cwd=a).stdout)
     assert again["sent_objects"] == 0 and again["sent_bytes"] == 0
+    proc = pf("fetch", cwd=a)
+    assert proc.stderr == "" and proc.stdout == ""
     fetched = json.loads(pf("fetch", "--json", cwd=a).stdout)
     assert fetched["diverged"] == [] and fetched["created"] == []
 
