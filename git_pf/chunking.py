@@ -11,9 +11,9 @@ from typing import Iterator
 
 from pyfastcdc.cy import FastCDC
 
-MIN_CHUNK = 256 * 1024
-AVG_CHUNK = 1024 * 1024
-MAX_CHUNK = 4 * 1024 * 1024
+MIN_CHUNK = 128 * 1024
+AVG_CHUNK = 512 * 1024
+MAX_CHUNK = 2 * 1024 * 1024
 
 _cutter = FastCDC(avg_size=AVG_CHUNK, min_size=MIN_CHUNK, max_size=MAX_CHUNK)
 
