@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from .. import config, refs as refs_mod
 from ..errors import UsageError
+from ..mounts import pid_alive
 from . import gitcmd, reach
 
 DEFAULT_PRUNE = "2.weeks.ago"
@@ -48,18 +49,6 @@ def root_refs(repo) -> dict[str, str]:
     return {n: o for n, o in refs_mod.list_refs(repo.git, refs_mod.ROOT).items() if not is_index_ref(n)}
 
 
-def _alive(pid) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def mount_images(git_dir) -> list[str]:
     """Images of running mounts (their pid is alive)."""
     out = []
@@ -71,7 +60,7 @@ def mount_images(git_dir) -> list[str]:
             info = json.loads((entry / "mount.json").read_text())
         except (OSError, ValueError):
             continue
-        if isinstance(info, dict) and _alive(info.get("pid")) and isinstance(info.get("image"), str):
+        if isinstance(info, dict) and isinstance(info.get("pid"), int) and pid_alive(info["pid"]) and isinstance(info.get("image"), str):
             out.append(info["image"])
     return out
 
