@@ -12,7 +12,6 @@ only; never touches refs or git objects.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 
