@@ -9,6 +9,8 @@ refs or transport; a transport plugs in through ``SideStore.fetcher``.
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import hashlib
 import os
 import re
@@ -47,8 +49,37 @@ def _decompressor() -> zstandard.ZstdDecompressor:
     return d
 
 
+def syncfs(path: Path) -> bool:
+    """Flush the whole filesystem holding ``path`` (Linux ``syncfs``); False where unavailable."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open(path, os.O_RDONLY)
+    except (OSError, AttributeError):
+        return False
+    try:
+        return getattr(libc, "syncfs", None) is not None and libc.syncfs(fd) == 0
+    finally:
+        os.close(fd)
+
+
+def _sync_files(root: Path, paths: list[str]) -> None:
+    """Make ``paths`` durable: one ``syncfs`` when the platform has it, else an fsync each."""
+    if not paths or syncfs(root):
+        return
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def sha256_hex(data) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int]:
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 @dataclass(frozen=True)
@@ -87,13 +118,50 @@ class SideStore:
         # Called with a list of missing oids before a read fails; a transport
         # sets this to fetch them in one batch (lazy fetch).
         self.fetcher: Callable[[list[str]], None] | None = None
+        # oid -> (inode, size, mtime_ns) of files this process verified as it wrote them.
+        self._verified: dict[str, tuple[int, int, int]] = {}
+        self._pending: dict[str, tuple[str, Path]] | None = None  # oid -> (temp file, final path) in a batch
+
+    @contextlib.contextmanager
+    def batch(self):
+        """Write many objects with one filesystem sync instead of an fsync each.
+
+        Objects written inside the block go to temporary files; when it ends they
+        are synced together and only then renamed into place, so a crash never
+        leaves a partly written object under its name. Nested batches join the
+        outer one; on an error the temporary files are removed."""
+        if self._pending is not None:
+            yield
+            return
+        self._pending = pending = {}
+        try:
+            yield
+            _sync_files(self.root, [tmp for tmp, _ in pending.values()])
+            for tmp, final in pending.values():
+                os.chmod(tmp, 0o444)
+                os.replace(tmp, final)
+        except BaseException as e:
+            for tmp, _ in pending.values():
+                Path(tmp).unlink(missing_ok=True)
+            if isinstance(e, OSError):
+                raise WriteFailed(f"cannot write to the side store: {e.strerror or e}") from None
+            raise
+        finally:
+            self._pending = None
 
     # -- single objects -------------------------------------------------
     def path_for(self, oid: str) -> Path:
         return self.root / oid[:2] / oid[2:]
 
     def has(self, oid: str) -> bool:
-        return self.path_for(oid).is_file()
+        pending = self._pending
+        return (pending is not None and oid in pending) or self.path_for(oid).is_file()
+
+    def _readable_path(self, oid: str) -> Path:
+        pending = self._pending
+        if pending is not None and oid in pending:
+            return Path(pending[oid][0])
+        return self.path_for(oid)
 
     def put(self, data, oid: str | None = None, level: int = ZSTD_LEVEL) -> str:
         """Store ``data``; returns its oid. A no-op when the object exists.
@@ -101,10 +169,9 @@ class SideStore:
         ``level`` is the zstd level of the frame (any level reads back the same)."""
         if oid is None:
             oid = sha256_hex(data)
-        path = self.path_for(oid)
-        if path.is_file():
+        if self.has(oid):
             return oid
-        self._write_atomic(path, _compressor(level).compress(data))
+        self._write_atomic(oid, _compressor(level).compress(data))
         return oid
 
     def put_verified(self, oid: str, data: bytes) -> None:
@@ -123,30 +190,37 @@ class SideStore:
         actual = sha256_hex(data)
         if actual != oid:
             raise CorruptObject(f"object {oid[:12]} received corrupt (content hashes to {actual[:12]})")
-        path = self.path_for(oid)
-        if not path.is_file():
-            self._write_atomic(path, frame)
+        if not self.has(oid):
+            self._write_atomic(oid, frame)
 
     def read_compressed(self, oid: str) -> bytes:
         """The stored zstd frame of ``oid`` (not verified; for transports)."""
         self.ensure([oid])
-        return self.path_for(oid).read_bytes()
+        return self._readable_path(oid).read_bytes()
 
     def get(self, oid: str) -> bytes:
         """The verified raw bytes of ``oid``; raises MissingObject / CorruptObject."""
         self.ensure([oid])
-        path = self.path_for(oid)
         try:
-            frame = path.read_bytes()
+            with open(self._readable_path(oid), "rb") as f:
+                frame = f.read()
+                known = self._verified.get(oid) == _identity(os.fstat(f.fileno()))
         except FileNotFoundError:
             raise MissingObject(f"side-store object {oid} is missing") from None
         try:
             data = _decompressor().decompress(frame)
         except zstandard.ZstdError:
             raise CorruptObject(f"side-store object {oid} is corrupt (not a zstd frame)") from None
-        if sha256_hex(data) != oid:
+        if not known and sha256_hex(data) != oid:
             raise CorruptObject(f"side-store object {oid} is corrupt (content does not hash to its name)")
         return data
+
+    def note_verified(self, oid: str) -> None:
+        """Record that this process has just verified the stored ``oid`` and written it itself.
+
+        ``get`` then skips re-hashing it (the file is still decoded) for as long
+        as it is that very file: same inode, size and modification time."""
+        self._verified[oid] = _identity(self.path_for(oid).stat())
 
     def ensure(self, oids: Iterable[str]) -> None:
         """Make every oid local, asking ``fetcher`` for the missing ones in one batch."""
@@ -171,7 +245,9 @@ class SideStore:
     def remove(self, oid: str) -> None:
         self.path_for(oid).unlink(missing_ok=True)
 
-    def _write_atomic(self, path: Path, frame: bytes) -> None:
+    def _write_atomic(self, oid: str, frame: bytes) -> None:
+        """Write one object: temp file, then (outside a batch) fsync and rename."""
+        path = self.path_for(oid)
         tmpdir = self.root / "tmp"
         tmpdir.mkdir(parents=True, exist_ok=True)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -179,6 +255,9 @@ class SideStore:
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(frame)
+                if self._pending is not None:
+                    self._pending[oid] = (tmp, path)
+                    return
                 f.flush()
                 os.fsync(f.fileno())
             os.chmod(tmp, 0o444)

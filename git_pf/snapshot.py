@@ -153,8 +153,30 @@ def take(repo, req: SnapshotRequest) -> SnapshotResult:
     world = req.world or DirWorld(repo, req.fs_root, req.ignore)
     branch = refs.check_name(req.branch or refs.current_branch(git) or refs.DEFAULT_BRANCH)
     tip, parent = _parent(git, branch, req.parent)
-    cap = world.capture(repo, parent)
+    with repo.store.batch():  # one filesystem sync for every side-store object, before any ref moves
+        cap, tree, agent = _write_tree(repo, req, world, parent)
 
+    if parent is not None and tree == parent.tree and not req.allow_empty:
+        world.done(cap)
+        if tip is None:
+            refs.update_branch(git, branch, parent.id, None, f"pf snapshot: branch at {parent.short}")
+        refs.set_head(git, branch)
+        return SnapshotResult(parent, branch, True, cap.stats)
+
+    trailers = [("Pf-Agent", agent.label())] if agent.kind else []
+    message = img.format_message(req.message or f"snapshot of {world.name}", trailers)
+    sig = config.signature(git)
+    commit = git.create_commit(None, sig, sig, message, tree, [parent.id] if parent else [])
+    refs.update_branch(git, branch, str(commit), tip, f"pf snapshot: {message.splitlines()[0]}")
+    refs.set_head(git, branch)
+    world.done(cap)
+    return SnapshotResult(img.read_image(git, str(commit)), branch, False, cap.stats)
+
+
+def _write_tree(repo, req: SnapshotRequest, world: WorldSource, parent) -> tuple[Capture, str, img.Agent]:
+    """Capture the world and write every layer; the new image tree (no commit, no ref)."""
+    git = repo.git
+    cap = world.capture(repo, parent)
     edit = img.TreeEdit(git, parent.tree if parent else None)
     edit.put_tree(img.WORLD_FS, cap.tree)
     edit.put_file(img.WORLD_ATTRS, attrs_mod.encode(cap.attrs))
@@ -173,23 +195,7 @@ def take(repo, req: SnapshotRequest) -> SnapshotResult:
         layers[extra.name] = extra.write(repo, edit, parent)
     agent, label = _identity(req, parent)
     edit.put_file(img.MANIFEST, canonjson.encode(img.make_manifest(agent, label, layers)))
-    tree = edit.write()
-
-    if parent is not None and tree == parent.tree and not req.allow_empty:
-        world.done(cap)
-        if tip is None:
-            refs.update_branch(git, branch, parent.id, None, f"pf snapshot: branch at {parent.short}")
-        refs.set_head(git, branch)
-        return SnapshotResult(parent, branch, True, cap.stats)
-
-    trailers = [("Pf-Agent", agent.label())] if agent.kind else []
-    message = img.format_message(req.message or f"snapshot of {world.name}", trailers)
-    sig = config.signature(git)
-    commit = git.create_commit(None, sig, sig, message, tree, [parent.id] if parent else [])
-    refs.update_branch(git, branch, str(commit), tip, f"pf snapshot: {message.splitlines()[0]}")
-    refs.set_head(git, branch)
-    world.done(cap)
-    return SnapshotResult(img.read_image(git, str(commit)), branch, False, cap.stats)
+    return cap, edit.write(), agent
 
 
 def _identity(req: SnapshotRequest, parent) -> tuple[img.Agent, str]:

@@ -146,11 +146,13 @@ def test_interrupted_snapshot_leaves_nothing_to_fix(run_pf, tmp_path):
     proc = subprocess.Popen([str(BIN / "git-pf"), "snapshot", "--fs-root", str(sb)], cwd=repo,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
-    while sum(1 for p in objects.glob("??/*")) < 3 and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.005)  # kill it once it is part way through the large file
+    while sum(1 for p in objects.glob("tmp/*")) < 3 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.005)  # kill it once it is part way through the large file (chunks still in tmp/)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    assert proc.returncode == -signal.SIGKILL
     assert run_pf("ls", "--json", cwd=repo).stdout.strip() == "[]"  # no ref
+    assert not list(objects.glob("??/*"))  # no object under its name before the batch was durable
     git_fsck_clean(repo)
     assert json.loads(run_pf("fsck", "--json", cwd=repo).stdout)["ok"]
     # a write error (file size limit: EFBIG) part way through: one line, no ref

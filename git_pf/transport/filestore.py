@@ -63,7 +63,7 @@ class FileAdapter:
                 if not dst.is_file():
                     src = store.path_for(oid)
                     if not _link(src, dst):
-                        self.remote._write_atomic(dst, src.read_bytes())
+                        self.remote._write_atomic(oid, src.read_bytes())
                     sent += dst.stat().st_size
                 advance(1)
         return sent
