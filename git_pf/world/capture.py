@@ -67,6 +67,7 @@ class _Walker:
             listing = list(os.scandir(abs_dir))
         except PermissionError:
             raise UsageError(f"cannot read directory '{_display(rel_dir) or '.'}': permission denied") from None
+        plain_rules = rules.empty
         for de in listing:
             name = de.name
             if not rel_dir and name in ALWAYS_IGNORED_TOP:
@@ -78,12 +79,30 @@ class _Walker:
                 st = de.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue  # vanished while we walked
-            entry = self._entry(de.path, rel, name, st, rules)
+            entry = self._cached_plain(rel, name, st) if plain_rules else None
+            if entry is None:
+                entry = self._entry(de.path, rel, name, st, rules)
             if entry is not None:
                 entries.append(entry)
         if not entries:
             return None
         return self.writer.write(entries)
+
+    def _cached_plain(self, rel: bytes, name: bytes, st: os.stat_result) -> Entry | None:
+        """The entry of a regular file the stat cache saw unchanged and that has nothing
+        for fs.attrs (default mode, no xattrs): the common case of a re-snapshot, kept
+        to one dict lookup. None means "take the general path"."""
+        hit = self.cache.old.get(rel)
+        if hit is None or hit[2] or hit[3] or hit[0] != stat_key(st):
+            return None
+        perm = st.st_mode & 0o7777
+        mode = MODE_FILE if perm == DEFAULT_FILE_MODE else MODE_EXEC if perm == DEFAULT_EXEC_MODE else None
+        if mode is None or not stat.S_ISREG(st.st_mode):
+            return None
+        self.cache.record(rel, hit, self.start_ns)
+        self.stats.files += 1
+        self.stats.bytes += st.st_size
+        return (to_tree(name), mode, hit[1])
 
     def _entry(self, path: bytes, rel: bytes, name: bytes, st: os.stat_result, rules: IgnoreRules) -> Entry | None:
         mode = st.st_mode

@@ -47,8 +47,13 @@ class IgnoreRules:
         level = _Level(prefix, pathspec.GitIgnoreSpec.from_lines(lines))
         return IgnoreRules(self._levels + (level,), self._override)
 
+    @property
+    def empty(self) -> bool:
+        """True when no pattern applies here (nothing can be ignored)."""
+        return not self._levels and self._override is None
+
     def ignored(self, rel_path: bytes, is_dir: bool) -> bool:
-        if not self._levels and self._override is None:
+        if self.empty:
             return False
         path = os.fsdecode(rel_path) + ("/" if is_dir else "")
         if self._override is not None:

@@ -10,6 +10,8 @@ Local and private: never part of an image, never transported.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import marshal
 import os
@@ -22,6 +24,17 @@ RACY_NS = 100_000_000  # entries whose ctime falls within 100 ms of the start ar
 StatKey = tuple[int, int, int, int, int]  # mtime_ns, ctime_ns, size, ino, mode
 # value: (stat key, blob raw oid or None for dirs, sorted xattr items, is_pointer)
 Entry = tuple[StatKey, bytes | None, tuple[tuple[str, bytes], ...], bool]
+
+
+@contextlib.contextmanager
+def _no_gc():
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def stat_key(st: os.stat_result) -> StatKey:
@@ -42,7 +55,8 @@ class StatCache:
         name = hashlib.sha256(root).hexdigest()[:24]
         path = Path(git_dir) / "pf" / "statcache" / name
         try:
-            fmt, saved_root, saved_settings, tree_hex, entries = marshal.loads(path.read_bytes())
+            with _no_gc():  # tens of thousands of small tuples: cyclic GC passes would triple the cost
+                fmt, saved_root, saved_settings, tree_hex, entries = marshal.loads(path.read_bytes())
             if fmt == FORMAT and saved_root == root and saved_settings == settings and tree_exists(tree_hex):
                 return cls(path, settings, entries)
         except (OSError, ValueError, EOFError, TypeError):
