@@ -28,29 +28,124 @@ FIXES = {
 
 
 class Demo:
+    """The story, one method per step; every step runs the real ``git pf`` command."""
+
     def __init__(self, base: Path):
         self.base = base
+        self.work = base / "work"
+        self.sandbox = base / "sandbox"
+        self.forks = base / "forks"
+        self.mounts: list[Path] = []
         self.env = dict(os.environ, GIT_AUTHOR_NAME="demo", GIT_AUTHOR_EMAIL="demo@example.com",
                         GIT_COMMITTER_NAME="demo", GIT_COMMITTER_EMAIL="demo@example.com",
                         PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
 
-    def run(self, *args, cwd: Path | None = None, check: bool = True, show: bool = True) -> str:
-        where = cwd or self.base
+    def run(self, *args, cwd: Path | None = None) -> str:
+        where = cwd or self.work
         shown = " ".join(shlex.quote(str(a)) for a in args)
-        print(f"\n[{where.relative_to(self.base.parent) if where != self.base else self.base.name}]$ {shown}", flush=True)
+        print(f"\n[{where.relative_to(self.base.parent)}]$ {shown}", flush=True)
         proc = subprocess.run([str(a) for a in args], cwd=where, env=self.env, capture_output=True, text=True)
         out = (proc.stdout + proc.stderr).rstrip()
-        if show and out:
+        if out:
             print("\n".join("  " + line for line in out.splitlines()), flush=True)
-        if check and proc.returncode != 0:
+        if proc.returncode != 0:
             raise SystemExit(f"demo step failed ({proc.returncode}): {shown}")
         return proc.stdout
 
     def say(self, text: str) -> None:
         print(f"\n== {text}", flush=True)
 
+    def tests_pass(self, tree: Path) -> bool:
+        return subprocess.run([sys.executable, "tests/test_calc.py"], cwd=tree, env=dict(self.env, PYTHONPATH=str(tree)),
+                              capture_output=True, text=True).returncode == 0
 
-def _write_agent_state(base: Path) -> Path:
+    def snapshot_agent(self) -> None:
+        self.say("1. an agent's sandbox, trace, effects and env become one image")
+        self.run("git", "pf", "init", self.work, cwd=self.base)
+        _write_agent_state(self.base)
+        b = self.base
+        self.run("git", "pf", "snapshot", "--fs-root", self.sandbox, "--agent", "demo-agent/1.0", "--messages",
+                 b / "messages.jsonl", "--effects", b / "effects.jsonl", "--env", b / "env.json",
+                 "-m", "agent state: add() test failing")
+        self.run("git", "pf", "show", "HEAD")
+
+    def explore_in_forks(self) -> int:
+        self.say("2. fork it three ways; each fork is mounted copy-on-write (one shared lower layer)")
+        self.run("git", "pf", "fork", "main", "-n", "3", "--explore", "try a fix for add()", "--mount", self.forks)
+        self.mounts += [self.forks / f"main-fork-{i}" for i in FIXES]
+        self.run("git", "pf", "mounts")
+        self.say("3. each fork tries a different fix inside its mount and runs the tests there")
+        winner = None
+        for i, fix in FIXES.items():
+            mnt = self.forks / f"main-fork-{i}"
+            (mnt / "calc.py").write_text(fix)
+            ok = self.tests_pass(mnt)
+            print(f"  main-fork-{i}: {'tests pass' if ok else 'tests fail'}")
+            winner = winner or (i if ok else None)
+        assert winner is not None
+        fork_msgs = self.base / "fork-messages.jsonl"
+        fork_msgs.write_text((self.base / "messages.jsonl").read_text() + json.dumps(
+            {"role": "assistant", "content": f"Fork {winner}: add() must use +, not -. Changed calc.py; tests pass."}) + "\n")
+        self.run("git", "pf", "snapshot", "--mount", self.forks / f"main-fork-{winner}", "--messages", fork_msgs,
+                 "-m", "fix add(): use +")
+        self.unmount_all("--discard")
+        return winner
+
+    def main_moves_on(self) -> None:
+        self.say("meanwhile the main line moved on: a note in the sandbox, one more message, one more effect")
+        (self.sandbox / "NOTES.md").write_text("fixing add(): candidates tried in forks\n")
+        _append_jsonl(self.base / "messages.jsonl", {"role": "assistant", "content": "While the forks run, I wrote NOTES.md."})
+        _append_jsonl(self.base / "effects.jsonl", {
+            "ts": "2026-11-22T10:05:00Z", "tool": "write_file", "args": {"path": "NOTES.md"}, "result": "ok",
+            "idempotency_key": "write-notes", "side_effect_class": "idempotent"})
+        self.run("git", "pf", "snapshot", "--fs-root", self.sandbox, "--name", "main", "--messages",
+                 self.base / "messages.jsonl", "--effects", self.base / "effects.jsonl", "-m", "notes while the forks explore")
+
+    def merge_winner(self, winner: int) -> None:
+        self.say("4. merge the winning fork back into main (every layer, three-way)")
+        self.run("git", "pf", "merge", f"main-fork-{winner}", "--into", "main")
+        self.run("git", "pf", "log", "--graph", "main")
+        self.run("git", "pf", "diff", "main^1", "main")
+
+    def push(self) -> Path:
+        self.say("5. push with plain `git push` to a bare remote")
+        remote = self.base / "remote.git"
+        self.run("git", "init", "-q", "--bare", remote, cwd=self.base)
+        self.run("git", "remote", "add", "origin", remote)
+        (self.work / "README.md").write_text("agent project\n")
+        self.run("git", "add", "README.md")
+        self.run("git", "commit", "-q", "-m", "project readme")
+        self.run("git", "pf", "install", "--remote", "origin")
+        self.run("git", "push", "origin")
+        return remote
+
+    def clone_and_mount(self, remote: Path) -> None:
+        self.say("6. clone it elsewhere and mount the merged image")
+        elsewhere, mnt = self.base / "elsewhere", self.base / "mnt"
+        self.run("git", "pf", "clone", remote, elsewhere, cwd=self.base)
+        mnt.mkdir()
+        self.run("git", "pf", "mount", "main", mnt, cwd=elsewhere)
+        self.mounts.append(mnt)
+        print("  calc.py in the mounted image:\n    " + (mnt / "calc.py").read_text().replace("\n", "\n    "))
+        print(f"  tests in the mounted image: {'pass' if self.tests_pass(mnt) else 'FAIL'}")
+        size = (mnt / "data" / "embeddings.bin").stat().st_size
+        print(f"  data/embeddings.bin: {size} bytes, fetched lazily from the remote's side store")
+        self.run("git", "pf", "umount", mnt, cwd=elsewhere)
+        self.mounts.clear()
+        self.run("git", "pf", "fsck", cwd=elsewhere)
+
+    def unmount_all(self, *flags: str) -> None:
+        for mnt in self.mounts:
+            self.run("git", "pf", "umount", *flags, mnt)
+        self.mounts.clear()
+
+
+def _append_jsonl(path: Path, record: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def _write_agent_state(base: Path) -> None:
     sb = base / "sandbox"
     (sb / "tests").mkdir(parents=True)
     (sb / "calc.py").write_text(BUGGY)
@@ -66,95 +161,23 @@ def _write_agent_state(base: Path) -> Path:
         "idempotency_key": "run-1", "side_effect_class": "pure"}) + "\n")
     (base / "env.json").write_text(json.dumps({"cwd": "/sandbox", "env": {
         "PATH": "/usr/bin", "OPENAI_API_KEY": "sk-demo-not-a-real-key-123456"}}))
-    return sb
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     base = Path(tempfile.mkdtemp(prefix="git-pf-demo-")) / "demo"
     base.mkdir()
-    d = Demo(base)
-    mounts: list[Path] = []
+    demo = Demo(base)
     try:
-        d.say("1. an agent's sandbox, trace, effects and env become one image")
-        work = base / "work"
-        d.run("git", "pf", "init", work)
-        sb = _write_agent_state(base)
-        d.run("git", "pf", "snapshot", "--fs-root", sb, "--agent", "demo-agent/1.0", "--messages",
-              base / "messages.jsonl", "--effects", base / "effects.jsonl", "--env", base / "env.json",
-              "-m", "agent state: add() test failing", cwd=work)
-        d.run("git", "pf", "show", "HEAD", cwd=work)
-
-        d.say("2. fork it three ways; each fork is mounted copy-on-write (one shared lower layer)")
-        forks_dir = base / "forks"
-        d.run("git", "pf", "fork", "main", "-n", "3", "--explore", "try a fix for add()", "--mount", forks_dir, cwd=work)
-        for i in FIXES:
-            mounts.append(forks_dir / f"main-fork-{i}")
-        d.run("git", "pf", "mounts", cwd=work)
-
-        d.say("3. each fork tries a different fix inside its mount and runs the tests there")
-        winner = None
-        for i, fix in FIXES.items():
-            mnt = forks_dir / f"main-fork-{i}"
-            (mnt / "calc.py").write_text(fix)
-            ok = subprocess.run([sys.executable, "tests/test_calc.py"], cwd=mnt, env=dict(d.env, PYTHONPATH=str(mnt)),
-                                capture_output=True, text=True).returncode == 0
-            print(f"  main-fork-{i}: {'tests pass' if ok else 'tests fail'}")
-            if ok and winner is None:
-                winner = i
-        assert winner is not None
-        fork_msgs = base / "fork-messages.jsonl"
-        fork_msgs.write_text((base / "messages.jsonl").read_text() + json.dumps(
-            {"role": "assistant", "content": f"Fork {winner}: add() must use +, not -. Changed calc.py; tests pass."}) + "\n")
-        d.run("git", "pf", "snapshot", "--mount", forks_dir / f"main-fork-{winner}", "--messages", fork_msgs,
-              "-m", "fix add(): use +", cwd=work)
-        for mnt in mounts:
-            d.run("git", "pf", "umount", "--discard", mnt, cwd=work)
-        mounts.clear()
-
-        d.say("meanwhile the main line moved on: a note in the sandbox, one more message, one more effect")
-        (sb / "NOTES.md").write_text("fixing add(): candidates tried in forks\n")
-        with open(base / "messages.jsonl", "a") as f:
-            f.write(json.dumps({"role": "assistant", "content": "While the forks run, I wrote NOTES.md."}) + "\n")
-        with open(base / "effects.jsonl", "a") as f:
-            f.write(json.dumps({"ts": "2026-11-22T10:05:00Z", "tool": "write_file", "args": {"path": "NOTES.md"},
-                                "result": "ok", "idempotency_key": "write-notes", "side_effect_class": "idempotent"}) + "\n")
-        d.run("git", "pf", "snapshot", "--fs-root", sb, "--name", "main", "--messages", base / "messages.jsonl",
-              "--effects", base / "effects.jsonl", "-m", "notes while the forks explore", cwd=work)
-
-        d.say("4. merge the winning fork back into main (every layer, three-way)")
-        d.run("git", "pf", "merge", f"main-fork-{winner}", "--into", "main", cwd=work)
-        d.run("git", "pf", "log", "--graph", "main", cwd=work)
-        d.run("git", "pf", "diff", "main^1", "main", cwd=work)
-
-        d.say("5. push with plain `git push` to a bare remote")
-        remote = base / "remote.git"
-        d.run("git", "init", "-q", "--bare", remote)
-        d.run("git", "remote", "add", "origin", remote, cwd=work)
-        (work / "README.md").write_text("agent project\n")
-        d.run("git", "add", "README.md", cwd=work)
-        d.run("git", "commit", "-q", "-m", "project readme", cwd=work)
-        d.run("git", "pf", "install", "--remote", "origin", cwd=work)
-        d.run("git", "push", "origin", cwd=work)
-
-        d.say("6. clone it elsewhere and mount the merged image")
-        elsewhere = base / "elsewhere"
-        d.run("git", "pf", "clone", remote, elsewhere)
-        mnt = base / "mnt"
-        mnt.mkdir()
-        d.run("git", "pf", "mount", "main", mnt, cwd=elsewhere)
-        mounts.append(mnt)
-        print("  calc.py in the mounted image:\n    " + (mnt / "calc.py").read_text().replace("\n", "\n    "))
-        subprocess.run([sys.executable, "tests/test_calc.py"], cwd=mnt, env=dict(d.env, PYTHONPATH=str(mnt)), check=True)
-        size = (mnt / "data" / "embeddings.bin").stat().st_size
-        print(f"  data/embeddings.bin: {size} bytes, fetched lazily from the remote's side store")
-        d.run("git", "pf", "umount", mnt, cwd=elsewhere)
-        mounts.clear()
-        d.run("git", "pf", "fsck", cwd=elsewhere)
-        d.say("done: snapshot -> fork -> mount -> merge -> git push -> clone -> mount")
+        demo.snapshot_agent()
+        winner = demo.explore_in_forks()
+        demo.main_moves_on()
+        demo.merge_winner(winner)
+        demo.clone_and_mount(demo.push())
+        demo.say("done: snapshot -> fork -> mount -> merge -> git push -> clone -> mount")
         return 0
     finally:
-        for mnt in mounts:
+        for mnt in demo.mounts:  # a failed step must not leave mounts behind
             subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
         if "--keep" in argv:
             print(f"\n(kept {base})")

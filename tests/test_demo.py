@@ -18,5 +18,5 @@ def test_demo_runs_end_to_end():
     assert "main-fork-2: tests pass" in out
     assert "Merged: image" in out and "trace    clean" in out
     assert "refs/pf/heads/main -> refs/pf/heads/main" in out  # plain git push carried the images
-    assert "return a + b" in out and "tests pass" in out  # the merged image, mounted from a clone
+    assert "return a + b" in out and "tests in the mounted image: pass" in out  # merged image, from a clone
     assert out.rstrip().endswith("done: snapshot -> fork -> mount -> merge -> git push -> clone -> mount")
