@@ -125,7 +125,8 @@ class Daemon:
     # -- lifecycle ------------------------------------------------------
     def run(self, ready) -> None:
         import pyfuse3
-        import trio
+
+        from . import loop
 
         pyfuse3.init(self.ops, self.state.mountpoint, options(self.state))
         self.state.pid = os.getpid()
@@ -134,7 +135,7 @@ class Daemon:
         threading.Thread(target=self._when_served, args=(ready,), daemon=True, name="ready").start()
         signal.signal(signal.SIGTERM, lambda *_: _terminate())
         try:
-            trio.run(pyfuse3.main)
+            loop.run()
         finally:
             pyfuse3.close(unmount=True)
             self.finish()

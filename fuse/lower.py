@@ -28,7 +28,8 @@ from git_pf.world.names import from_tree
 CHUNK_CACHE_BYTES = 64 * 1024 * 1024
 BLOB_CACHE_BYTES = 32 * 1024 * 1024
 BLOB_CACHE_ITEM = 64 * 1024
-PREFETCH_AHEAD = 2  # chunks decoded ahead of a reader
+PREFETCH_AHEAD = 8  # chunks decoded ahead of a sequential reader (both workers stay busy)
+PREFETCH_RANDOM = 1  # ... and ahead of a read that does not continue the previous one
 PREFETCH_WORKERS = 2
 
 
@@ -93,8 +94,10 @@ class PointerReader:
             pos += c.size
         if pos != ptr.size:
             raise DataError(f"large object {ptr.oid[:12]}: chunk sizes do not add up to its size")
+        self.next_off = 0  # where a sequential reader reads next
 
-    def read(self, off: int, size: int) -> bytes:
+    def read(self, off: int, size: int) -> bytes | memoryview:
+        """The bytes at ``off``; a slice of one cached chunk comes back as a view, not a copy."""
         out = []
         i = bisect.bisect_right(self.starts, off) - 1
         end = off + size
@@ -103,9 +106,11 @@ class PointerReader:
             if len(data) != self.chunks[i].size:
                 raise DataError(f"chunk {self.chunks[i].oid[:12]} has the wrong size")
             lo = max(off - self.starts[i], 0)
-            out.append(data[lo : end - self.starts[i]] if lo or end - self.starts[i] < len(data) else data)
+            out.append(memoryview(data)[lo : end - self.starts[i]] if lo or end - self.starts[i] < len(data) else data)
             i += 1
-        self.cache.prefetch([c.oid for c in self.chunks[i : i + PREFETCH_AHEAD]])
+        ahead = PREFETCH_AHEAD if off == self.next_off else PREFETCH_RANDOM
+        self.next_off = end
+        self.cache.prefetch([c.oid for c in self.chunks[i : i + ahead]])
         return out[0] if len(out) == 1 else b"".join(out)
 
 
@@ -199,8 +204,9 @@ class Lower:
                 entry._size = 4096
             elif entry.pointer:
                 entry._size = self._pointer(entry).size
-            else:  # reading a small loose blob whole is cheaper than libgit2's header read
-                entry._size = len(self._blob(entry.oid))
+            else:  # the object header alone: a directory listing never inflates content
+                data = self.blobs.get(entry.oid)
+                entry._size = len(data) if data is not None else self.git.odb.read_header(pygit2.Oid(raw=entry.oid))[1]
         return entry._size
 
     def _blob(self, oid: bytes) -> bytes:
