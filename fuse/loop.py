@@ -5,8 +5,7 @@ pyfuse3 reaches trio only through its module attribute ``pyfuse3.trio``;
 except two steps on the per-request path, each of which cost a whole trio
 scheduler pass (about as much as the request itself):
 
-* the read lock is taken without a checkpoint when it is free (trio's
-  ``Lock`` always yields once);
+* the read lock is taken without a checkpoint when it is free;
 * waiting for the next request first asks the FUSE device, without
   blocking, whether one is already queued (the usual case while a program
   works through many files: the release of one file and the open of the
@@ -27,22 +26,26 @@ MAX_STREAK = 64  # requests taken in a row without a scheduler pass
 
 
 class _Lock:
-    """trio.Lock whose uncontended acquire does not yield."""
+    """The read lock: taken without yielding when free (trio's ``Lock`` always yields once)."""
 
     def __init__(self):
-        import trio
-
-        self._would_block = trio.WouldBlock
-        self._lock = trio.Lock()
+        self._held = False
+        self._freed = None  # a trio.Event while some task waits for the lock
 
     async def __aenter__(self):
-        try:
-            self._lock.acquire_nowait()
-        except self._would_block:
-            await self._lock.acquire()
+        while self._held:  # only with several worker tasks, which ``run`` does not start
+            import trio
+
+            if self._freed is None:
+                self._freed = trio.Event()
+            await self._freed.wait()
+        self._held = True
 
     async def __aexit__(self, *exc):
-        self._lock.release()
+        self._held = False
+        if self._freed is not None:
+            self._freed.set()
+            self._freed = None
 
 
 class _Lowlevel:
