@@ -10,7 +10,6 @@ durable. Uses the store's public layout (``path_for``, ``root/tmp``) only.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import tempfile
 from collections import deque
@@ -21,21 +20,10 @@ from typing import Iterable
 import zstandard
 
 from ..errors import CorruptObject
-from ..sidestore import SideStore, sha256_hex
+from ..sidestore import SideStore, sha256_hex, syncfs
+from .. import writeback
 
 _WORKERS = max(2, min(4, os.cpu_count() or 2))
-
-
-def _syncfs(path: Path) -> bool:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fd = os.open(path, os.O_RDONLY)
-    except (OSError, AttributeError):
-        return False
-    try:
-        return getattr(libc, "syncfs", None) is not None and libc.syncfs(fd) == 0
-    finally:
-        os.close(fd)
 
 
 def verify(oid: str, frame: bytes) -> None:
@@ -59,6 +47,8 @@ def put_many(store: SideStore, frames: Iterable[tuple[str, bytes]]) -> int:
         staged.append((oid, tmp))
         with os.fdopen(fd, "wb") as f:
             f.write(frame)
+            f.flush()
+            writeback.start(f.fileno())  # the disk starts now; the one syncfs below waits for the tail
         os.chmod(tmp, 0o444)
 
     try:
@@ -72,7 +62,7 @@ def put_many(store: SideStore, frames: Iterable[tuple[str, bytes]]) -> int:
                     stage(*window.popleft())
             while window:
                 stage(*window.popleft())
-        if staged and not _syncfs(tmpdir):
+        if staged and not syncfs(tmpdir):
             for _, tmp in staged:
                 fd = os.open(tmp, os.O_RDONLY)
                 try:
@@ -83,6 +73,7 @@ def put_many(store: SideStore, frames: Iterable[tuple[str, bytes]]) -> int:
             path = store.path_for(oid)
             path.parent.mkdir(parents=True, exist_ok=True)
             os.replace(tmp, path)
+            store.note_verified(oid)  # verified above: reading it back for checkout need not re-hash
         return len(staged)
     finally:
         for _, tmp in staged:

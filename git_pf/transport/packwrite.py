@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
 
+from .. import writeback
+
 _BLOB = 3
 
 
@@ -32,21 +34,21 @@ def _entry_header(kind: int, size: int) -> bytes:
 
 
 _STORED = 65535  # the most bytes one stored deflate block holds
+_WRITEBACK_STEP = 32 * 1024 * 1024
 
 
-def _stored_zlib(data) -> list:
-    """``data`` as a zlib stream of stored (uncompressed) deflate blocks, as a list of pieces.
+def _stored_blocks(view: memoryview) -> list:
+    """The deflate part of a zlib stream of stored (uncompressed) blocks holding ``view``.
 
-    Any inflater reads it back as ``data``; built without copying ``data``."""
-    view = memoryview(data)
-    pieces: list = [b"\x78\x01"]
+    Built without copying the data; the stream is ``b"\\x78\\x01"``, these
+    pieces, then the big-endian adler32 of the data."""
+    pieces: list = []
     n = len(view)
     for off in range(0, max(n, 1), _STORED):
         part = view[off : off + _STORED]
         final = 1 if off + _STORED >= n else 0
         pieces.append(struct.pack("<BHH", final, len(part), len(part) ^ 0xFFFF))
         pieces.append(part)
-    pieces.append(struct.pack(">I", zlib.adler32(view)))
     return pieces
 
 
@@ -108,21 +110,33 @@ def write_blobs(git_dir: Path, blobs: Iterable[bytes], count: int | None = None)
                 digest.update(b)
 
             out(b"PACK" + struct.pack(">II", 2, count))
-            offset = 12
-            with ThreadPoolExecutor(1) as hasher:  # the blob's SHA-1 runs beside the CRC and the writes
+            offset, flushed = 12, 0
+            # The blob's SHA-1 and the stream's adler32 run on other cores while
+            # this thread writes, CRCs and hashes the pack (all release the GIL).
+            with ThreadPoolExecutor(2) as pool:
                 for data in blobs:
-                    pending = hasher.submit(blob_id, data)
+                    view = memoryview(data)
+                    blob_sha = pool.submit(blob_id, view)
+                    adler = pool.submit(zlib.adler32, view)
                     crc, length = 0, 0
-                    for piece in [_entry_header(_BLOB, len(data)), *_stored_zlib(data)]:
+                    for piece in [_entry_header(_BLOB, len(view)), b"\x78\x01", *_stored_blocks(view)]:
                         crc = zlib.crc32(piece, crc)
                         length += len(piece)
                         out(piece)
-                    oid = pending.result()
+                    trailer = struct.pack(">I", adler.result())
+                    crc = zlib.crc32(trailer, crc)
+                    length += len(trailer)
+                    out(trailer)
+                    oid = blob_sha.result()
                     ids.append(oid)
                     sha = bytes.fromhex(oid)
                     if sha not in entries:  # a pack may hold duplicates; the index names each once
                         entries[sha] = (sha, crc, offset)
                     offset += length
+                    if offset - flushed >= _WRITEBACK_STEP:
+                        f.flush()
+                        writeback.start(f.fileno(), flushed, offset - flushed)  # the disk works meanwhile
+                        flushed = offset
             if len(ids) != count:
                 raise ValueError(f"pack announced {count} objects but got {len(ids)}")
             pack_sum = digest.digest()

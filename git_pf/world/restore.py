@@ -13,13 +13,15 @@ from dataclasses import dataclass
 
 import pygit2
 
-from .. import pointer as pointer_fmt
+from .. import pointer as pointer_fmt, writeback
 from ..errors import DataError
 from ..gittree import MODE_EXEC, MODE_LINK, MODE_TREE, read_blob, read_tree
 from ..sidestore import SideStore
 from .attrs import DEFAULT_EXEC_MODE, DEFAULT_FILE_MODE, PathAttrs
 from .names import from_tree
 from .xattrs import write_user_xattrs
+
+_WRITEBACK_STEP = 8 * 1024 * 1024
 
 
 @dataclass
@@ -88,8 +90,14 @@ def _restore_pointers(store, dest, pending, attrs, stats) -> None:
 
 def _write_file(path: bytes, parts, mode: int, entry: PathAttrs | None) -> None:
     with open(path, "wb") as f:
+        written = started = 0
         for part in parts:
             f.write(part)
+            written += len(part)
+            if written - started >= _WRITEBACK_STEP:  # a large file: let the disk start on it now, so
+                f.flush()  # the writer is not throttled later by a pile of dirty pages
+                writeback.start(f.fileno(), started, written - started)
+                started = written
     perm = DEFAULT_EXEC_MODE if mode == MODE_EXEC else DEFAULT_FILE_MODE
     if entry is not None and entry.mode is not None:
         perm = entry.mode

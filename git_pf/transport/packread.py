@@ -1,0 +1,118 @@
+"""Reading blobs stored as plain deflate blocks straight out of a repository's pack files.
+
+``packwrite`` stores every blob as a zlib stream of *stored* deflate blocks,
+and git keeps such entries verbatim when it transfers or copies them. The
+bytes of such an entry can be sliced out of the mapped pack: no inflate, no
+adler32, one copy. That skips zlib's own checksum, so callers must check the
+content themselves (side-store frames are decoded and hashed to their name
+before they are used). Anything else (a compressed or delta entry, a loose
+object, an unknown pack layout) gives None and the caller reads the blob
+through libgit2. Reads pack and index files only; never writes.
+"""
+from __future__ import annotations
+
+import mmap
+import struct
+from pathlib import Path
+
+_BLOB = 3
+_IDX_MAGIC = b"\xfftOc\x00\x00\x00\x02"
+
+
+class _Pack:
+    def __init__(self, idx_path: Path):
+        with open(idx_path, "rb") as f:
+            self.idx = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        with open(idx_path.with_suffix(".pack"), "rb") as f:
+            self.pack = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        if self.idx[:8] != _IDX_MAGIC:
+            raise ValueError("not a version-2 pack index")
+        self.count = struct.unpack_from(">I", self.idx, 8 + 255 * 4)[0]
+
+    def offset(self, sha: bytes) -> int | None:
+        idx, n = self.idx, self.count
+        lo = struct.unpack_from(">I", idx, 8 + (sha[0] - 1) * 4)[0] if sha[0] else 0
+        hi = struct.unpack_from(">I", idx, 8 + sha[0] * 4)[0]
+        names = 8 + 256 * 4
+        while lo < hi:
+            mid = (lo + hi) // 2
+            here = idx[names + 20 * mid : names + 20 * mid + 20]
+            if here == sha:
+                off = struct.unpack_from(">I", idx, names + 24 * n + 4 * mid)[0]
+                if off & 0x80000000:
+                    off = struct.unpack_from(">Q", idx, names + 28 * n + 8 * (off & 0x7FFFFFFF))[0]
+                return off
+            if here < sha:
+                lo = mid + 1
+            else:
+                hi = mid
+        return None
+
+    def stored_blob(self, off: int) -> bytes | None:
+        """The blob at ``off`` when it is a stored-block zlib stream, else None."""
+        pack = self.pack
+        c = pack[off]
+        kind, size, shift, pos = (c >> 4) & 7, c & 0x0F, 4, off + 1
+        while c & 0x80:
+            c = pack[pos]
+            size |= (c & 0x7F) << shift
+            shift += 7
+            pos += 1
+        if kind != _BLOB or pack[pos : pos + 2] != b"\x78\x01":
+            return None
+        pos += 2
+        view = memoryview(pack)
+        try:
+            parts, total = [], 0
+            while True:
+                head = pack[pos]
+                length, inverse = struct.unpack_from("<HH", pack, pos + 1)
+                if head not in (0, 1) or length ^ inverse != 0xFFFF or pos + 5 + length > len(pack):
+                    return None
+                parts.append(view[pos + 5 : pos + 5 + length])
+                total += length
+                pos += 5 + length
+                if head == 1:
+                    break
+            return b"".join(parts) if total == size else None
+        finally:
+            for p in parts:
+                p.release()
+            view.release()
+
+    def close(self) -> None:
+        self.idx.close()
+        self.pack.close()
+
+
+class PackReader:
+    """The stored-block blobs of one repository's packs (as they were when it was opened)."""
+
+    def __init__(self, git_dir: Path | None):
+        self.packs: list[_Pack] = []
+        if git_dir is None:
+            return
+        for idx_path in sorted((Path(git_dir) / "objects" / "pack").glob("pack-*.idx")):
+            try:
+                self.packs.append(_Pack(idx_path))
+            except (OSError, ValueError):
+                continue  # a pack being written or removed right now: libgit2 will read its objects
+
+    def read(self, blob_hex: str) -> bytes | None:
+        sha = bytes.fromhex(blob_hex)
+        for p in self.packs:
+            off = p.offset(sha)
+            if off is not None:
+                return p.stored_blob(off)
+        return None
+
+    def close(self) -> None:
+        for p in self.packs:
+            p.close()
+        self.packs = []
+
+    def __enter__(self) -> "PackReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
