@@ -12,6 +12,7 @@ from typing import Iterable
 import pygit2
 
 from .errors import WriteFailed
+from .packfile import BLOB, TREE, PackWriter
 
 MODE_FILE = 0o100644
 MODE_EXEC = 0o100755
@@ -44,20 +45,32 @@ def _odb_write(odb, kind, data: bytes) -> pygit2.Oid:
 
 
 class TreeWriter:
-    """Writes trees into a repository, skipping ones the odb already holds."""
+    """Writes trees and blobs into a repository, skipping ones the odb already holds.
 
-    def __init__(self, repo: pygit2.Repository):
+    With ``packed=True`` new objects are queued and written as one pack by
+    ``flush()`` (which the owner must call before anything reads them back)."""
+
+    def __init__(self, repo: pygit2.Repository, packed: bool = False):
         self.odb = repo.odb
+        self.pack = PackWriter(repo) if packed else None
 
     def write(self, entries: Iterable[Entry]) -> bytes:
         data = encode_tree(entries)
+        if self.pack is not None:
+            return self.pack.add(TREE, data)
         raw = tree_oid(data)
         if pygit2.Oid(raw=raw) not in self.odb:
             _odb_write(self.odb, pygit2.enums.ObjectType.TREE, data)
         return raw
 
     def write_blob(self, data: bytes) -> bytes:
+        if self.pack is not None:
+            return self.pack.add(BLOB, data)
         return _odb_write(self.odb, pygit2.enums.ObjectType.BLOB, data).raw
+
+    def flush(self) -> None:
+        if self.pack is not None:
+            self.pack.flush()
 
 
 def decode_tree(data: bytes) -> list[Entry]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from . import canonjson, config, effects as effects_mod, image as img, refs, trace
+from . import canonjson, config, effects as effects_mod, image as img, maintenance, refs, trace
 from .errors import UsageError
 from .world import attrs as attrs_mod
 from .world.capture import Capture, CaptureStats, capture
@@ -170,6 +170,7 @@ def take(repo, req: SnapshotRequest) -> SnapshotResult:
     refs.update_branch(git, branch, str(commit), tip, f"pf snapshot: {message.splitlines()[0]}")
     refs.set_head(git, branch)
     world.done(cap)
+    maintenance.auto_gc(git)
     return SnapshotResult(img.read_image(git, str(commit)), branch, False, cap.stats)
 
 

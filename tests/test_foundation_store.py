@@ -118,3 +118,29 @@ def test_stat_cache_notices_a_same_size_edit(repo, tmp_path):
     os.utime(sb / "f", (1_000_000, 1_000_000))  # same size, same mtime: ctime still differs
     repo.snapshot(sb, name="main")
     assert repo.checkout("main", tmp_path / "out").path.joinpath("f").read_text() == "bbbb"
+
+
+def test_snapshot_objects_go_into_one_pack_and_many_packs_get_repacked(repo, tmp_path):
+    import subprocess
+    import time as _time
+
+    sb = tmp_path / "sb"
+    for d in range(5):
+        (sb / f"d{d}").mkdir(parents=True)
+        for f in range(40):
+            (sb / f"d{d}" / f"f{f}").write_text(f"{d}/{f}")
+    repo.snapshot(sb, name="main")
+    pack_dir = tmp_path / "repo" / ".git" / "objects" / "pack"
+    assert len(list(pack_dir.glob("*.pack"))) == 1  # 200 blobs + 6 trees: one pack, not 206 files
+    loose = [p for p in (tmp_path / "repo" / ".git" / "objects").glob("??/*")]
+    assert len(loose) < 10  # only the image's own few files and the commit
+    repo.git.config["gc.autoPackLimit"] = 3
+    for i in range(4):
+        (sb / "d0" / "f0").write_text(f"edit {i}")
+        repo.snapshot(sb, name="main")
+    deadline = _time.monotonic() + 60
+    while len(list(pack_dir.glob("*.pack"))) > 3 and _time.monotonic() < deadline:
+        _time.sleep(0.2)  # git gc --auto runs detached
+    assert len(list(pack_dir.glob("*.pack"))) <= 3
+    while subprocess.run(["pgrep", "-f", f"{tmp_path}/repo/.git gc"], capture_output=True).returncode == 0:
+        _time.sleep(0.1)  # let it finish before git fsck runs

@@ -50,8 +50,9 @@ def _display(rel: bytes) -> str:
 
 
 class _Walker:
-    def __init__(self, repo: pygit2.Repository, store: SideStore, threshold: int, cache: StatCache, exclude: set[bytes]):
-        self.writer = TreeWriter(repo)
+    def __init__(self, repo: pygit2.Repository, store: SideStore, threshold: int, cache: StatCache,
+                 exclude: set[bytes], packed: bool = False):
+        self.writer = TreeWriter(repo, packed)
         self.store = store
         self.threshold = threshold
         self.cache = cache
@@ -198,9 +199,10 @@ def entry_reader(repo: pygit2.Repository, store: SideStore, threshold: int) -> _
 def capture(repo: pygit2.Repository, store: SideStore, root: bytes, *, threshold: int,
             ignore: list[str], cache: StatCache, exclude: set[bytes]) -> Capture:
     """Capture the directory ``root`` (absolute, already resolved)."""
-    walker = _Walker(repo, store, threshold, cache, exclude)
+    walker = _Walker(repo, store, threshold, cache, exclude, packed=True)  # one pack, not a file per object
     tree = walker.walk(root, b"", IgnoreRules.for_root(root, ignore))
     if tree is None:
         tree = walker.writer.write([])
+    walker.writer.flush()
     tree_hex = tree.hex()
     return Capture(tree_hex, walker.attrs, walker.stats)
