@@ -186,13 +186,22 @@ def _raise_readahead(mountpoint: str) -> None:
 
 
 def _terminate() -> None:
-    import pyfuse3
-    import trio
+    """SIGTERM: end the session from inside the event loop.
 
-    try:
-        trio.from_thread.run_sync(pyfuse3.terminate, trio_token=pyfuse3.trio_token)
-    except RuntimeError:
+    The handler runs in the loop's own thread, possibly between two tasks,
+    where ``trio.from_thread.run_sync`` would wait for itself forever;
+    ``run_sync_soon`` is safe in a signal handler and runs ``terminate`` at
+    the loop's next scheduler pass (at most a few dozen requests later)."""
+    import pyfuse3
+
+    token = pyfuse3.trio_token
+    if token is not None:
+        token.run_sync_soon(pyfuse3.terminate, idempotent=True)
+        return
+    try:  # the loop is not running (yet): the exit flag alone ends it
         pyfuse3.terminate()
+    except RuntimeError:
+        pass
 
 
 def _reply(f, obj: dict) -> None:
