@@ -16,6 +16,7 @@ import os
 import re
 import tempfile
 import threading
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from .errors import CorruptObject, MissingObject, WriteFailed
 OID_RE = re.compile(r"^[0-9a-f]{64}$")
 ZSTD_LEVEL = 3
 _WORKERS = max(2, min(8, os.cpu_count() or 2))
+_READ_AHEAD = 4  # chunks iter_large decodes ahead of its caller
 _local = threading.local()
 
 
@@ -305,12 +307,25 @@ class SideStore:
         content; with a single chunk it is that chunk's name)."""
         chunks = self.chunks_of(oid, size, index_oid)
         self.ensure(c.oid for c in chunks)
-        total = 0
-        for c in chunks:
+
+        def load(c: Chunk) -> bytes:
             data = self.get(c.oid)
             if len(data) != c.size:
                 raise CorruptObject(f"large object {oid}: chunk {c.oid[:12]} has the wrong size")
-            total += len(data)
-            yield data
+            return data
+
+        total = 0
+        # Chunks are read, decoded and verified a few ahead on other threads (all of
+        # that releases the GIL) while the caller writes the current one.
+        with ThreadPoolExecutor(_WORKERS) as pool:
+            ahead = deque(pool.submit(load, c) for c in chunks[:_READ_AHEAD])
+            rest = iter(chunks[_READ_AHEAD:])
+            while ahead:
+                data = ahead.popleft().result()
+                nxt = next(rest, None)
+                if nxt is not None:
+                    ahead.append(pool.submit(load, nxt))
+                total += len(data)
+                yield data
         if total != size:
             raise CorruptObject(f"large object {oid} does not reassemble to its recorded size")
