@@ -64,7 +64,20 @@ def syncfs(path: Path) -> bool:
         os.close(fd)
 
 
-def _sync_files(root: Path, paths: list[str]) -> None:
+def verify_frame(oid: str, frame: bytes) -> bytes:
+    """The raw bytes of a zstd frame received from elsewhere; CorruptObject unless they
+    decode and hash to ``oid``."""
+    try:
+        data = _decompressor().decompress(frame)
+    except zstandard.ZstdError as e:
+        raise CorruptObject(f"object {oid[:12]} received corrupt: {e}") from None
+    actual = sha256_hex(data)
+    if actual != oid:
+        raise CorruptObject(f"object {oid[:12]} received corrupt (content hashes to {actual[:12]})")
+    return data
+
+
+def sync_files(root: Path, paths: list[str]) -> None:
     """Make ``paths`` durable: one ``syncfs`` when the platform has it, else an fsync each."""
     if not paths or syncfs(root):
         return
@@ -138,7 +151,7 @@ class SideStore:
         self._pending = pending = {}
         try:
             yield
-            _sync_files(self.root, [tmp for tmp, _ in pending.values()])
+            sync_files(self.root, [tmp for tmp, _ in pending.values()])
             for tmp, final in pending.values():
                 os.chmod(tmp, 0o444)
                 os.replace(tmp, final)
@@ -185,13 +198,7 @@ class SideStore:
 
     def put_compressed(self, oid: str, frame: bytes) -> None:
         """Store a zstd frame received from elsewhere after checking it decodes to ``oid``."""
-        try:
-            data = _decompressor().decompress(frame)
-        except zstandard.ZstdError as e:
-            raise CorruptObject(f"object {oid[:12]} received corrupt: {e}") from None
-        actual = sha256_hex(data)
-        if actual != oid:
-            raise CorruptObject(f"object {oid[:12]} received corrupt (content hashes to {actual[:12]})")
+        verify_frame(oid, frame)
         if not self.has(oid):
             self._write_atomic(oid, frame)
 

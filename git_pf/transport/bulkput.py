@@ -14,25 +14,16 @@ import os
 import tempfile
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Iterable
 
-import zstandard
 
-from ..errors import CorruptObject
-from ..sidestore import SideStore, sha256_hex, syncfs
+from ..sidestore import SideStore, sync_files, verify_frame
 from .. import writeback
 
 _WORKERS = max(2, min(4, os.cpu_count() or 2))
 
 
-def verify(oid: str, frame: bytes) -> None:
-    try:
-        data = zstandard.ZstdDecompressor().decompress(frame)
-    except zstandard.ZstdError as e:
-        raise CorruptObject(f"object {oid[:12]} received corrupt: {e}") from None
-    if sha256_hex(data) != oid:
-        raise CorruptObject(f"object {oid[:12]} received corrupt (content hashes to {sha256_hex(data)[:12]})")
+verify = verify_frame  # decoding and hashing release the GIL: run on worker threads
 
 
 def put_many(store: SideStore, frames: Iterable[tuple[str, bytes]]) -> int:
@@ -62,13 +53,7 @@ def put_many(store: SideStore, frames: Iterable[tuple[str, bytes]]) -> int:
                     stage(*window.popleft())
             while window:
                 stage(*window.popleft())
-        if staged and not syncfs(tmpdir):
-            for _, tmp in staged:
-                fd = os.open(tmp, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+        sync_files(tmpdir, [tmp for _, tmp in staged])
         for oid, tmp in staged:
             path = store.path_for(oid)
             path.parent.mkdir(parents=True, exist_ok=True)

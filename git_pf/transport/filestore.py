@@ -15,10 +15,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import zstandard
 
-from ..errors import CorruptObject
-from ..sidestore import SideStore, sha256_hex
+from ..sidestore import SideStore, verify_frame
 from .progress import Progress
 
 def _link(src: str | Path, dst: Path) -> bool:
@@ -31,15 +29,6 @@ def _link(src: str | Path, dst: Path) -> bool:
         return True
     except OSError:
         return False
-
-
-def _verify(oid: str, frame: bytes) -> None:
-    try:
-        data = zstandard.ZstdDecompressor().decompress(frame)
-    except zstandard.ZstdError as e:
-        raise CorruptObject(f"object {oid[:12]} received corrupt: {e}") from None
-    if sha256_hex(data) != oid:
-        raise CorruptObject(f"object {oid[:12]} received corrupt (content hashes to {sha256_hex(data)[:12]})")
 
 
 class FileAdapter:
@@ -84,11 +73,11 @@ class FileAdapter:
         tmp.unlink(missing_ok=True)
         if not _link(path, tmp):
             frame = path.read_bytes()
-            _verify(oid, frame)
+            verify_frame(oid, frame)
             store.put_compressed(oid, frame)
             return
         try:
-            _verify(oid, tmp.read_bytes())
+            verify_frame(oid, tmp.read_bytes())
             store.path_for(oid).parent.mkdir(parents=True, exist_ok=True)
             os.replace(tmp, store.path_for(oid))
         finally:

@@ -15,7 +15,7 @@ import mmap
 import struct
 from pathlib import Path
 
-_BLOB = 3
+from ..packfile import BLOB as _BLOB
 _IDX_MAGIC = b"\xfftOc\x00\x00\x00\x02"
 
 

@@ -17,21 +17,7 @@ from pathlib import Path
 from typing import Iterable
 
 from .. import writeback
-
-_BLOB = 3
-
-
-def _entry_header(kind: int, size: int) -> bytes:
-    out = bytearray()
-    byte = (kind << 4) | (size & 0x0F)
-    size >>= 4
-    while size:
-        out.append(byte | 0x80)
-        byte = size & 0x7F
-        size >>= 7
-    out.append(byte)
-    return bytes(out)
-
+from ..packfile import BLOB, entry_header, idx_bytes, object_id
 
 _STORED = 65535  # the most bytes one stored deflate block holds
 _WRITEBACK_STEP = 32 * 1024 * 1024
@@ -53,37 +39,7 @@ def _stored_blocks(view: memoryview) -> list:
 
 
 def blob_id(data) -> str:
-    h = hashlib.sha1(b"blob %d\x00" % len(data))
-    h.update(data)
-    return h.hexdigest()
-
-
-def _idx_bytes(entries: list[tuple[bytes, int, int]], pack_sum: bytes) -> bytes:
-    entries = sorted(entries)
-    fanout = [0] * 256
-    for sha, _, _ in entries:
-        fanout[sha[0]] += 1
-    total = 0
-    counts = []
-    for n in fanout:
-        total += n
-        counts.append(total)
-    small, large = [], []
-    for _, _, off in entries:
-        if off < 0x80000000:
-            small.append(off)
-        else:
-            small.append(0x80000000 | len(large))
-            large.append(off)
-    body = b"".join([
-        b"\xfftOc", struct.pack(">I", 2), struct.pack(">256I", *counts),
-        b"".join(sha for sha, _, _ in entries),
-        b"".join(struct.pack(">I", crc) for _, crc, _ in entries),
-        b"".join(struct.pack(">I", o) for o in small),
-        b"".join(struct.pack(">Q", o) for o in large),
-        pack_sum,
-    ])
-    return body + hashlib.sha1(body).digest()
+    return object_id(BLOB, data).hex()
 
 
 def write_blobs(git_dir: Path, blobs: Iterable[bytes], count: int | None = None) -> list[str]:
@@ -119,7 +75,7 @@ def write_blobs(git_dir: Path, blobs: Iterable[bytes], count: int | None = None)
                     blob_sha = pool.submit(blob_id, view)
                     adler = pool.submit(zlib.adler32, view)
                     crc, length = 0, 0
-                    for piece in [_entry_header(_BLOB, len(view)), b"\x78\x01", *_stored_blocks(view)]:
+                    for piece in [entry_header(BLOB, len(view)), b"\x78\x01", *_stored_blocks(view)]:
                         crc = zlib.crc32(piece, crc)
                         length += len(piece)
                         out(piece)
@@ -147,7 +103,7 @@ def write_blobs(git_dir: Path, blobs: Iterable[bytes], count: int | None = None)
         os.chmod(tmp, 0o444)
         os.replace(tmp, name.with_suffix(".pack"))
         idx_tmp = name.with_suffix(".idx.tmp")
-        idx_tmp.write_bytes(_idx_bytes(list(entries.values()), pack_sum))
+        idx_tmp.write_bytes(idx_bytes(list(entries.values()), pack_sum))
         os.chmod(idx_tmp, 0o444)
         os.replace(idx_tmp, name.with_suffix(".idx"))
     except BaseException:
