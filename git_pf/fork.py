@@ -31,8 +31,11 @@ def _next_index(existing: dict[str, str], prefix: str) -> int:
     return max(used, default=0) + 1
 
 
-def default_prefix(rev: str, source: img.ImageInfo) -> str:
-    if rev and "~" not in rev and "^" not in rev and not rev.startswith("refs/") and rev not in ("HEAD", "@"):
+def default_prefix(git, rev: str, source: img.ImageInfo) -> str:
+    """``<branch>-fork`` when REV names a branch (``HEAD`` names the current one), else ``fork-<id>``."""
+    if rev in ("HEAD", "@"):
+        rev = refs.current_branch(git) or ""
+    if rev and "~" not in rev and "^" not in rev and not rev.startswith("refs/"):
         try:
             return refs.check_name(f"{rev}-fork")
         except UsageError:
@@ -45,7 +48,7 @@ def fork(repo, rev: str, n: int, prefix: str | None = None, explore: str | None 
     if not 1 <= n <= MAX_FORKS:
         raise UsageError(f"-n must be between 1 and {MAX_FORKS}")
     source = img.read_image(git, refs.resolve(git, rev))
-    prefix = refs.check_name(prefix or default_prefix(rev, source), "fork prefix")
+    prefix = refs.check_name(prefix or default_prefix(git, rev, source), "fork prefix")
     start = _next_index(refs.list_refs(git, refs.HEADS), prefix)
     tree = source.tree
     if explore is not None and explore != source.manifest.get("label"):

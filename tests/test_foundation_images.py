@@ -149,3 +149,9 @@ def test_env_redaction(repo, tmp_path):
                                           "OPENAI_API_KEY"]
     assert all(stored["env"][k] == "<redacted>" for k in stored["redacted"])
     assert b"hunter2" not in repo.read_layer("main", "world/env.json")
+
+
+def test_fork_of_head_is_named_after_the_current_branch(repo, tmp_path):
+    _three(repo, tmp_path)
+    assert [f.name for f in repo.fork("HEAD", 2)] == ["main-fork-1", "main-fork-2"]
+    assert repo.fork("main~1", 1)[0].name.startswith("fork-")
