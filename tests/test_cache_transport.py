@@ -9,7 +9,7 @@ from transformers import DynamicCache
 import git_pf.cache as kc
 from git_pf import Repo
 from cache_helpers import deterministic_torch, feed, prompt, tiny_llama  # noqa: F401 (autouse fixture)
-from transport_helpers import bare, pf, sh
+from transport_helpers import origin_of, pf
 
 
 def _kv_file(tmp_path, name, tokens, model):
@@ -26,8 +26,7 @@ def test_pages_push_clone_checkout_gc_and_fsck(tmp_path):
     a = tmp_path / "a"
     pf("init", a, cwd=tmp_path)
     pf("snapshot", "--fs-root", sb, "--kv", kv, cwd=a)
-    remote = bare(tmp_path / "r.git")
-    sh("git", "remote", "add", "origin", remote, cwd=a)
+    remote = origin_of(a, tmp_path)
     pushed = json.loads(pf("push", "origin", "main", "--json", cwd=a).stdout)
     assert pushed["sent_objects"] == 3  # three pages
     b = tmp_path / "b"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from transport_helpers import bare, pf, sh, source_repo
+from transport_helpers import bare, origin_of, pf, sh, source_repo
 
 
 def _one_line(proc, code, needle):
@@ -48,8 +48,7 @@ def test_push_json_and_a_second_push_sends_nothing(tmp_path):
 
 def test_fetch_fast_forwards_and_never_overwrites_a_diverged_branch(tmp_path):
     a, sb = source_repo(tmp_path)
-    remote = bare(tmp_path / "r.git")
-    sh("git", "remote", "add", "origin", remote, cwd=a)
+    remote = origin_of(a, tmp_path)
     pf("push", cwd=a)
     b = tmp_path / "b"
     pf("clone", remote, b, cwd=tmp_path)

@@ -6,7 +6,7 @@ import os
 import subprocess
 import time
 
-from transport_helpers import bare, pf, rand_bytes, sh
+from transport_helpers import origin_of, pf, rand_bytes, sh
 
 MiB = 1024 * 1024
 
@@ -56,8 +56,7 @@ def test_gc_keeps_objects_of_running_mounts_and_remote_tracking_refs(tmp_path):
     repo, drop = _setup(tmp_path)
     all_objects = _objects(repo)
     # a remote-tracking ref keeps 'drop' alive
-    remote = bare(tmp_path / "r.git")
-    sh("git", "remote", "add", "origin", remote, cwd=repo)
+    origin_of(repo, tmp_path)
     pf("push", "origin", "drop", cwd=repo)
     pf("branch", "-d", "drop", cwd=repo)
     assert json.loads(pf("gc", "--prune=now", "--json", cwd=repo).stdout)["removed"] == []
@@ -104,8 +103,7 @@ def test_fsck_reports_corrupt_and_missing_objects_and_bad_refs(tmp_path):
 
 def test_fsck_counts_objects_a_remote_holds_as_available(tmp_path):
     repo, _ = _setup(tmp_path)
-    remote = bare(tmp_path / "r.git")
-    sh("git", "remote", "add", "origin", remote, cwd=repo)
+    remote = origin_of(repo, tmp_path)
     pf("push", "origin", "--all", cwd=repo)
     pf("clone", remote, tmp_path / "b", cwd=tmp_path)
     b = tmp_path / "b"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import stat
 
-from transport_helpers import bare, pf, sh, source_repo, tree_files
+from transport_helpers import bare, origin_of, pf, sh, source_repo, tree_files
 
 USER_HOOK = """#!/bin/sh
 cat >> "$(git rev-parse --git-dir)/user-hook.log"
@@ -71,8 +71,7 @@ def test_plain_git_push_and_fetch_carry_images_and_user_hook_keeps_its_veto(tmp_
     (a / "README").write_text("code\n")
     sh("git", "add", "README", cwd=a)
     sh("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "code", cwd=a)
-    remote = bare(tmp_path / "r.git")
-    sh("git", "remote", "add", "origin", remote, cwd=a)
+    remote = origin_of(a, tmp_path)
     _user_hook(a / ".git" / "hooks")
     pf("install", cwd=a)
 
@@ -99,8 +98,7 @@ def test_plain_git_push_and_fetch_carry_images_and_user_hook_keeps_its_veto(tmp_
 
 def test_skip_push_env_pushes_refs_without_objects(tmp_path):
     a, _ = source_repo(tmp_path)
-    remote = bare(tmp_path / "r.git")
-    sh("git", "remote", "add", "origin", remote, cwd=a)
+    remote = origin_of(a, tmp_path)
     sh("git", "config", "remote.origin.push", "refs/pf/heads/*:refs/pf/heads/*", cwd=a)
     pf("install", cwd=a)
     sh("git", "push", cwd=a, env={"GIT_PF_SKIP_PUSH": "1"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from model_helpers import make_adapter
-from transport_helpers import bare, pf, sh
+from transport_helpers import origin_of, pf
 
 
 def test_adapter_tensors_push_clone_checkout_and_survive_gc(tmp_path):
@@ -15,8 +15,7 @@ def test_adapter_tensors_push_clone_checkout_and_survive_gc(tmp_path):
     a = tmp_path / "a"
     pf("init", a, cwd=tmp_path)
     pf("snapshot", "--fs-root", sb, "--adapter", adapter, "-m", "trained", cwd=a)
-    remote = bare(tmp_path / "r.git")
-    sh("git", "remote", "add", "origin", remote, cwd=a)
+    remote = origin_of(a, tmp_path)
     pushed = json.loads(pf("push", "origin", "main", "--json", cwd=a).stdout)
     tensors = len([p for p in (a / ".git" / "pf" / "objects").glob("??/*")])
     assert pushed["sent_objects"] == tensors > 0

@@ -8,9 +8,8 @@ import subprocess
 import time
 
 import pygit2
-import pytest
 
-from transport_helpers import ENV, bare, objects_bytes, pf, rand_bytes, sh, source_repo, tree_files
+from transport_helpers import ENV, bare, objects_bytes, origin_of, pf, rand_bytes, sh, source_repo, tree_files
 
 MiB = 1024 * 1024
 
@@ -27,8 +26,7 @@ def test_fork_changing_1mb_of_a_40mb_world_sends_under_3mb(tmp_path):
     a = tmp_path / "a"
     pf("init", a, cwd=tmp_path)
     pf("snapshot", "--fs-root", sb, "-m", "X", cwd=a)
-    remote = bare(tmp_path / "r.git")
-    sh("git", "remote", "add", "origin", remote, cwd=a)
+    remote = origin_of(a, tmp_path)
     before = objects_bytes(remote)
     pf("push", "origin", "main", cwd=a)
     first = objects_bytes(remote) - before
@@ -43,8 +41,7 @@ def test_fork_changing_1mb_of_a_40mb_world_sends_under_3mb(tmp_path):
 
 def test_pushes_are_split_by_max_push_bytes(tmp_path):
     a, sb = source_repo(tmp_path)
-    remote = bare(tmp_path / "r.git")
-    sh("git", "remote", "add", "origin", remote, cwd=a)
+    remote = origin_of(a, tmp_path)
     sh("git", "config", "pf.maxPushBytes", "2m", cwd=a)
     pf("push", "origin", "main", cwd=a)
     repo = pygit2.Repository(str(remote))
@@ -62,8 +59,7 @@ def test_pushes_are_split_by_max_push_bytes(tmp_path):
 
 def test_file_adapter_stores_objects_in_the_bare_repo(tmp_path):
     a, sb = source_repo(tmp_path)
-    remote = bare(tmp_path / "r.git")
-    sh("git", "remote", "add", "origin", remote, cwd=a)
+    remote = origin_of(a, tmp_path)
     sh("git", "config", "pf.remote.origin.store", "file", cwd=a)
     pf("push", "origin", "main", cwd=a)
     refs = sh("git", "for-each-ref", "--format=%(refname)", cwd=remote).stdout.split()
@@ -91,8 +87,7 @@ def test_corrupt_object_from_a_git_remote_is_rejected(tmp_path):
     from git_pf.transport import index as idx
 
     a, sb = source_repo(tmp_path)
-    remote = bare(tmp_path / "r.git")
-    sh("git", "remote", "add", "origin", remote, cwd=a)
+    remote = origin_of(a, tmp_path)
     pf("push", "origin", "main", cwd=a)
     # the remote's index now maps one object to a blob with other content
     repo = pygit2.Repository(str(remote))
@@ -115,8 +110,7 @@ def test_corrupt_object_from_a_git_remote_is_rejected(tmp_path):
 
 def test_remote_lacking_an_object_names_image_path_and_oid(tmp_path):
     a, sb = source_repo(tmp_path)
-    remote = bare(tmp_path / "r.git")
-    sh("git", "remote", "add", "origin", remote, cwd=a)
+    remote = origin_of(a, tmp_path)
     sh("git", "push", "-q", "origin", "refs/pf/heads/main:refs/pf/heads/main", cwd=a)  # refs only
     image = pf("show", "main", "--json", cwd=a).stdout.split('"id": "')[1][:12]
     pf("clone", remote, tmp_path / "b", cwd=tmp_path)
@@ -137,8 +131,7 @@ def test_push_killed_half_way_then_rerun_completes(tmp_path):
     a = tmp_path / "a"
     pf("init", a, cwd=tmp_path)
     pf("snapshot", "--fs-root", sb, "-m", "X", cwd=a)
-    remote = bare(tmp_path / "r.git")
-    sh("git", "remote", "add", "origin", remote, cwd=a)
+    remote = origin_of(a, tmp_path)
     sh("git", "config", "pf.maxPushBytes", "2m", cwd=a)
     proc = subprocess.Popen(["git-pf", "push", "origin", "main"], cwd=a, env=ENV, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -197,8 +190,7 @@ def test_checkout_fetches_only_the_objects_that_image_needs(tmp_path):
     sb2.mkdir()
     (sb2 / "other.bin").write_bytes(rand_bytes(3 * MiB, 5))
     pf("snapshot", "--fs-root", sb2, "--name", "other", "-m", "other", cwd=a)
-    remote = bare(tmp_path / "r.git")
-    sh("git", "remote", "add", "origin", remote, cwd=a)
+    remote = origin_of(a, tmp_path)
     pf("push", "origin", "--all", cwd=a)
     pf("clone", f"file://{remote}", tmp_path / "b", cwd=tmp_path)
     b = tmp_path / "b"

@@ -7,7 +7,7 @@ import os
 import pygit2
 
 from git_pf.transport import packread, packwrite
-from transport_helpers import bare, pf, rand_bytes, sh, source_repo
+from transport_helpers import bare, origin_of, pf, rand_bytes, sh, source_repo
 
 
 def test_blobs_written_as_stored_blocks_read_back_exactly_and_others_fall_back(tmp_path):
@@ -29,8 +29,7 @@ def test_blobs_written_as_stored_blocks_read_back_exactly_and_others_fall_back(t
 
 def test_a_damaged_pack_on_a_local_remote_is_refused_on_checkout(tmp_path):
     a, sb = source_repo(tmp_path)
-    remote = bare(tmp_path / "r.git")
-    sh("git", "remote", "add", "origin", remote, cwd=a)
+    remote = origin_of(a, tmp_path)
     pf("push", "origin", "main", cwd=a)
     # flip one byte inside the data of the remote's pack (a frame of the big file)
     store = a / ".git" / "pf" / "objects"

@@ -41,6 +41,13 @@ def bare(path: Path) -> Path:
     return path
 
 
+def origin_of(repo: Path, tmp: Path) -> Path:
+    """A fresh bare repository ``tmp/r.git`` added to ``repo`` as its ``origin``."""
+    remote = bare(tmp / "r.git")
+    sh("git", "remote", "add", "origin", remote, cwd=repo)
+    return remote
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
