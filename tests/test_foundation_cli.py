@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BIN, git_fsck_clean
-from world_helpers import describe, make_sandbox
+from world_helpers import describe, make_grid, make_sandbox
 
 
 def _ok_error(proc, code=2, needle=None):
@@ -134,11 +134,7 @@ def test_permission_denied_file(run_pf):
 def test_interrupted_snapshot_leaves_nothing_to_fix(run_pf, tmp_path):
     run_pf("init", "repo")
     repo = tmp_path / "repo"
-    sb = tmp_path / "sb"
-    for d in range(40):
-        (sb / str(d)).mkdir(parents=True)
-        for f in range(50):
-            (sb / str(d) / str(f)).write_bytes(os.urandom(2000))
+    sb = make_grid(tmp_path / "sb", 40, 50, lambda d, f: os.urandom(2000))
     with open(sb / "big", "wb") as f:
         for _ in range(16):
             f.write(os.urandom(16 * 1024 * 1024))

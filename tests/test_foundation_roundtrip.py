@@ -7,7 +7,6 @@ import string
 from pathlib import Path
 
 import dulwich.repo
-import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from git_pf import Repo

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 
 import pytest
@@ -10,6 +11,7 @@ import zstandard
 from git_pf import pointer
 from git_pf.errors import CorruptObject, DataError
 from git_pf.sidestore import SideStore
+from world_helpers import make_grid
 
 
 def test_large_file_goes_to_side_store_as_pointer(repo, tmp_path):
@@ -89,12 +91,7 @@ def test_store_refuses_corrupt_incoming_objects(tmp_path):
 
 
 def test_stat_cache_reads_only_changed_files(repo, tmp_path):
-    sb = tmp_path / "sb"
-    for d in range(20):
-        (sb / f"d{d}").mkdir(parents=True)
-        for f in range(100):
-            (sb / f"d{d}" / f"f{f}.txt").write_text(f"{d}/{f}\n")
-    os.utime(sb, (0, 0))
+    sb = make_grid(tmp_path / "sb", 20, 100)
     time.sleep(0.15)  # let every file leave the racy window (ctime within 100 ms of a snapshot)
     first = repo.snapshot(sb, name="main")
     assert first.stats.files_read == 2000
@@ -121,14 +118,7 @@ def test_stat_cache_notices_a_same_size_edit(repo, tmp_path):
 
 
 def test_snapshot_objects_go_into_one_pack_and_many_packs_get_repacked(repo, tmp_path):
-    import subprocess
-    import time as _time
-
-    sb = tmp_path / "sb"
-    for d in range(5):
-        (sb / f"d{d}").mkdir(parents=True)
-        for f in range(40):
-            (sb / f"d{d}" / f"f{f}").write_text(f"{d}/{f}")
+    sb = make_grid(tmp_path / "sb", 5, 40)
     repo.snapshot(sb, name="main")
     pack_dir = tmp_path / "repo" / ".git" / "objects" / "pack"
     assert len(list(pack_dir.glob("*.pack"))) == 1  # 200 blobs + 6 trees: one pack, not 206 files
@@ -136,11 +126,11 @@ def test_snapshot_objects_go_into_one_pack_and_many_packs_get_repacked(repo, tmp
     assert len(loose) < 10  # only the image's own few files and the commit
     repo.git.config["gc.autoPackLimit"] = 3
     for i in range(4):
-        (sb / "d0" / "f0").write_text(f"edit {i}")
+        (sb / "d0" / "f0.txt").write_text(f"edit {i}")
         repo.snapshot(sb, name="main")
-    deadline = _time.monotonic() + 60
-    while len(list(pack_dir.glob("*.pack"))) > 3 and _time.monotonic() < deadline:
-        _time.sleep(0.2)  # git gc --auto runs detached
+    deadline = time.monotonic() + 60
+    while len(list(pack_dir.glob("*.pack"))) > 3 and time.monotonic() < deadline:
+        time.sleep(0.2)  # git gc --auto runs detached
     assert len(list(pack_dir.glob("*.pack"))) <= 3
     while subprocess.run(["pgrep", "-f", f"{tmp_path}/repo/.git gc"], capture_output=True).returncode == 0:
-        _time.sleep(0.1)  # let it finish before git fsck runs
+        time.sleep(0.1)  # let it finish before git fsck runs

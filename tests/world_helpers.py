@@ -59,3 +59,12 @@ def make_sandbox(root: Path, big: int = 0) -> Path:
     if big:
         (root / "model.bin").write_bytes(os.urandom(big))
     return root
+
+
+def make_grid(root: Path, dirs: int, files: int, content=lambda d, f: f"{d}/{f}\n".encode()) -> Path:
+    """``dirs`` directories ``d<i>`` of ``files`` files ``f<j>.txt`` each; returns root."""
+    for d in range(dirs):
+        (root / f"d{d}").mkdir(parents=True)
+        for f in range(files):
+            (root / f"d{d}" / f"f{f}.txt").write_bytes(content(d, f))
+    return root
