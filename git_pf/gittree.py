@@ -21,8 +21,6 @@ MODE_TREE = 0o040000
 
 Entry = tuple[bytes, int, bytes]  # (name, mode, 20-byte oid)
 
-EMPTY_TREE_HEX = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
-
 
 def _sort_key(entry: Entry) -> bytes:
     name, mode, _ = entry

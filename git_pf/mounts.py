@@ -24,7 +24,6 @@ from .errors import UsageError
 
 FORMAT = 1
 WHITEOUT_PREFIX = ".pf-wh."  # upper/<dir>/.pf-wh.<name>: <name> is deleted from the lower layer
-OPAQUE = ".pf-wh..opq"  # upper/<dir>/.pf-wh..opq: nothing of the lower <dir> shows through
 FSNAME = "git-pf"
 
 
@@ -126,15 +125,6 @@ def create(git_dir: Path, image: str, mountpoint: str, mode: str, branch: str | 
 
 def for_mountpoint(git_dir: Path, mountpoint: str) -> list[MountState]:
     return [s for s in all_states(git_dir) if s.mountpoint == mountpoint]
-
-
-def find_live(git_dir: Path, directory: str | os.PathLike) -> MountState:
-    """The state of the mount at ``directory``; a usage error when there is none."""
-    mp = canonical(directory)
-    states = [s for s in for_mountpoint(git_dir, mp) if s.status() != "unmounted"]
-    if not states:
-        raise UsageError(f"'{directory}' is not a git-pf mount of this repository (see 'git pf mounts')")
-    return states[0]
 
 
 def canonical(directory: str | os.PathLike) -> str:

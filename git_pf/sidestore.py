@@ -189,23 +189,11 @@ class SideStore:
         self._write_atomic(oid, _compressor(level).compress(data))
         return oid
 
-    def put_verified(self, oid: str, data: bytes) -> None:
-        """Store ``data`` received from elsewhere, refusing it unless it hashes to ``oid``."""
-        actual = sha256_hex(data)
-        if actual != oid:
-            raise CorruptObject(f"object {oid[:12]} received corrupt (content hashes to {actual[:12]})")
-        self.put(data, oid)
-
     def put_compressed(self, oid: str, frame: bytes) -> None:
         """Store a zstd frame received from elsewhere after checking it decodes to ``oid``."""
         verify_frame(oid, frame)
         if not self.has(oid):
             self._write_atomic(oid, frame)
-
-    def read_compressed(self, oid: str) -> bytes:
-        """The stored zstd frame of ``oid`` (not verified; for transports)."""
-        self.ensure([oid])
-        return self._readable_path(oid).read_bytes()
 
     def get(self, oid: str) -> bytes:
         """The verified raw bytes of ``oid``; raises MissingObject / CorruptObject."""

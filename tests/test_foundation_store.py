@@ -84,7 +84,7 @@ def test_store_refuses_corrupt_incoming_objects(tmp_path):
     oid = store.put(b"hello")
     assert store.get(oid) == b"hello"
     with pytest.raises(CorruptObject):
-        store.put_verified("0" * 64, b"hello")
+        store.put_compressed("0" * 64, b"not a zstd frame")
     with pytest.raises(CorruptObject):
         store.put_compressed("1" * 64, zstandard.ZstdCompressor().compress(b"hello"))
     assert not store.has("0" * 64) and not store.has("1" * 64)
