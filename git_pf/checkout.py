@@ -20,13 +20,14 @@ from pathlib import Path
 
 from . import image as img, refs
 from .errors import DataError, UsageError
+from .gittree import MODE_TREE, lookup, read_blob, read_tree
 from .world import attrs as attrs_mod
 from .world.restore import RestoreStats, restore
 
-LAYER_FILES = {
-    "trace": [img.TRACE_MESSAGES],
+LAYER_FILES = {  # paths of files, or of trees written file by file (trace/tape)
+    "trace": [img.TRACE_MESSAGES, img.TRACE_TAPE],
     "effects": [img.EFFECTS_LEDGER],
-    "env": [img.WORLD_ENV],
+    "env": [img.WORLD_ENV, img.WORLD_PROCS],
 }
 # Layers with their own writer, imported only when asked for (so the core never
 # imports torch): name -> "module:function", function(repo, image, dest: Path) -> None.
@@ -108,13 +109,22 @@ def _fill(repo, image: img.ImageInfo, layers: tuple[str, ...], tmp: Path) -> Res
             getattr(importlib.import_module(module), func)(repo, image, target)
             continue
         for path in LAYER_FILES.get(layer, []):
-            data = img.read_file(git, image.tree, path)
-            if data is None:
-                continue
-            target = side / os.fsdecode(path)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
+            _write_layer_path(git, image.tree, path, side)
     return stats
+
+
+def _write_layer_path(git, tree: str, path: bytes, side: Path) -> None:
+    """The file at ``path`` in the image, or every file of the tree there, under ``side``."""
+    found = lookup(git, bytes.fromhex(tree), path)
+    if found is None:
+        return
+    mode, oid = found
+    files = [(path + b"/" + name, o) for name, m, o in read_tree(git, oid) if m != MODE_TREE] \
+        if mode == MODE_TREE else [(path, oid)]
+    for name, blob in files:
+        target = side / os.fsdecode(name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(read_blob(git, blob))
 
 
 def _swap_into_place(tmp: Path, dest: Path, replace: bool) -> None:

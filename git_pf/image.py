@@ -22,6 +22,7 @@ WORLD_ATTRS = b"world/fs.attrs.jsonl"
 WORLD_ENV = b"world/env.json"
 WORLD_PROCS = b"world/procs.json"
 TRACE_MESSAGES = b"trace/messages.jsonl"
+TRACE_TAPE = b"trace/tape"
 EFFECTS_LEDGER = b"effects/ledger.jsonl"
 
 _TRAILER = re.compile(r"^(Pf-[A-Za-z-]+): (.*)$")

@@ -23,7 +23,10 @@ def snapshot(
     effects: Optional[Path] = typer.Option(None, "--effects", help="JSONL of the full effects ledger."),
     env: Optional[Path] = typer.Option(None, "--env", help="JSON of {cwd, env} or a flat NAME->value map."),
     capture_env: bool = typer.Option(False, "--capture-env", help="Record this process's cwd and environment."),
-    no_redact: List[str] = typer.Option([], "--no-redact", help="Keep this variable's value even if it looks secret."),
+    no_redact: List[str] = typer.Option([], "--no-redact", help="Keep this variable's (or tape key's) value even if it looks secret."),
+    tape: Optional[Path] = typer.Option(None, "--tape", help="Recorded LLM exchanges: JSONL (one exchange per line) or a directory of .json files."),
+    procs: Optional[Path] = typer.Option(None, "--procs", help="JSON of the agent's process table."),
+    capture_procs: Optional[int] = typer.Option(None, "--capture-procs", metavar="PID", help="Record process PID and its descendants from /proc."),
     message: Optional[str] = typer.Option(None, "-m", "--message", help="Subject line of the image."),
     label: Optional[str] = typer.Option(None, "--label", help="What this line of work explores (inherited when omitted)."),
     ignore: List[str] = typer.Option([], "--ignore", help="A .gitignore-style pattern to skip (repeatable)."),
@@ -49,8 +52,12 @@ def snapshot(
         raise UsageError("--model-fingerprint needs --kv")
     if (fs_root is None) == (mount is None):
         raise UsageError("give exactly one of --fs-root and --mount")
+    if procs is not None and capture_procs is not None:
+        raise UsageError("--procs and --capture-procs cannot be used together")
     repo = open_repo()
-    extra = (_kv_layer(kv, model_fingerprint, kv_page_tokens),) if kv is not None else ()
+    extra = _trace_world_layers(tape, procs, capture_procs, frozenset(no_redact))
+    if kv is not None:
+        extra += (_kv_layer(kv, model_fingerprint, kv_page_tokens),)
     if adapter is not None or base_model is not None or delta is not None:
         from ..model.layer import ModelInput  # no torch: capture works on raw safetensors bytes
 
@@ -76,6 +83,19 @@ def snapshot(
         if result.unchanged and not as_json:
             warn(f"nothing changed since {result.image.short} on '{result.branch}'; no new image (use --allow-empty)")
     emit(as_json, result.to_json(), lambda: typer.echo(result.image.id))
+
+
+def _trace_world_layers(tape: Optional[Path], procs: Optional[Path], pid: Optional[int], keep: frozenset) -> tuple:
+    """Layer inputs for --tape, --procs and --capture-procs."""
+    from .. import procs as procs_mod, tape as tape_mod
+
+    out: tuple = ()
+    if tape is not None:
+        out += (tape_mod.TapeInput(tape_mod.read_input(tape), keep),)
+    if procs is not None or pid is not None:
+        table = procs_mod.read_input(procs) if procs is not None else procs_mod.capture(pid)
+        out += (procs_mod.ProcsInput(table),)
+    return out
 
 
 def _kv_layer(path: Path, model: Optional[str], page_tokens: int):

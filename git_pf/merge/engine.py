@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from .. import canonjson, config, image as img, refs, trace as trace_fmt
+from .. import canonjson, config, image as img, procs, refs, tape, trace as trace_fmt
 from ..errors import UsageError
 from ..image import ImageInfo
 from . import gitmerge, plugins
@@ -197,6 +197,10 @@ def build_tree(ctx: MergeContext, results: list[LayerResult]) -> str:
                 layers[key] = r.summary
         if r.layer not in BUILTIN and r.changes.get(r.layer.encode(), 0) is None:
             layers.pop(r.layer, None)  # the layer was removed
+    for name, merged in ((tape.NAME, tape.merged_summary(git, ctx.ours.tree, edit.changes)),
+                         (procs.NAME, procs.merged_summary(git, edit.changes))):
+        if merged is not None:
+            layers[name] = merged
     manifest = dict(ctx.ours.manifest, layers=layers)
     edit.put_file(img.MANIFEST, canonjson.encode(manifest))
     return edit.write()
