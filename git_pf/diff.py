@@ -1,7 +1,8 @@
 """Comparing two images layer by layer.
 
 World: files added / changed / removed (plus attribute-only changes);
-trace: messages appended, or whether the history was rewritten; effects:
+trace: messages appended, or whether the history was rewritten, and
+recorded exchanges added / removed; effects:
 entries added and removed (by entry hash); env: keys added / changed /
 removed; any other layer path that differs is listed by name. Read-only.
 """
@@ -13,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 import pygit2
 
 from . import effects as effects_mod, image as img, trace
-from .gittree import diff_trees
+from .gittree import MODE_TREE, diff_trees, lookup, read_tree
 from .world import attrs as attrs_mod
 from .world.env import Env
 from .world.names import from_tree
@@ -35,6 +36,8 @@ class TraceDiff:
     after: int = 0
     appended: int = 0
     rewritten: bool = False  # True when A's messages are not a prefix of B's
+    exchanges_added: int = 0  # recorded LLM exchanges (trace/tape/) only in B
+    exchanges_removed: int = 0  # ... only in A
 
 
 @dataclass
@@ -95,7 +98,13 @@ def _trace(git, a, b) -> TraceDiff:
     ma = trace.decode(img.read_file(git, a.tree, img.TRACE_MESSAGES) or b"")
     mb = trace.decode(img.read_file(git, b.tree, img.TRACE_MESSAGES) or b"")
     prefix = trace.is_prefix(ma, mb)
-    return TraceDiff(len(ma), len(mb), len(mb) - len(ma) if prefix else 0, not prefix)
+    ta, tb = _tape_names(git, a), _tape_names(git, b)
+    return TraceDiff(len(ma), len(mb), len(mb) - len(ma) if prefix else 0, not prefix, len(tb - ta), len(ta - tb))
+
+
+def _tape_names(git, image) -> set[bytes]:
+    found = lookup(git, bytes.fromhex(image.tree), img.TRACE_TAPE)
+    return {e[0] for e in read_tree(git, found[1])} if found and found[0] == MODE_TREE else set()
 
 
 def _effects(git, a, b) -> EffectsDiff:
@@ -114,7 +123,7 @@ def _env(git, a, b) -> EnvDiff:
 def _other(git, a, b) -> list[str]:
     out = set()
     for path, _, _ in diff_trees(git, bytes.fromhex(a.tree), bytes.fromhex(b.tree)):
-        if path.startswith(img.WORLD_FS + b"/") or path in _KNOWN:
+        if path.startswith((img.WORLD_FS + b"/", img.TRACE_TAPE + b"/")) or path in _KNOWN:
             continue
         out.add(os.fsdecode(path))
     return sorted(out)

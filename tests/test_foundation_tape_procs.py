@@ -59,6 +59,9 @@ def test_tape_is_stored_one_blob_per_exchange_redacted_and_restored(run_pf, tmp_
     old = {e.name: e.id for e in repo.git.revparse_single(f"{one.tree}:trace/tape")}
     new = {e.name: e.id for e in repo.git.revparse_single(f"{two.tree}:trace/tape")}
     assert all(new[n] == oid for n, oid in old.items())
+    assert repo.diff("main~1", "main").trace.exchanges_added == 1
+    shown = run_pf("diff", "main~1", "main", cwd=tmp_path / "repo").stdout
+    assert "tape 1 added, 0 removed" in shown and "other:" not in shown
     assert _dulwich_tape(tmp_path / "repo", two.tree) == {n.encode(): str(o).encode() for n, o in new.items()}
 
 

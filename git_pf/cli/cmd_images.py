@@ -98,7 +98,9 @@ def diff(
                     typer.echo(f"  {sign} {p}")
         t = d.trace
         typer.echo(f"trace:   {t.before} -> {t.after} messages, "
-                   + ("history rewritten" if t.rewritten else f"{t.appended} appended"))
+                   + ("history rewritten" if t.rewritten else f"{t.appended} appended")
+                   + (f"; tape {t.exchanges_added} added, {t.exchanges_removed} removed"
+                      if t.exchanges_added or t.exchanges_removed else ""))
         typer.echo(f"effects: {d.effects.added} added, {d.effects.removed} removed")
         e = d.env
         typer.echo(f"env:     {len(e.added)} added, {len(e.changed)} changed, {len(e.removed)} removed")
