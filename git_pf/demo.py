@@ -60,13 +60,14 @@ class Demo:
                               capture_output=True, text=True).returncode == 0
 
     def snapshot_agent(self) -> None:
-        self.say("1. an agent's sandbox, trace, effects and env become one image")
+        self.say("1. an agent's sandbox, trace (messages + recorded LLM exchanges), effects, env and "
+                 "process table become one image")
         self.run("git", "pf", "init", self.work, cwd=self.base)
         _write_agent_state(self.base)
         b = self.base
         self.run("git", "pf", "snapshot", "--fs-root", self.sandbox, "--agent", "demo-agent/1.0", "--messages",
                  b / "messages.jsonl", "--effects", b / "effects.jsonl", "--env", b / "env.json",
-                 "-m", "agent state: add() test failing")
+                 "--tape", b / "tape.jsonl", "--capture-procs", os.getpid(), "-m", "agent state: add() test failing")
         self.run("git", "pf", "show", "HEAD")
 
     def explore_in_forks(self) -> int:
@@ -159,6 +160,11 @@ def _write_agent_state(base: Path) -> None:
     (base / "effects.jsonl").write_text(json.dumps({
         "ts": "2026-11-22T10:00:00Z", "tool": "shell", "args": {"cmd": "pytest"}, "result": {"exit": 1},
         "idempotency_key": "run-1", "side_effect_class": "pure"}) + "\n")
+    (base / "tape.jsonl").write_text(json.dumps({  # one recorded model call; its API key is redacted
+        "request": {"model": "demo-model", "headers": {"Authorization": "Bearer sk-demo-not-a-real-key-123456"},
+                    "messages": [{"role": "user", "content": "The add() test fails. Fix calc.py."}]},
+        "response": {"content": "I will look at calc.py and try candidate fixes in parallel."},
+        "draws": [{"temperature": 0.7, "seed": 1234}]}) + "\n")
     (base / "env.json").write_text(json.dumps({"cwd": "/sandbox", "env": {
         "PATH": "/usr/bin", "OPENAI_API_KEY": "sk-demo-not-a-real-key-123456"}}))
 
