@@ -1,13 +1,13 @@
 """The mount daemon: start one, serve it, pause it for a snapshot, stop it cleanly.
 
-``start`` forks a daemon (or serves in the foreground), which mounts with
-pyfuse3, records its pid in ``mount.json`` and only then reports ready, so
-``git pf mount`` returns once the directory works. One daemon serves one
-mountpoint; N fork mounts are N daemons sharing the git object database and
-the side store (pyfuse3 holds one session per process). A control socket
-lets ``git pf snapshot --mount`` freeze the event loop while it reads the
-upper layer, then switch the mount to the new image and empty the upper layer
-before any other request runs.
+``start`` forks a daemon (or serves in the foreground), which mounts
+(``session``), records its pid in ``mount.json`` and only then reports
+ready, so ``git pf mount`` returns once the directory works. One daemon
+serves one mountpoint; N fork mounts are N daemons sharing the git object
+database and the side store. A control socket lets ``git pf snapshot
+--mount`` hold the request loop still while it reads the upper layer, then
+switch the mount to the new image and empty the upper layer before any other
+request runs.
 """
 from __future__ import annotations
 
@@ -30,17 +30,14 @@ READY_TIMEOUT = 60.0
 FREEZE_TIMEOUT = 120.0  # a snapshot that has not answered by then is abandoned; the mount carries on
 MAX_READ = 1024 * 1024  # kernel read-ahead window of a mount
 MAX_BACKGROUND = 64  # read-ahead requests the kernel may have in flight at once
+SIGNALS = (signal.SIGTERM, signal.SIGINT)  # end the session cleanly
 
 log = logging.getLogger("git_pf.fuse")
 
 
-def options(state: MountState) -> set[str]:
-    import pyfuse3
-
-    opts = set(pyfuse3.default_options) | {f"fsname={mounts.FSNAME}", "subtype=pf"}
-    if state.mode == "ro":
-        opts.add("ro")
-    return opts
+def options(state: MountState) -> list[str]:
+    opts = ["default_permissions", f"fsname={mounts.FSNAME}", "subtype=pf"]
+    return opts + ["ro"] if state.mode == "ro" else opts
 
 
 class Daemon:
@@ -62,6 +59,7 @@ class Daemon:
             upper = Upper(os.fsencode(state.upper), os.fsencode(state.dir / "tmp"))
         self.ops = Operations(View(Lower(self.repo.git, self.repo.store, state.image), upper))
         self.control: socket.socket | None = None
+        self.session = None
 
     # -- control --------------------------------------------------------
     def listen(self) -> None:
@@ -71,9 +69,6 @@ class Daemon:
         threading.Thread(target=self._accept, daemon=True, name="control").start()
 
     def _accept(self) -> None:
-        import pyfuse3
-        import trio
-
         while True:
             conn, _ = self.control.accept()
             conn.settimeout(FREEZE_TIMEOUT)
@@ -81,7 +76,10 @@ class Daemon:
                 f = conn.makefile("rwb")
                 req = json.loads(f.readline() or b"{}")
                 if req.get("op") == "freeze":
-                    trio.from_thread.run_sync(self._frozen, f, trio_token=pyfuse3.trio_token)
+                    with self.session.lock:
+                        self._frozen(f)
+                elif req.get("op") == "stats":
+                    _reply(f, {"ok": True, "requests": dict(self.session.counts)})
                 else:
                     _reply(f, {"ok": req.get("op") == "ping", "pid": os.getpid(), "error": "unknown request"})
             except Exception as e:  # a broken client never takes the mount down
@@ -90,7 +88,7 @@ class Daemon:
                 conn.close()
 
     def _frozen(self, f) -> None:
-        """Runs inside the event loop, so no FUSE request is served until it returns."""
+        """Runs holding the session's lock, so no FUSE request is served until it returns."""
         _reply(f, {"ok": True, "image": self.state.image})
         try:
             req = json.loads(f.readline() or b"{}")
@@ -114,7 +112,7 @@ class Daemon:
         self.state.image = image
         self.state.save(durable=True)
         upper = self.ops.view.upper
-        self.ops.view = self._View(lower, upper)  # the upper layer is valid over the new image too
+        self.ops.follow(self._View(lower, upper))  # the upper layer is valid over the new image too
         if upper is not None:
             try:
                 clear_upper(self.state, self.ops.open_paths())
@@ -124,20 +122,20 @@ class Daemon:
 
     # -- lifecycle ------------------------------------------------------
     def run(self, ready) -> None:
-        import pyfuse3
+        from .session import Session
 
-        from . import loop
-
-        pyfuse3.init(self.ops, self.state.mountpoint, options(self.state))
+        self.session = Session(self.ops.handlers(), self.state.mountpoint, options(self.state), MAX_BACKGROUND)
+        self.session.mount()
         self.state.pid = os.getpid()
         self.state.save()
         self.listen()
         threading.Thread(target=self._when_served, args=(ready,), daemon=True, name="ready").start()
-        signal.signal(signal.SIGTERM, lambda *_: _terminate())
+        for sig in SIGNALS:
+            signal.signal(sig, lambda *_: self.session.terminate())
         try:
-            loop.run()
+            self.session.serve()
         finally:
-            pyfuse3.close(unmount=True)
+            self.session.close()
             self.finish()
 
     def _when_served(self, ready) -> None:
@@ -171,37 +169,16 @@ def _attach_lazy_fetch(repo) -> None:
 
 
 def _raise_readahead(mountpoint: str) -> None:
-    """Let the kernel read ahead 1 MiB at a time (one FUSE request per MiB, not per 128 KiB)
-    with more requests in flight; only after the handshake, which sets the defaults."""
+    """Let the kernel read ahead 1 MiB at a time (one FUSE request per MiB, not per 128 KiB);
+    only after the handshake, which sets the default (the INIT reply can only lower it)."""
     try:
         with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
             devs = [line.split()[2] for line in f if mounts.unescape(line.split()[4]) == mountpoint]
         if devs:
             with open(f"/sys/class/bdi/{devs[-1]}/read_ahead_kb", "w") as f:
                 f.write(str(MAX_READ // 1024))
-            with open(f"/sys/fs/fuse/connections/{devs[-1].split(':')[1]}/max_background", "w") as f:
-                f.write(str(MAX_BACKGROUND))
     except OSError:
-        pass  # not allowed here: the kernel's defaults apply
-
-
-def _terminate() -> None:
-    """SIGTERM: end the session from inside the event loop.
-
-    The handler runs in the loop's own thread, possibly between two tasks,
-    where ``trio.from_thread.run_sync`` would wait for itself forever;
-    ``run_sync_soon`` is safe in a signal handler and runs ``terminate`` at
-    the loop's next scheduler pass (at most a few dozen requests later)."""
-    import pyfuse3
-
-    token = pyfuse3.trio_token
-    if token is not None:
-        token.run_sync_soon(pyfuse3.terminate, idempotent=True)
-        return
-    try:  # the loop is not running (yet): the exit flag alone ends it
-        pyfuse3.terminate()
-    except RuntimeError:
-        pass
+        pass  # not allowed here: the kernel's default applies
 
 
 def _reply(f, obj: dict) -> None:
@@ -224,8 +201,7 @@ def start(git_dir: str, state: MountState, foreground: bool = False) -> MountSta
         os.umask(0)
         Daemon(git_dir, state).run(lambda: print(f"mounted {state.image[:12]} at {state.mountpoint}", flush=True))
         return state
-    import pyfuse3  # noqa: F401  (loaded once, before the fork, for every daemon this process starts)
-    import trio  # noqa: F401
+    from . import lower, ops, session  # noqa: F401  (loaded once, before the fork, for every daemon)
 
     r, w = os.pipe()
     pid = os.fork()

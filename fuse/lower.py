@@ -127,6 +127,7 @@ class Lower:
 
     def __init__(self, git: pygit2.Repository, store: SideStore, image_id: str):
         self.git, self.store, self.image_id = git, store, image_id
+        self.odb = git.odb
         commit = git.get(image_id)
         self.mtime_ns = commit.commit_time * 1_000_000_000
         tree = commit.tree_id.hex if hasattr(commit.tree_id, "hex") else str(commit.tree_id)
@@ -206,8 +207,13 @@ class Lower:
                 entry._size = self._pointer(entry).size
             else:  # the object header alone: a directory listing never inflates content
                 data = self.blobs.get(entry.oid)
-                entry._size = len(data) if data is not None else self.git.odb.read_header(pygit2.Oid(raw=entry.oid))[1]
+                entry._size = len(data) if data is not None else self.odb.read_header(pygit2.Oid(raw=entry.oid))[1]
         return entry._size
+
+    def content(self, entry: LEntry) -> bytes:
+        """The whole content of a small (git blob) file, not kept here (the kernel keeps it)."""
+        data = self.blobs.get(entry.oid)
+        return data if data is not None else self.odb.read(pygit2.Oid(raw=entry.oid))[1]
 
     def _blob(self, oid: bytes) -> bytes:
         data = self.blobs.pop(oid, None)

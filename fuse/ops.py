@@ -1,62 +1,53 @@
-"""The pyfuse3 ``Operations`` of a git-pf mount: inodes, handles and errno mapping.
+"""FUSE requests of a git-pf mount: inodes, handles, and the View call each request makes.
 
 Maps FUSE inodes to relative paths (stable for the life of the mount, moved
-on rename), turns each request into a ``View`` call, and answers with
-attributes and cache hints: long entry/attribute timeouts and
-``keep_cache`` for the lower layer, which never changes under a mount.
-Every mutating handler runs to completion without yielding, so a snapshot
-(which pauses the event loop) never sees half an operation. A damaged or
-missing object is EIO plus a log line, never a hang.
+on rename), decodes each request's arguments (``protocol``), turns it into a
+``View`` call and encodes the answer with cache hints: long entry/attribute
+timeouts and ``keep_cache`` for the lower layer, which never changes under
+a mount. A read-only mount answers ``open`` and ``opendir`` with ``ENOSYS``,
+after which the kernel sends neither (nor ``release``) and passes file
+handle 0: reads and listings are then served by inode. Every mutating
+handler runs to completion, so a snapshot (which holds the session still)
+never sees half an operation. Errors are ``OSError``; the session answers them.
 """
 from __future__ import annotations
 
 import errno
-import functools
-import logging
 import os
 import stat
+import time
+from collections import OrderedDict
 
-import pyfuse3
-
-from git_pf.errors import PfError
-
+from . import protocol as P
 from .upper import join
 from .view import Node, View
 
-log = logging.getLogger("git_pf.fuse")
+LOWER_TIMEOUT = P.valid(86400.0)  # the lower layer never changes under a mount
+UPPER_ATTR_TIMEOUT = P.valid(1.0)  # all changes pass through the kernel, which invalidates on write
+LOWER_BLKSIZE = 128 * 1024
+KEPT = 64  # readers and listings a read-only mount keeps by inode (it has no handles)
 
-LOWER_TIMEOUT = 86400.0  # the lower layer never changes under a mount
-UPPER_ATTR_TIMEOUT = 1.0  # all changes pass through the kernel, which invalidates on write
+
+def _no(code: int) -> OSError:
+    return OSError(code, os.strerror(code))
 
 
-def _fuse(fn):
-    """Turn OSError into its errno and anything else into EIO plus a log line."""
+def _name(body) -> bytes:
+    """The one NUL-terminated name that ends a request."""
+    return bytes(body[:-1])
 
-    @functools.wraps(fn)
-    async def wrapper(self, *args):
-        try:
-            return fn(self, *args)
-        except pyfuse3.FUSEError:
-            raise
-        except OSError as e:
-            raise pyfuse3.FUSEError(e.errno or errno.EIO) from None
-        except PfError as e:
-            log.error("%s: %s", fn.__name__, e.message)
-            raise pyfuse3.FUSEError(errno.EIO) from None
-        except Exception as e:  # a bug or damaged data: the caller sees EIO, the log says why
-            log.exception("%s failed: %s", fn.__name__, e)
-            raise pyfuse3.FUSEError(errno.EIO) from None
 
-    return wrapper
+def _ns(t_ns: int) -> tuple[int, int]:
+    return divmod(t_ns, 1_000_000_000)
 
 
 class Inodes:
     """inode <-> relative path; an unlinked inode keeps its number but loses its path."""
 
     def __init__(self):
-        self.path: dict[int, bytes | None] = {pyfuse3.ROOT_INODE: b""}
-        self.ino: dict[bytes, int] = {b"": pyfuse3.ROOT_INODE}
-        self.next = pyfuse3.ROOT_INODE + 1
+        self.path: dict[int, bytes | None] = {P.ROOT_ID: b""}
+        self.ino: dict[bytes, int] = {b"": P.ROOT_ID}
+        self.next = P.ROOT_ID + 1
 
     def of(self, rel: bytes) -> int:
         ino = self.ino.get(rel)
@@ -95,43 +86,72 @@ class Handle:
         self.ino, self.fd, self.reader = ino, fd, reader
 
 
-class Operations(pyfuse3.Operations):
-    enable_writeback_cache = False
+class Kept(OrderedDict):
+    """A few values by key, least recently used dropped first."""
 
+    def get_used(self, key):
+        value = self.get(key)
+        if value is not None:
+            self.move_to_end(key)
+        return value
+
+    def keep(self, key, value):
+        self[key] = value
+        if len(self) > KEPT:
+            self.popitem(last=False)
+        return value
+
+
+class Operations:
     def __init__(self, view: View):
-        super().__init__()
-        self.view = view
         self.inodes = Inodes()
         self.handles: dict[int, Handle] = {}
-        self.dirs: dict[int, list | None] = {}
-        self.dir_ino: dict[int, int] = {}
+        self.dirs: dict[int, list | None] = {}  # fh -> listing of an open directory (--rw mounts)
         self.next_fh = 1
         self.uid, self.gid = os.geteuid(), os.getegid()
+        self.follow(view)
+
+    def follow(self, view: View) -> None:
+        """Serve ``view`` from now on (a snapshot switched the image under the upper layer)."""
+        self.view = view
         self.readonly = view.upper is None
+        self.readers = Kept()  # inode -> reader, read-only mounts
+        self.listings = Kept()  # inode -> listing, read-only mounts
+        times = _ns(view.lower.mtime_ns)
+        self._lower_times = (times[0],) * 3 + (times[1],) * 3
+
+    def handlers(self) -> dict:
+        """opcode -> handler(nodeid, body) for the session."""
+        return {
+            P.LOOKUP: self.lookup, P.GETATTR: self.getattr, P.SETATTR: self.setattr, P.READLINK: self.readlink,
+            P.SYMLINK: self.symlink, P.MKNOD: self.mknod, P.MKDIR: self.mkdir, P.UNLINK: self.unlink,
+            P.RMDIR: self.rmdir, P.RENAME: self.rename, P.RENAME2: self.rename2, P.LINK: self.link,
+            P.OPEN: self.open, P.READ: self.read, P.WRITE: self.write, P.STATFS: self.statfs,
+            P.RELEASE: self.release, P.FSYNC: self.fsync, P.SETXATTR: self.setxattr, P.GETXATTR: self.getxattr,
+            P.LISTXATTR: self.listxattr, P.REMOVEXATTR: self.removexattr, P.OPENDIR: self.opendir,
+            P.READDIR: self.readdir, P.READDIRPLUS: self.readdirplus, P.RELEASEDIR: self.releasedir,
+            P.FSYNCDIR: self.fsyncdir, P.CREATE: self.create, P.DESTROY: lambda nodeid, body: b"",
+        }
 
     # -- helpers --------------------------------------------------------
-    def _attrs(self, ino: int, node: Node) -> pyfuse3.EntryAttributes:
-        a = pyfuse3.EntryAttributes()
-        a.st_ino = ino
-        a.entry_timeout = LOWER_TIMEOUT
+    def _attrs(self, ino: int, node: Node) -> tuple[tuple[int, int], tuple]:
+        """(attribute timeout, fuse_attr fields) of ``node``."""
         st = node.upper
         if st is not None:
-            a.attr_timeout = UPPER_ATTR_TIMEOUT
-            a.st_mode, a.st_uid, a.st_gid, a.st_rdev = st.st_mode, st.st_uid, st.st_gid, st.st_rdev
-            a.st_nlink = 1 if stat.S_ISDIR(st.st_mode) else st.st_nlink
-            a.st_size, a.st_blocks, a.st_blksize = st.st_size, st.st_blocks, 4096
-            a.st_atime_ns, a.st_mtime_ns, a.st_ctime_ns = st.st_atime_ns, st.st_mtime_ns, st.st_ctime_ns
-            return a
+            nlink = 1 if stat.S_ISDIR(st.st_mode) else st.st_nlink
+            (a, an), (m, mn), (c, cn) = _ns(st.st_atime_ns), _ns(st.st_mtime_ns), _ns(st.st_ctime_ns)
+            return UPPER_ATTR_TIMEOUT, (ino, st.st_size, st.st_blocks, a, m, c, an, mn, cn, st.st_mode, nlink,
+                                        st.st_uid, st.st_gid, st.st_rdev, 4096, 0)
         e = node.lower
-        a.attr_timeout = LOWER_TIMEOUT
-        a.st_mode, a.st_nlink, a.st_uid, a.st_gid = e.mode, 1, self.uid, self.gid
         size = len(self.view.lower.readlink(e)) if stat.S_ISLNK(e.mode) else self.view.lower.size(e)
-        a.st_size, a.st_blocks, a.st_blksize = size, (size + 511) // 512, 128 * 1024
-        a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = self.view.lower.mtime_ns
-        return a
+        return LOWER_TIMEOUT, (ino, size, (size + 511) // 512, *self._lower_times, e.mode, 1, self.uid, self.gid,
+                               0, LOWER_BLKSIZE, 0)
 
-    def _entry(self, rel: bytes) -> pyfuse3.EntryAttributes:
-        return self._attrs(self.inodes.of(rel), self.view.need(rel))
+    def _entry_of(self, ino: int, node: Node) -> bytes:
+        return P.entry_out(LOWER_TIMEOUT, *self._attrs(ino, node))
+
+    def _entry(self, rel: bytes) -> bytes:
+        return self._entry_of(self.inodes.of(rel), self.view.need(rel))
 
     def _child(self, parent: int, name: bytes) -> bytes:
         return join(self.inodes.rel(parent), name)
@@ -142,225 +162,269 @@ class Operations(pyfuse3.Operations):
         self.handles[fh] = handle
         return fh
 
+    def _fd(self, fh: int) -> int:
+        h = self.handles.get(fh)
+        if h is None or h.fd is None:
+            raise _no(errno.EBADF)
+        return h.fd
+
     def open_paths(self) -> set[bytes]:
         """Relative paths of files open on the upper layer (kept across a snapshot)."""
         return {self.inodes.path[h.ino] for h in self.handles.values()
                 if h.fd is not None and self.inodes.path.get(h.ino) is not None}
 
     # -- lookups --------------------------------------------------------
-    @_fuse
-    def lookup(self, parent_inode, name, ctx=None):
-        rel = self._child(parent_inode, name)
+    def lookup(self, parent, body):
+        rel = self._child(parent, _name(body))
         node = self.view.node(rel)
         if node is None:
             if self.readonly:  # cache the negative answer: nothing can appear
-                a = pyfuse3.EntryAttributes()
-                a.st_ino, a.entry_timeout = 0, LOWER_TIMEOUT
-                return a
-            raise OSError(errno.ENOENT, "")
-        return self._attrs(self.inodes.of(rel), node)
+                return P.negative_entry(LOWER_TIMEOUT)
+            raise _no(errno.ENOENT)
+        return self._entry_of(self.inodes.of(rel), node)
 
-    @_fuse
-    def getattr(self, inode, ctx=None):
+    def getattr(self, inode, body):
         rel = self.inodes.path.get(inode)
         if rel is None:
             fd = next((h.fd for h in self.handles.values() if h.ino == inode and h.fd is not None), None)
             if fd is None:
-                raise OSError(errno.ENOENT, "")
-            return self._attrs(inode, Node(os.fstat(fd), None))
-        return self._attrs(inode, self.view.need(rel))
+                raise _no(errno.ENOENT)
+            return P.attr_out(*self._attrs(inode, Node(os.fstat(fd), None)))
+        return P.attr_out(*self._attrs(inode, self.view.need(rel)))
 
-    async def forget(self, inode_list):
-        pass  # inode numbers stay bound to their paths for the life of the mount
-
-    @_fuse
-    def readlink(self, inode, ctx):
+    def readlink(self, inode, body):
         return self.view.readlink(self.inodes.rel(inode))
 
-    @_fuse
-    def opendir(self, inode, ctx):
+    def opendir(self, inode, body):
+        if self.readonly:
+            raise _no(errno.ENOSYS)  # zero-message opendir: listings are served by inode
         self.inodes.rel(inode)
         fh = self.next_fh
         self.next_fh += 1
         self.dirs[fh] = None
-        self.dir_ino[fh] = inode
-        return fh
+        return P.open_out(fh)
 
-    @_fuse
-    def readdir(self, fh, start_id, token):
+    def _list(self, inode: int) -> list:
+        rel = self.inodes.rel(inode)
+        of, attrs = self.inodes.of, self._attrs
+        return [(name, *attrs(of(join(rel, name)), node)) for name, node in sorted(self.view.listdir(rel).items())]
+
+    def _listing(self, inode: int, fh: int, off: int) -> list:
+        if not fh:  # a read-only mount: the lower directory never changes
+            return self.listings.get_used(inode) or self.listings.keep(inode, self._list(inode))
         listing = self.dirs.get(fh)
-        if listing is None or start_id == 0:  # first call, or rewinddir: list afresh
-            rel = self.inodes.rel(self.dir_ino[fh])
-            listing = self.dirs[fh] = [
-                (name, self._attrs(self.inodes.of(join(rel, name)), node))
-                for name, node in sorted(self.view.listdir(rel).items())]
-        for i in range(start_id, len(listing)):
-            name, attrs = listing[i]
-            if not pyfuse3.readdir_reply(token, name, attrs, i + 1):
+        if listing is None or off == 0:  # first call, or rewinddir: list afresh
+            listing = self.dirs[fh] = self._list(inode)
+        return listing
+
+    def _readdir(self, inode, body, plus: bool):
+        fh, off, size = P.READ_IN.unpack_from(body)
+        listing = self._listing(inode, fh, off)
+        out, used = [], 0
+        for i in range(off, len(listing)):
+            name, timeout, attr = listing[i]
+            rec = P.direntplus(name, i + 1, LOWER_TIMEOUT, timeout, attr) if plus else P.dirent(name, i + 1, attr)
+            if used + len(rec) > size:
                 break
+            out.append(rec)
+            used += len(rec)
+        return b"".join(out)
 
-    @_fuse
-    def releasedir(self, fh):
-        self.dirs.pop(fh, None)
-        self.dir_ino.pop(fh, None)
+    def readdir(self, inode, body):
+        return self._readdir(inode, body, False)
 
-    @_fuse
-    def getxattr(self, inode, name, ctx):
-        try:
-            return self.view.getxattr(self.inodes.rel(inode), name.decode())
-        except OSError as e:
-            if e.errno == errno.ENODATA:
-                raise pyfuse3.FUSEError(pyfuse3.ENOATTR) from None
-            raise
+    def readdirplus(self, inode, body):
+        return self._readdir(inode, body, True)
 
-    @_fuse
-    def listxattr(self, inode, ctx):
-        return [n.encode() for n in self.view.listxattr(self.inodes.rel(inode))]
+    def releasedir(self, inode, body):
+        self.dirs.pop(P.FH_IN.unpack_from(body)[0], None)
+        return b""
 
-    @_fuse
-    def statfs(self, ctx):
+    def getxattr(self, inode, body):
+        size = P.XATTR_IN.unpack_from(body)[0]
+        value = self.view.getxattr(self.inodes.rel(inode), os.fsdecode(_name(body[P.XATTR_IN.size:])))
+        return _sized(value, size)
+
+    def listxattr(self, inode, body):
+        size = P.XATTR_IN.unpack_from(body)[0]
+        names = self.view.listxattr(self.inodes.rel(inode))
+        return _sized(b"".join(os.fsencode(n) + b"\0" for n in names), size)
+
+    def statfs(self, inode, body):
         root = self.view.upper.root if self.view.upper is not None else os.fsencode(self.view.lower.git.path)
-        sv = os.statvfs(root)
-        out = pyfuse3.StatvfsData()
-        for f in ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files", "f_ffree", "f_favail"):
-            setattr(out, f, getattr(sv, f))
-        out.f_namemax = 255
-        return out
+        return P.statfs_out(os.statvfs(root))
 
     # -- files ----------------------------------------------------------
-    @_fuse
-    def open(self, inode, flags, ctx):
+    def open(self, inode, body):
+        if self.readonly:
+            raise _no(errno.ENOSYS)  # zero-message open: reads are served by inode, no release follows
+        flags = P.OPEN_IN.unpack_from(body)[0]
         rel = self.inodes.rel(inode)
         node = self.view.need(rel)
-        writing = flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC
-        if writing:
-            fd = self.view.open_fd(rel, flags)
-            return pyfuse3.FileInfo(fh=self._new_fh(Handle(inode, fd=fd)))
+        if flags & os.O_ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
+            return P.open_out(self._new_fh(Handle(inode, fd=self.view.open_fd(rel, flags))))
         if node.upper is not None:
             fd = os.open(self.view.upper.path(rel), os.O_RDONLY | os.O_CLOEXEC)
-            return pyfuse3.FileInfo(fh=self._new_fh(Handle(inode, fd=fd)))
+            return P.open_out(self._new_fh(Handle(inode, fd=fd)))
         reader = self.view.lower.reader(node.lower)
-        return pyfuse3.FileInfo(fh=self._new_fh(Handle(inode, reader=reader)), keep_cache=True)
+        return P.open_out(self._new_fh(Handle(inode, reader=reader)), keep_cache=True)
 
-    @_fuse
-    def create(self, parent_inode, name, mode, flags, ctx):
-        rel = self._child(parent_inode, name)
+    def create(self, parent, body):
+        flags, mode = P.CREATE_IN.unpack_from(body)[:2]
+        rel = self._child(parent, _name(body[P.CREATE_IN.size:]))
         fd = self.view.create(rel, mode, flags)
-        ino = self.inodes.of(rel)
-        return pyfuse3.FileInfo(fh=self._new_fh(Handle(ino, fd=fd))), self._entry(rel)
+        fh = self._new_fh(Handle(self.inodes.of(rel), fd=fd))
+        return self._entry(rel) + P.open_out(fh)
 
-    @_fuse
-    def read(self, fh, off, size):
+    def read(self, inode, body):
+        fh, off, size = P.READ_IN.unpack_from(body)
+        if not fh:
+            return self._read_lower(inode, off, size)
         h = self.handles[fh]
         if h.fd is not None:
             return os.pread(h.fd, size, off)
         return h.reader.read(off, size)
 
-    @_fuse
-    def write(self, fh, off, buf):
-        h = self.handles[fh]
-        if h.fd is None:
-            raise OSError(errno.EBADF, "")
-        return os.pwrite(h.fd, buf, off)
+    def _read_lower(self, inode: int, off: int, size: int):
+        """A read-only mount's read, by inode: a small file read whole comes straight from
+        its blob; anything else through a reader kept for the next read."""
+        reader = self.readers.get_used(inode)
+        if reader is not None:
+            return reader.read(off, size)
+        lower = self.view.lower
+        entry = lower.get(self.inodes.rel(inode))
+        if entry is None or entry.is_dir:
+            raise _no(errno.ENOENT if entry is None else errno.EISDIR)
+        if off == 0 and not entry.pointer and lower.size(entry) <= size:
+            return lower.content(entry)
+        return self.readers.keep(inode, lower.reader(entry)).read(off, size)
 
-    # no ``flush``: pyfuse3 answers ENOSYS, after which the kernel stops sending one per close
+    def write(self, inode, body):
+        fh, off, size = P.WRITE_IN.unpack_from(body)
+        n = os.pwrite(self._fd(fh), body[P.WRITE_IN_SIZE:P.WRITE_IN_SIZE + size], off)
+        return P.WRITE_OUT.pack(n, 0)
 
-    @_fuse
-    def release(self, fh):
-        h = self.handles.pop(fh, None)
+    # no ``flush``: answered ENOSYS, after which the kernel stops sending one per close
+
+    def release(self, inode, body):
+        h = self.handles.pop(P.FH_IN.unpack_from(body)[0], None)
         if h is not None and h.fd is not None:
             os.close(h.fd)
+        return b""
 
-    @_fuse
-    def fsync(self, fh, datasync):
-        h = self.handles[fh]
-        if h.fd is not None:
-            (os.fdatasync if datasync else os.fsync)(h.fd)
+    def fsync(self, inode, body):
+        fh, flags = P.FSYNC_IN.unpack_from(body)
+        h = self.handles.get(fh)
+        if h is not None and h.fd is not None:
+            (os.fdatasync if flags & P.FSYNC_FDATASYNC else os.fsync)(h.fd)
+        return b""
 
-    @_fuse
-    def fsyncdir(self, fh, datasync):
+    def fsyncdir(self, inode, body):
         if self.view.upper is None:
-            return
-        st = self.view.upper.lstat(self.inodes.rel(self.dir_ino[fh]))
+            return b""
+        rel = self.inodes.rel(inode)
+        st = self.view.upper.lstat(rel)
         if st is not None and stat.S_ISDIR(st.st_mode):
-            fd = os.open(self.view.upper.path(self.inodes.rel(self.dir_ino[fh])), os.O_RDONLY | os.O_DIRECTORY)
+            fd = os.open(self.view.upper.path(rel), os.O_RDONLY | os.O_DIRECTORY)
             try:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+        return b""
 
     # -- changes --------------------------------------------------------
-    @_fuse
-    def setattr(self, inode, attr, fields, fh, ctx):
-        fd = self.handles[fh].fd if fh is not None and fh in self.handles else None
+    def setattr(self, inode, body):
+        (valid, _, fh, size, _, atime, mtime, _, atimensec, mtimensec, _, mode, _, uid, gid,
+         _) = P.SETATTR_IN.unpack_from(body)
+        h = self.handles.get(fh) if valid & P.FATTR_FH else None
+        fd = h.fd if h is not None else None
         if self.inodes.path.get(inode) is None and fd is not None:  # unlinked but still open
-            if fields.update_size:
-                os.ftruncate(fd, attr.st_size)
-            if fields.update_mode:
-                os.fchmod(fd, stat.S_IMODE(attr.st_mode))
-            return self._attrs(inode, Node(os.fstat(fd), None))
+            if valid & P.FATTR_SIZE:
+                os.ftruncate(fd, size)
+            if valid & P.FATTR_MODE:
+                os.fchmod(fd, stat.S_IMODE(mode))
+            return P.attr_out(*self._attrs(inode, Node(os.fstat(fd), None)))
         rel = self.inodes.rel(inode)
         self.view.setattr(
             rel, fd,
-            mode=attr.st_mode if fields.update_mode else None,
-            uid=attr.st_uid if fields.update_uid else None,
-            gid=attr.st_gid if fields.update_gid else None,
-            size=attr.st_size if fields.update_size else None,
-            atime_ns=attr.st_atime_ns if fields.update_atime else None,
-            mtime_ns=attr.st_mtime_ns if fields.update_mtime else None)
-        return self._entry(rel)
+            mode=mode if valid & P.FATTR_MODE else None,
+            uid=uid if valid & P.FATTR_UID else None,
+            gid=gid if valid & P.FATTR_GID else None,
+            size=size if valid & P.FATTR_SIZE else None,
+            atime_ns=_set_time(valid, P.FATTR_ATIME, P.FATTR_ATIME_NOW, atime, atimensec),
+            mtime_ns=_set_time(valid, P.FATTR_MTIME, P.FATTR_MTIME_NOW, mtime, mtimensec))
+        return P.attr_out(*self._attrs(inode, self.view.need(rel)))
 
-    @_fuse
-    def mkdir(self, parent_inode, name, mode, ctx):
-        rel = self._child(parent_inode, name)
+    def mkdir(self, parent, body):
+        mode = P.MKDIR_IN.unpack_from(body)[0]
+        rel = self._child(parent, _name(body[P.MKDIR_IN.size:]))
         self.view.mkdir(rel, mode)
         return self._entry(rel)
 
-    @_fuse
-    def symlink(self, parent_inode, name, target, ctx):
-        rel = self._child(parent_inode, name)
+    def symlink(self, parent, body):
+        name, target = P.names(body, 2)
+        rel = self._child(parent, name)
         self.view.symlink(rel, target)
         return self._entry(rel)
 
-    @_fuse
-    def mknod(self, parent_inode, name, mode, rdev, ctx):
-        rel = self._child(parent_inode, name)
+    def mknod(self, parent, body):
+        mode, rdev = P.MKNOD_IN.unpack_from(body)[:2]
+        rel = self._child(parent, _name(body[P.MKNOD_IN.size:]))
         self.view.mknod(rel, mode, rdev)
         return self._entry(rel)
 
-    @_fuse
-    def unlink(self, parent_inode, name, ctx):
-        rel = self._child(parent_inode, name)
+    def unlink(self, parent, body):
+        rel = self._child(parent, _name(body))
         self.view.unlink(rel)
         self.inodes.detach(rel)
+        return b""
 
-    @_fuse
-    def rmdir(self, parent_inode, name, ctx):
-        rel = self._child(parent_inode, name)
+    def rmdir(self, parent, body):
+        rel = self._child(parent, _name(body))
         self.view.rmdir(rel)
         self.inodes.detach(rel)
+        return b""
 
-    @_fuse
-    def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
-        if flags & pyfuse3.RENAME_EXCHANGE:
-            raise OSError(errno.EINVAL, "")
-        old, new = self._child(parent_inode_old, name_old), self._child(parent_inode_new, name_new)
-        self.view.rename(old, new, bool(flags & pyfuse3.RENAME_NOREPLACE))
+    def rename(self, parent, body):
+        return self._rename(parent, P.RENAME_IN.unpack_from(body)[0], 0, body[P.RENAME_IN.size:])
+
+    def rename2(self, parent, body):
+        newdir, flags, _ = P.RENAME2_IN.unpack_from(body)
+        return self._rename(parent, newdir, flags, body[P.RENAME2_IN.size:])
+
+    def _rename(self, parent_old, parent_new, flags, names):
+        if flags & P.RENAME_EXCHANGE:
+            raise _no(errno.EINVAL)
+        name_old, name_new = P.names(names, 2)
+        old, new = self._child(parent_old, name_old), self._child(parent_new, name_new)
+        self.view.rename(old, new, bool(flags & P.RENAME_NOREPLACE))
         self.inodes.move(old, new)
+        return b""
 
-    @_fuse
-    def link(self, inode, new_parent_inode, new_name, ctx):
+    def link(self, inode, body):
         raise OSError(errno.EPERM, "hard links are not supported")
 
-    @_fuse
-    def setxattr(self, inode, name, value, ctx):
-        self.view.setxattr(self.inodes.rel(inode), name.decode(), value)
+    def setxattr(self, inode, body):
+        size = P.XATTR_IN.unpack_from(body)[0]
+        name, _, rest = bytes(body[P.XATTR_IN.size:]).partition(b"\0")
+        self.view.setxattr(self.inodes.rel(inode), os.fsdecode(name), rest[:size])
+        return b""
 
-    @_fuse
-    def removexattr(self, inode, name, ctx):
-        try:
-            self.view.removexattr(self.inodes.rel(inode), name.decode())
-        except OSError as e:
-            if e.errno == errno.ENODATA:
-                raise pyfuse3.FUSEError(pyfuse3.ENOATTR) from None
-            raise
+    def removexattr(self, inode, body):
+        self.view.removexattr(self.inodes.rel(inode), os.fsdecode(_name(body)))
+        return b""
+
+
+def _sized(value: bytes, size: int) -> bytes:
+    """An xattr answer: the length alone when asked with size 0, ERANGE when it does not fit."""
+    if size == 0:
+        return P.XATTR_SIZE_OUT.pack(len(value), 0)
+    if len(value) > size:
+        raise _no(errno.ERANGE)
+    return value
+
+
+def _set_time(valid: int, field: int, now: int, sec: int, nsec: int) -> int | None:
+    if not valid & field:
+        return None
+    return time.time_ns() if valid & now else sec * 1_000_000_000 + nsec

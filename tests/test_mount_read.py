@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from git_pf import mounts
+from git_pf.fuse import protocol
+
 from mount_helpers import describe, make_sandbox, pf, requires_fuse, snapshot  # noqa: F401
 
 pytestmark = requires_fuse
@@ -27,6 +30,31 @@ def test_readonly_mount_equals_checkout(pf):
     pf.run("umount", str(mnt))
     assert not os.listdir(mnt)
     assert pf.states() == []
+
+
+def requests_served(pf, mnt: Path) -> dict[int, int]:
+    """The daemon's count of FUSE requests served, by opcode."""
+    state = mounts.for_mountpoint(str(pf.repo / ".git"), mounts.canonical(mnt))[0]
+    control = mounts.Control(state)
+    try:
+        return {int(op): n for op, n in control.ask({"op": "stats"})["requests"].items()}
+    finally:
+        control.close()
+
+
+def test_readonly_mount_reads_by_inode_without_open_or_release(pf):
+    sb = make_sandbox(pf.root)
+    image = snapshot(pf, sb)
+    pf.run("checkout", image, "--into", str(pf.root / "co"))
+    mnt = pf.mount(image, pf.root / "mnt")
+    assert describe(mnt) == describe(pf.root / "co")  # reads every file, lists every directory
+    served = requests_served(pf, mnt)
+    assert served.get(protocol.OPEN, 0) <= 1 and served.get(protocol.OPENDIR, 0) <= 1  # answered ENOSYS once
+    assert served.get(protocol.RELEASE, 0) == 0 and served.get(protocol.RELEASEDIR, 0) == 0
+    assert served[protocol.READ] >= 6
+    for _ in range(3):  # the page cache outlives close/open: no new request
+        assert (mnt / "src" / "main.py").read_text() == "print('hello')\n"
+    assert requests_served(pf, mnt)[protocol.READ] == served[protocol.READ]
 
 
 def test_large_file_random_reads_match(pf):

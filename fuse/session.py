@@ -1,0 +1,155 @@
+"""One FUSE session: mount, the request loop on the FUSE device, unmount.
+
+The daemon talks to the kernel directly (docs/mount.md "Request loop"):
+``fusermount3`` mounts and hands back the ``/dev/fuse`` descriptor, and one
+thread reads each request into a buffer kept for the session, looks up the
+handler by opcode, and writes the reply with one ``writev``. A handler gets
+the request's node id and argument bytes and returns the reply payload (or
+``None`` for requests the kernel expects no answer to); an ``OSError`` is
+answered with its errno, any other error with ``EIO`` and a log line.
+``lock`` is held while a request is served, so another thread that takes it
+(a snapshot's freeze) holds the whole mount still. Knows nothing of git.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import select
+import socket
+import subprocess
+import threading
+
+from git_pf.errors import PfError
+
+from . import protocol as P
+
+log = logging.getLogger("git_pf.fuse")
+
+MAX_WRITE = 1024 * 1024  # largest write (and read) request: 256 pages
+BUFFER = MAX_WRITE + 4096  # a whole write request: header, write_in, data
+
+
+class Terminated(Exception):
+    """Raised by ``terminate`` into a loop that is waiting for the next request."""
+
+
+class Session:
+    def __init__(self, handlers: dict, mountpoint: str, options: list[str], max_background: int):
+        self.handlers = handlers  # opcode -> fn(nodeid, body) -> payload | None
+        self.mountpoint, self.options, self.max_background = mountpoint, options, max_background
+        self.fd = -1
+        self.lock = threading.Lock()
+        self.stopping = False
+        self._waiting = False
+        self.counts: dict[int, int] = {}  # requests served, by opcode
+
+    # -- mount ----------------------------------------------------------
+    def mount(self) -> None:
+        """Mount through fusermount3, which passes the FUSE device back over a socket."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            env = dict(os.environ, _FUSE_COMMFD=str(theirs.fileno()))
+            try:
+                proc = subprocess.run(["fusermount3", "-o", ",".join(self.options), "--", self.mountpoint],
+                                      env=env, pass_fds=(theirs.fileno(),), capture_output=True, text=True)
+            except FileNotFoundError:
+                raise OSError(errno.ENOENT, "fusermount3 is not installed (install the fuse3 package)") from None
+            theirs.close()
+            if proc.returncode != 0:
+                raise OSError(errno.EIO, proc.stderr.strip() or f"fusermount3 failed ({proc.returncode})")
+            _, fds, _, _ = socket.recv_fds(ours, 1, 1)
+        finally:
+            ours.close()
+            theirs.close()
+        if not fds:
+            raise OSError(errno.EIO, "fusermount3 passed no FUSE device")
+        self.fd = fds[0]
+        os.set_inheritable(self.fd, False)
+
+    def close(self) -> None:
+        """Detach the mount unless the kernel already ended the session, then drop the device."""
+        if self.fd < 0:
+            return
+        ended = select.poll()
+        ended.register(self.fd, select.POLLIN)
+        if not any(ev & select.POLLERR for _, ev in ended.poll(0)):
+            subprocess.run(["fusermount3", "-u", "-z", "--", self.mountpoint], capture_output=True)
+        os.close(self.fd)
+        self.fd = -1
+
+    # -- serving --------------------------------------------------------
+    def terminate(self) -> None:
+        """End the loop (safe in a signal handler of the loop's thread): at once when it is
+        waiting for a request, else once the request it serves is answered."""
+        self.stopping = True
+        if self._waiting:
+            raise Terminated()
+
+    def serve(self) -> None:
+        """Serve requests until the mount goes away or ``terminate`` is called."""
+        buf = bytearray(BUFFER)
+        view = memoryview(buf)
+        fd, unpack, handlers, lock, counts = self.fd, P.IN_HEADER.unpack_from, self.handlers, self.lock, self.counts
+        while not self.stopping:
+            try:
+                self._waiting = True
+                n = os.readv(fd, [buf])
+                self._waiting = False
+            except Terminated:
+                break
+            except OSError as e:
+                self._waiting = False
+                if e.errno in (errno.ENOENT, errno.EAGAIN):  # interrupted before we read it: nothing to answer
+                    continue
+                if e.errno == errno.ENODEV:  # unmounted
+                    break
+                raise
+            _, opcode, unique, nodeid, *_ = unpack(buf)
+            counts[opcode] = counts.get(opcode, 0) + 1
+            with lock:
+                self._answer(opcode, unique, nodeid, handlers.get(opcode), view[P.IN_HEADER.size:n])
+            if opcode == P.DESTROY:
+                break
+
+    def _answer(self, opcode: int, unique: int, nodeid: int, fn, body) -> None:
+        if opcode == P.INIT:
+            fn = self._init
+        if fn is None:
+            if opcode not in P.NO_REPLY:
+                self._reply_error(unique, errno.ENOSYS)
+            return
+        try:
+            out = fn(nodeid, body)
+        except OSError as e:
+            self._reply_error(unique, e.errno or errno.EIO)
+            return
+        except PfError as e:
+            log.error("request %d: %s", opcode, e.message)
+            self._reply_error(unique, errno.EIO)
+            return
+        except Exception as e:  # a bug or damaged data: the caller sees EIO, the log says why
+            log.exception("request %d failed: %s", opcode, e)
+            self._reply_error(unique, errno.EIO)
+            return
+        if out is not None:
+            self._reply(unique, out)
+
+    def _init(self, nodeid: int, body) -> bytes:
+        reply, flags = P.init_reply(body, MAX_WRITE, self.max_background)
+        log.debug("FUSE session started (flags %#x)", flags)
+        return reply
+
+    def _reply(self, unique: int, out) -> None:
+        try:
+            os.writev(self.fd, [P.OUT_HEADER.pack(P.OUT_HEADER.size + len(out), 0, unique), out])
+        except OSError as e:
+            if e.errno != errno.ENOENT:  # ENOENT: the request was interrupted meanwhile
+                raise
+
+    def _reply_error(self, unique: int, code: int) -> None:
+        try:
+            os.write(self.fd, P.OUT_HEADER.pack(P.OUT_HEADER.size, -code, unique))
+        except OSError as e:
+            if e.errno != errno.ENOENT:
+                raise
