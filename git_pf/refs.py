@@ -10,6 +10,7 @@ refs; never writes objects.
 from __future__ import annotations
 
 import re
+import time
 
 import pygit2
 
@@ -22,6 +23,7 @@ HEAD = "refs/pf/HEAD"
 OBJECTS = "refs/pf/objects"
 DEFAULT_BRANCH = "main"
 
+LOCK_WAIT_S = 1.0  # how long a ref move waits for a lock held by someone else (as git's core.packedRefsTimeout)
 _SUFFIX = re.compile(r"([~^])(\d*)")
 _HEX = re.compile(r"^[0-9a-fA-F]{4,40}$")
 
@@ -58,16 +60,32 @@ def update_branch(repo: pygit2.Repository, name: str, new: str, old: str | None,
     full = HEADS + name
     try:
         if old is None:
-            repo.create_reference_direct(full, pygit2.Oid(hex=new), False, message=log)
+            _when_unlocked(lambda: repo.create_reference_direct(full, pygit2.Oid(hex=new), False, message=log))
         else:
             ref = repo.references[full]
             if str(ref.target) != old:
                 raise PfError(f"branch '{name}' moved while this command ran; nothing was changed")
-            ref.set_target(new, log)
+            _when_unlocked(lambda: ref.set_target(new, log))
     except pygit2.AlreadyExistsError:
         raise PfError(f"branch '{name}' was created while this command ran; nothing was changed") from None
     except pygit2.GitError as e:
         raise PfError(f"cannot update branch '{name}': {e}") from None
+
+
+def _when_unlocked(move) -> None:
+    """Run ``move``, retrying for up to LOCK_WAIT_S while another process (a background
+    ``git gc`` packing refs) holds the ref's lock file."""
+    deadline = time.monotonic() + LOCK_WAIT_S
+    delay = 0.001
+    while True:
+        try:
+            move()
+            return
+        except OSError as e:
+            if "lock" not in str(e) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(2 * delay, 0.05)
 
 
 def list_refs(repo: pygit2.Repository, prefix: str) -> dict[str, str]:

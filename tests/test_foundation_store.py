@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 
 import pytest
@@ -134,3 +135,18 @@ def test_snapshot_objects_go_into_one_pack_and_many_packs_get_repacked(repo, tmp
     assert len(list(pack_dir.glob("*.pack"))) <= 3
     while subprocess.run(["pgrep", "-f", f"{tmp_path}/repo/.git gc"], capture_output=True).returncode == 0:
         time.sleep(0.1)  # let it finish before git fsck runs
+
+
+def test_a_snapshot_waits_for_a_branch_lock_held_for_a_moment(repo, tmp_path):
+    sb = make_grid(tmp_path / "sb", 2, 2)
+    repo.snapshot(sb, name="main")
+    lock = tmp_path / "repo" / ".git" / "refs" / "pf" / "heads" / "main.lock"
+    lock.write_bytes(b"")  # as a background git gc packing refs holds it
+    release = threading.Timer(0.3, lock.unlink)
+    release.start()
+    (sb / "d0" / "f0.txt").write_text("edited\n")
+    try:
+        snap = repo.snapshot(sb, name="main")
+    finally:
+        release.join()
+    assert not snap.unchanged and repo.resolve("main").id == snap.image.id

@@ -10,6 +10,7 @@ always skipped. Pure path logic plus reading ``.gitignore`` files.
 """
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -24,6 +25,11 @@ class _Level:
     spec: pathspec.GitIgnoreSpec
 
 
+@functools.lru_cache(maxsize=256)  # a process taking snapshot after snapshot compiles each file once
+def _compile(data: bytes) -> pathspec.GitIgnoreSpec:
+    return pathspec.GitIgnoreSpec.from_lines(data.decode("utf-8", "surrogateescape").splitlines())
+
+
 class IgnoreRules:
     """An immutable stack of ignore specs; ``descend`` returns the stack for a subdirectory."""
 
@@ -32,19 +38,19 @@ class IgnoreRules:
         self._override = override
 
     @classmethod
-    def for_root(cls, root: bytes, extra_patterns: list[str]) -> "IgnoreRules":
-        override = pathspec.GitIgnoreSpec.from_lines(extra_patterns) if extra_patterns else None
-        return cls((), override).descend(root, b"")
+    def from_patterns(cls, extra_patterns: list[str]) -> "IgnoreRules":
+        """The ``--ignore`` patterns alone, before any ``.gitignore`` file."""
+        return cls((), pathspec.GitIgnoreSpec.from_lines(extra_patterns) if extra_patterns else None)
 
     def descend(self, abs_dir: bytes, rel_dir: bytes) -> "IgnoreRules":
         """Rules inside ``rel_dir``: these plus its ``.gitignore`` if it has one."""
         try:
             with open(os.path.join(abs_dir, b".gitignore"), "rb") as f:
-                lines = f.read().decode("utf-8", "surrogateescape").splitlines()
+                data = f.read()
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError):
             return self
         prefix = os.fsdecode(rel_dir) + "/" if rel_dir else ""
-        level = _Level(prefix, pathspec.GitIgnoreSpec.from_lines(lines))
+        level = _Level(prefix, _compile(data))
         return IgnoreRules(self._levels + (level,), self._override)
 
     @property
