@@ -79,7 +79,8 @@ class Daemon:
                     with self.session.lock:
                         self._frozen(f)
                 elif req.get("op") == "stats":
-                    _reply(f, {"ok": True, "requests": dict(self.session.counts)})
+                    stored = self.ops.prefill.stored if self.ops.prefill is not None else 0
+                    _reply(f, {"ok": True, "requests": dict(self.session.counts), "prefilled": stored})
                 else:
                     _reply(f, {"ok": req.get("op") == "ping", "pid": os.getpid(), "error": "unknown request"})
             except Exception as e:  # a broken client never takes the mount down
@@ -126,6 +127,11 @@ class Daemon:
 
         self.session = Session(self.ops.handlers(), self.state.mountpoint, options(self.state), MAX_BACKGROUND)
         self.session.mount()
+        if self.ops.readonly:
+            from .prefill import Prefill
+
+            self.ops.prefill = Prefill(self.session.fd)
+            self.session.helpers.append(self.ops.prefill)
         self.state.pid = os.getpid()
         self.state.save()
         self.listen()

@@ -6,13 +6,16 @@ on rename), decodes each request's arguments (``protocol``), turns it into a
 timeouts and ``keep_cache`` for the lower layer, which never changes under
 a mount. A read-only mount answers ``open`` and ``opendir`` with ``ENOSYS``,
 after which the kernel sends neither (nor ``release``) and passes file
-handle 0: reads and listings are then served by inode. Every mutating
+handle 0: reads and listings are then served by inode, and the second file
+read from one directory hands that directory's other small files to
+``prefill``. Every mutating
 handler runs to completion, so a snapshot (which holds the session still)
 never sees half an operation. Errors are ``OSError``; the session answers them.
 """
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import stat
 import time
@@ -26,6 +29,8 @@ LOWER_TIMEOUT = P.valid(86400.0)  # the lower layer never changes under a mount
 UPPER_ATTR_TIMEOUT = P.valid(1.0)  # all changes pass through the kernel, which invalidates on write
 LOWER_BLKSIZE = 128 * 1024
 KEPT = 64  # readers and listings a read-only mount keeps by inode (it has no handles)
+PREFILL_FILE = 64 * 1024  # files up to this size are stored ahead of their read ...
+PREFILL_DIR = 8 * 1024 * 1024  # ... up to this much of one directory
 
 
 def _no(code: int) -> OSError:
@@ -109,6 +114,7 @@ class Operations:
         self.dirs: dict[int, list | None] = {}  # fh -> listing of an open directory (--rw mounts)
         self.next_fh = 1
         self.uid, self.gid = os.geteuid(), os.getegid()
+        self.prefill = None  # a Prefill, on read-only mounts once the session is up
         self.follow(view)
 
     def follow(self, view: View) -> None:
@@ -117,6 +123,10 @@ class Operations:
         self.readonly = view.upper is None
         self.readers = Kept()  # inode -> reader, read-only mounts
         self.listings = Kept()  # inode -> listing, read-only mounts
+        self.served: set[int] = set()  # inodes whose content went to the kernel (read-only mounts)
+        self.prefilled: set[bytes] = set()  # directories handed to the prefill
+        self._dir, self._dir_reads = None, 0  # the directory of the last read, and reads in a row there
+        self.last_read = 0  # the inode of the last small file read whole
         times = _ns(view.lower.mtime_ns)
         self._lower_times = (times[0],) * 3 + (times[1],) * 3
 
@@ -137,12 +147,14 @@ class Operations:
     def _attrs(self, ino: int, node: Node) -> tuple[tuple[int, int], tuple]:
         """(attribute timeout, fuse_attr fields) of ``node``."""
         st = node.upper
-        if st is not None:
-            nlink = 1 if stat.S_ISDIR(st.st_mode) else st.st_nlink
-            (a, an), (m, mn), (c, cn) = _ns(st.st_atime_ns), _ns(st.st_mtime_ns), _ns(st.st_ctime_ns)
-            return UPPER_ATTR_TIMEOUT, (ino, st.st_size, st.st_blocks, a, m, c, an, mn, cn, st.st_mode, nlink,
-                                        st.st_uid, st.st_gid, st.st_rdev, 4096, 0)
-        e = node.lower
+        if st is None:
+            return self._lower_attrs(ino, node.lower)
+        nlink = 1 if stat.S_ISDIR(st.st_mode) else st.st_nlink
+        (a, an), (m, mn), (c, cn) = _ns(st.st_atime_ns), _ns(st.st_mtime_ns), _ns(st.st_ctime_ns)
+        return UPPER_ATTR_TIMEOUT, (ino, st.st_size, st.st_blocks, a, m, c, an, mn, cn, st.st_mode, nlink,
+                                    st.st_uid, st.st_gid, st.st_rdev, 4096, 0)
+
+    def _lower_attrs(self, ino: int, e) -> tuple[tuple[int, int], tuple]:
         size = len(self.view.lower.readlink(e)) if stat.S_ISLNK(e.mode) else self.view.lower.size(e)
         return LOWER_TIMEOUT, (ino, size, (size + 511) // 512, *self._lower_times, e.mode, 1, self.uid, self.gid,
                                0, LOWER_BLKSIZE, 0)
@@ -205,9 +217,16 @@ class Operations:
         return P.open_out(fh)
 
     def _list(self, inode: int) -> list:
+        """[(name, attr timeout, attr)] of a directory; a read-only mount lists the lower one directly."""
         rel = self.inodes.rel(inode)
-        of, attrs = self.inodes.of, self._attrs
-        return [(name, *attrs(of(join(rel, name)), node)) for name, node in sorted(self.view.listdir(rel).items())]
+        if self.readonly:
+            entries, attrs = self.view.lower.listdir(rel), self._lower_attrs
+            if entries is None:
+                raise _no(errno.ENOTDIR if self.view.lower.get(rel) is not None else errno.ENOENT)
+        else:
+            entries, attrs = self.view.listdir(rel), self._attrs
+        of, prefix = self.inodes.of, rel + b"/" if rel else b""
+        return [(name, *attrs(of(prefix + name), node)) for name, node in sorted(entries.items())]
 
     def _listing(self, inode: int, fh: int, off: int) -> list:
         if not fh:  # a read-only mount: the lower directory never changes
@@ -219,16 +238,7 @@ class Operations:
 
     def _readdir(self, inode, body, plus: bool):
         fh, off, size = P.READ_IN.unpack_from(body)
-        listing = self._listing(inode, fh, off)
-        out, used = [], 0
-        for i in range(off, len(listing)):
-            name, timeout, attr = listing[i]
-            rec = P.direntplus(name, i + 1, LOWER_TIMEOUT, timeout, attr) if plus else P.dirent(name, i + 1, attr)
-            if used + len(rec) > size:
-                break
-            out.append(rec)
-            used += len(rec)
-        return b"".join(out)
+        return P.dirents(self._listing(inode, fh, off), off, size, plus, LOWER_TIMEOUT)
 
     def readdir(self, inode, body):
         return self._readdir(inode, body, False)
@@ -292,12 +302,41 @@ class Operations:
         if reader is not None:
             return reader.read(off, size)
         lower = self.view.lower
-        entry = lower.get(self.inodes.rel(inode))
+        rel = self.inodes.rel(inode)
+        entry = lower.get(rel)
         if entry is None or entry.is_dir:
             raise _no(errno.ENOENT if entry is None else errno.EISDIR)
         if off == 0 and not entry.pointer and lower.size(entry) <= size:
+            self._read_whole(inode, rel)
             return lower.content(entry)
         return self.readers.keep(inode, lower.reader(entry)).read(off, size)
+
+    def _read_whole(self, inode: int, rel: bytes) -> None:
+        """Note a small file read whole; the second in a row from one directory prefills the rest."""
+        self.served.add(inode)
+        self.last_read = inode
+        parent = rel.rpartition(b"/")[0]
+        if parent != self._dir:
+            self._dir, self._dir_reads = parent, 0
+        self._dir_reads += 1
+        if self._dir_reads == 2 and self.prefill is not None and parent not in self.prefilled:
+            self.prefilled.add(parent)
+            self.prefill.push(self._small_files(parent), self.served, lambda: self.last_read)
+
+    def _small_files(self, parent: bytes) -> list:
+        """(inode, content function) of the small files of ``parent`` the kernel knows and has not read."""
+        lower, known, out, total = self.view.lower, self.inodes.ino, [], 0
+        for name, e in (lower.listdir(parent) or {}).items():
+            ino = known.get(join(parent, name))
+            if ino is None or ino in self.served or e.pointer or not stat.S_ISREG(e.mode):
+                continue
+            size = lower.size(e)
+            if 0 < size <= PREFILL_FILE:
+                total += size
+                if total > PREFILL_DIR:
+                    break
+                out.append((ino, functools.partial(lower.content, e)))
+        return out
 
     def write(self, inode, body):
         fh, off, size = P.WRITE_IN.unpack_from(body)

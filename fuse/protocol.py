@@ -2,10 +2,12 @@
 
 Opcodes, the request and reply headers, the argument layouts the daemon
 reads and the reply layouts it writes, and the INIT negotiation. Pure
-encoding and decoding of bytes: no I/O, no file system logic.
+encoding and decoding of bytes (and the one write of a notification): no
+file system logic.
 """
 from __future__ import annotations
 
+import os
 import struct
 
 MAJOR, MINOR = 7, 31  # the layouts below are those of 7.31 (all fields present since 7.23)
@@ -14,8 +16,9 @@ LOOKUP, FORGET, GETATTR, SETATTR, READLINK, SYMLINK = 1, 2, 3, 4, 5, 6
 MKNOD, MKDIR, UNLINK, RMDIR, RENAME, LINK, OPEN, READ, WRITE = 8, 9, 10, 11, 12, 13, 14, 15, 16
 STATFS, RELEASE, FSYNC, SETXATTR, GETXATTR, LISTXATTR, REMOVEXATTR, FLUSH = 17, 18, 20, 21, 22, 23, 24, 25
 INIT, OPENDIR, READDIR, RELEASEDIR, FSYNCDIR, ACCESS, CREATE, INTERRUPT = 26, 27, 28, 29, 30, 34, 35, 36
-DESTROY, BATCH_FORGET, READDIRPLUS, RENAME2 = 38, 42, 44, 45
+DESTROY, IOCTL, BATCH_FORGET, READDIRPLUS, RENAME2 = 38, 39, 42, 44, 45
 NO_REPLY = frozenset({FORGET, BATCH_FORGET, INTERRUPT})  # the kernel expects no answer to these
+NOTIFY_STORE = 4  # a notification (unique 0, the code in the error field): data into the page cache
 
 # INIT flags the daemon asks for (each only when the kernel offers it)
 ASYNC_READ, ATOMIC_O_TRUNC, BIG_WRITES = 1 << 0, 1 << 3, 1 << 5
@@ -43,6 +46,7 @@ XATTR_SIZE_OUT = struct.Struct("<II")
 STATFS_OUT = struct.Struct("<QQQQQIII" + "I" * 7)  # blocks bfree bavail files ffree bsize namelen frsize pad spare
 DIRENT = struct.Struct("<QQII")  # ino off namelen type, then the name padded to 8 bytes
 DIRENTPLUS = struct.Struct(ENTRY_OUT.format + "QQII")  # entry_out, then a dirent
+STORE_OUT = struct.Struct("<QQII")  # nodeid offset size padding, then the data
 INIT_IN = struct.Struct("<IIII")  # major minor max_readahead flags
 INIT_OUT = struct.Struct("<IIIIHHIIHHI" + "I" * 7)
 
@@ -91,26 +95,37 @@ def open_out(fh: int, keep_cache: bool = False) -> bytes:
     return OPEN_OUT.pack(fh, FOPEN_KEEP_CACHE if keep_cache else 0, 0)
 
 
-_PAD = [b"\0" * i for i in range(8)]
-
-
-def dirent(name: bytes, off: int, attr: tuple) -> bytes:
-    """One readdir record; ``off`` is where the listing continues after it."""
-    rec = DIRENT.pack(attr[0], off, len(name), (attr[9] & 0o170000) >> 12) + name
-    return rec + _PAD[-len(rec) % 8]
-
-
-def direntplus(name: bytes, off: int, entry_valid: tuple[int, int], attr_valid: tuple[int, int],
-               attr: tuple) -> bytes:
-    """One readdirplus record: the entry (as a lookup answers it) and the dirent."""
-    rec = DIRENTPLUS.pack(attr[0], 0, entry_valid[0], attr_valid[0], entry_valid[1], attr_valid[1], *attr,
-                          attr[0], off, len(name), (attr[9] & 0o170000) >> 12) + name
-    return rec + _PAD[-len(rec) % 8]
+def dirents(listing: list, start: int, size: int, plus: bool, entry_valid: tuple[int, int]) -> memoryview:
+    """Readdir (or readdirplus) records of ``listing[start:]`` ([(name, attr_valid, attr)]) that fit
+    in ``size`` bytes; each record's offset is where the listing continues after it."""
+    out = bytearray(size)  # zeroed: the padding of each record
+    fixed, head = (DIRENTPLUS.size, DIRENTPLUS.pack_into) if plus else (DIRENT.size, DIRENT.pack_into)
+    ev, evn = entry_valid
+    pos = 0
+    for i in range(start, len(listing)):
+        name, (av, avn), attr = listing[i]
+        end = pos + fixed + len(name)
+        if end > size:
+            break
+        kind = (attr[9] & 0o170000) >> 12
+        if plus:
+            head(out, pos, attr[0], 0, ev, av, evn, avn, *attr, attr[0], i + 1, len(name), kind)
+        else:
+            head(out, pos, attr[0], i + 1, len(name), kind)
+        out[pos + fixed:end] = name
+        pos = (end + 7) & ~7
+    return memoryview(out)[:min(pos, size)]
 
 
 def statfs_out(sv) -> bytes:
     return STATFS_OUT.pack(sv.f_blocks, sv.f_bfree, sv.f_bavail, sv.f_files, sv.f_ffree, sv.f_bsize, 255,
                            sv.f_frsize, 0, *(0,) * 6)
+
+
+def store(fd: int, nodeid: int, data: bytes, offset: int = 0) -> None:
+    """Put ``data`` into the kernel's page cache of ``nodeid`` at ``offset`` (FUSE_NOTIFY_STORE)."""
+    size = OUT_HEADER.size + STORE_OUT.size + len(data)
+    os.writev(fd, [OUT_HEADER.pack(size, NOTIFY_STORE, 0), STORE_OUT.pack(nodeid, offset, len(data), 0), data])
 
 
 def init_reply(body, max_write: int, max_background: int) -> tuple[bytes, int]:

@@ -8,7 +8,10 @@ the request's node id and argument bytes and returns the reply payload (or
 ``None`` for requests the kernel expects no answer to); an ``OSError`` is
 answered with its errno, any other error with ``EIO`` and a log line.
 ``lock`` is held while a request is served, so another thread that takes it
-(a snapshot's freeze) holds the whole mount still. Knows nothing of git.
+(a snapshot's freeze) holds the whole mount still. Helper threads that write
+to the device (``prefill``) are stopped with the session, which keeps
+answering requests until they have ended (a helper may wait for an answer).
+Knows nothing of git.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ log = logging.getLogger("git_pf.fuse")
 
 MAX_WRITE = 1024 * 1024  # largest write (and read) request: 256 pages
 BUFFER = MAX_WRITE + 4096  # a whole write request: header, write_in, data
+DRAIN_POLL_MS = 20  # while stopping: how often to look whether the helpers have ended
 
 
 class Terminated(Exception):
@@ -42,6 +46,7 @@ class Session:
         self.lock = threading.Lock()
         self.stopping = False
         self._waiting = False
+        self.helpers: list = []  # objects with stop() and busy(), stopped with the session
         self.counts: dict[int, int] = {}  # requests served, by opcode
 
     # -- mount ----------------------------------------------------------
@@ -71,33 +76,52 @@ class Session:
         """Detach the mount unless the kernel already ended the session, then drop the device."""
         if self.fd < 0:
             return
-        ended = select.poll()
-        ended.register(self.fd, select.POLLIN)
-        if not any(ev & select.POLLERR for _, ev in ended.poll(0)):
+        for helper in self.helpers:  # after an unmount nothing they write can block
+            helper.stop()
+        if not self._poll(0) & select.POLLERR:
             subprocess.run(["fusermount3", "-u", "-z", "--", self.mountpoint], capture_output=True)
         os.close(self.fd)
         self.fd = -1
 
     # -- serving --------------------------------------------------------
+    def _poll(self, timeout_ms: int) -> int:
+        p = select.poll()
+        p.register(self.fd, select.POLLIN)
+        return sum(ev for _, ev in p.poll(timeout_ms))
+
     def terminate(self) -> None:
         """End the loop (safe in a signal handler of the loop's thread): at once when it is
-        waiting for a request, else once the request it serves is answered."""
-        self.stopping = True
+        waiting for a request, else once the request it serves is answered; in both cases
+        only after the helpers have stopped."""
+        if not self.stopping:
+            self.stopping = True
+            for helper in self.helpers:
+                helper.stop()
         if self._waiting:
             raise Terminated()
+
+    def _done(self) -> bool:
+        """Stopping, and no helper left that may wait for a request to be answered."""
+        if any(helper.busy() for helper in self.helpers):
+            self._poll(DRAIN_POLL_MS)  # serve what a helper may wait for, or look again shortly
+            return False
+        return True
 
     def serve(self) -> None:
         """Serve requests until the mount goes away or ``terminate`` is called."""
         buf = bytearray(BUFFER)
         view = memoryview(buf)
         fd, unpack, handlers, lock, counts = self.fd, P.IN_HEADER.unpack_from, self.handlers, self.lock, self.counts
-        while not self.stopping:
+        while not (self.stopping and self._done()):
+            if self.stopping and not self._poll(0):
+                continue
             try:
                 self._waiting = True
                 n = os.readv(fd, [buf])
                 self._waiting = False
             except Terminated:
-                break
+                self._waiting = False
+                continue
             except OSError as e:
                 self._waiting = False
                 if e.errno in (errno.ENOENT, errno.EAGAIN):  # interrupted before we read it: nothing to answer

@@ -32,14 +32,18 @@ def test_readonly_mount_equals_checkout(pf):
     assert pf.states() == []
 
 
-def requests_served(pf, mnt: Path) -> dict[int, int]:
-    """The daemon's count of FUSE requests served, by opcode."""
+def daemon_stats(pf, mnt: Path) -> dict:
     state = mounts.for_mountpoint(str(pf.repo / ".git"), mounts.canonical(mnt))[0]
     control = mounts.Control(state)
     try:
-        return {int(op): n for op, n in control.ask({"op": "stats"})["requests"].items()}
+        return control.ask({"op": "stats"})
     finally:
         control.close()
+
+
+def requests_served(pf, mnt: Path) -> dict[int, int]:
+    """The daemon's count of FUSE requests served, by opcode."""
+    return {int(op): n for op, n in daemon_stats(pf, mnt)["requests"].items()}
 
 
 def test_readonly_mount_reads_by_inode_without_open_or_release(pf):
@@ -55,6 +59,28 @@ def test_readonly_mount_reads_by_inode_without_open_or_release(pf):
     for _ in range(3):  # the page cache outlives close/open: no new request
         assert (mnt / "src" / "main.py").read_text() == "print('hello')\n"
     assert requests_served(pf, mnt)[protocol.READ] == served[protocol.READ]
+
+
+def test_reading_a_directory_stores_its_other_small_files_ahead(pf):
+    sb = pf.root / "many"
+    files = {f"f{i:03d}.txt": f"file {i}\n".encode() * (i + 1) for i in range(40)}
+    (sb / "dir").mkdir(parents=True)
+    for name, data in files.items():
+        (sb / "dir" / name).write_bytes(data)
+    image = snapshot(pf, sb)
+    mnt = pf.mount(image, pf.root / "mnt")
+    names = sorted(os.listdir(mnt / "dir"))
+    assert names == sorted(files)
+    for name in names[:2]:  # the second file read from the directory hands the other 38 to the prefill
+        assert (mnt / "dir" / name).read_bytes() == files[name]
+    deadline = time.monotonic() + 60
+    while daemon_stats(pf, mnt)["prefilled"] < 38 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert daemon_stats(pf, mnt)["prefilled"] == 38
+    reads = requests_served(pf, mnt)[protocol.READ]
+    for name in names[2:]:  # from the page cache: no request reaches the daemon
+        assert (mnt / "dir" / name).read_bytes() == files[name]
+    assert requests_served(pf, mnt)[protocol.READ] == reads == 2
 
 
 def test_large_file_random_reads_match(pf):
