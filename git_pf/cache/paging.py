@@ -17,6 +17,7 @@ from . import pages as pg, tensors
 from .table import Page, PageTable
 
 DEFAULT_PAGE_TOKENS, WORKERS = pg.DEFAULT_PAGE_TOKENS, pg.WORKERS
+GROUP_PAGES = 8  # pages cut and hashed per job: a few MiB, enough jobs to keep every worker busy
 
 
 @dataclass(frozen=True)
@@ -74,11 +75,24 @@ def capture(cache, token_ids, *, model, adapter: str | None = None,
     model_id = fingerprint(model)
     ids = pg.chain(tokens, model_id, adapter, layout)
 
-    data = tensors.all_pages(layers, len(tokens), layout)
+    cut = tensors.Cut(layers, len(tokens), layout)
+    data = [cut.view(i) for i in range(len(ids))]
+
+    def group(span: tuple[int, int]) -> list[str]:
+        cut.cut(*span)  # then hash the group's pages while their bytes are still in cache
+        return [hashlib.sha256(data[i]).hexdigest() for i in range(*span)]
+
     with ThreadPoolExecutor(WORKERS) as pool:
-        digests = list(pool.map(lambda d: hashlib.sha256(d).hexdigest(), data))
+        digests = [d for part in pool.map(group, _groups(len(tokens), page_tokens)) for d in part]
     pages = tuple(Page(pid, digest, len(d)) for pid, digest, d in zip(ids, digests, data))
     return Captured(PageTable(layout, model_id, adapter, tuple(tokens), pages), tuple(data))
+
+
+def _groups(n_tokens: int, page_tokens: int) -> list[tuple[int, int]]:
+    """Page ranges [first, last) cut and hashed as one job: GROUP_PAGES full pages, the partial last page alone."""
+    full, total = n_tokens // page_tokens, -(-n_tokens // page_tokens)
+    out = [(i, min(i + GROUP_PAGES, full)) for i in range(0, full, GROUP_PAGES)]
+    return out + [(full, total)] if total > full else out
 
 
 def compare(a: PageTable, b: PageTable) -> dict:

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import CorruptObject, UsageError
 from . import tensors
-from .pages import IO_WORKERS
+from .pages import WORKERS
 from .paging import fingerprint
 from .table import PageTable, read
 
@@ -71,21 +71,25 @@ def check(table: PageTable, model, adapter, config=None, dtype=None) -> None:
 
 
 def read_layers(repo, table: PageTable, device=None) -> tensors.KV:
-    """Every page of ``table`` read from the side store, verified, in fresh tensors."""
+    """Every page of ``table`` read from the side store, verified, in fresh tensors.
+
+    Pages are read, decoded, hashed and copied into place on ``WORKERS``
+    threads (all of that releases the GIL), straight into one buffer that
+    becomes the K/V tensors (``tensors.Canvas``)."""
     store = repo.store
     store.ensure(table.oids())  # one batch for a lazy fetch
-    layers = tensors.empty_layers(table.layout, len(table.tokens), device)
+    canvas = tensors.Canvas(table.layout, len(table.tokens))
 
     def one(item) -> None:
         (a, b), page = item
         data = store.get(page.sha256)  # verified: the bytes hash to the recorded sha256
         if len(data) != page.size:
             raise CorruptObject(f"KV page {page.id[:12]} has {len(data)} bytes, the table says {page.size}")
-        tensors.fill_page(layers, a, b, data, table.layout)
+        canvas.fill(a, b, data)
 
-    with ThreadPoolExecutor(IO_WORKERS) as pool:
+    with ThreadPoolExecutor(WORKERS) as pool:
         list(pool.map(one, zip(table.spans(), table.pages)))
-    return layers
+    return canvas.layers(device)
 
 
 def restore_layers(image_or_rev, *, repo=None, model, adapter: str | None = None, config=None, dtype=None,

@@ -7,9 +7,11 @@ second to last. Knows nothing of repositories or the side store.
 """
 from __future__ import annotations
 
+import itertools
+import math
 import sys
-import warnings
 
+import numpy as np
 import torch
 
 from ..errors import UsageError
@@ -90,73 +92,92 @@ def _with_seq(shape: tuple[int, ...], n: int) -> tuple[int, ...]:
     return shape[:-1] + (n,) + shape[-1:]
 
 
-def page_buffer(layers: KV, a: int, b: int, layout: pg.Layout) -> memoryview:
-    """The bytes of the page holding tokens [a, b)."""
-    buf = torch.empty((b - a) * layout.token_bytes, dtype=torch.uint8)
-    off = 0
-    for k, v in layers:
-        for t in (k, v):
-            part = t[..., a:b, :]
-            nbytes = part.numel() * part.element_size()
-            buf[off : off + nbytes].view(t.dtype).view(part.shape).copy_(part)
-            off += nbytes
-    return memoryview(buf.numpy())
+def _bytes_of(t: torch.Tensor) -> np.ndarray:
+    """``t`` as a numpy uint8 array of shape [..., seq, row bytes] (a view of a CPU tensor)."""
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    if t.stride(-1) != 1:
+        t = t.contiguous()
+    return t.view(torch.uint8).numpy()
 
 
-def _full_page_views(t: torch.Tensor, full: int, page_tokens: int) -> torch.Tensor:
-    """The first ``full * page_tokens`` tokens of ``t`` as [page, ..., token, dim] (a view)."""
-    pre, dim = tuple(t.shape[:-2]), t.shape[-1]
-    return t[..., : full * page_tokens, :].reshape(pre + (full, page_tokens, dim)).movedim(-3, 0)
+class Cut:
+    """The pages of a cache, cut into one buffer in page order.
+
+    Page i (tokens [a, b)) is ``view(i)``, bytes ``[a, b) * token_bytes`` of
+    the buffer. ``cut(first, last)`` copies pages [first, last), all of the
+    same size, with one strided copy per tensor; the copies release the GIL,
+    so groups of pages can be cut from several threads at once."""
+
+    def __init__(self, layers: KV, n_tokens: int, layout: pg.Layout):
+        self.layout = layout
+        self.spans = pg.spans(n_tokens, layout.page_tokens)
+        self.buffer = torch.empty(n_tokens * layout.token_bytes, dtype=torch.uint8)
+        self._flat = self.buffer.numpy()
+        self._sources = [_bytes_of(t) for pair in layers for t in pair]
+
+    def view(self, i: int) -> memoryview:
+        a, b = self.spans[i]
+        return memoryview(self._flat[a * self.layout.token_bytes : b * self.layout.token_bytes])
+
+    def cut(self, first: int, last: int) -> None:
+        a, b = self.spans[first]
+        count, size = last - first, b - a
+        rows = self._flat[a * self.layout.token_bytes : (a + count * size) * self.layout.token_bytes]
+        rows = rows.reshape(count, size * self.layout.token_bytes)
+        offset = 0
+        for src in self._sources:
+            part = src[..., a : a + count * size, :]
+            part = np.moveaxis(part.reshape(part.shape[:-2] + (count, size, part.shape[-1])), -3, 0)
+            nbytes = math.prod(part.shape[1:])
+            np.copyto(rows[:, offset : offset + nbytes].reshape(part.shape), part)
+            offset += nbytes
 
 
-def _chunks(big: torch.Tensor, layers: KV, full: int, layout: pg.Layout):
-    """Pairs (tensor's full pages as a view, the same bytes' place in the page buffer)."""
-    page_bytes = layout.page_tokens * layout.token_bytes
-    rows = big[: full * page_bytes].view(full, page_bytes)
-    off = 0
-    for k, v in layers:
-        for t in (k, v):
-            pages = _full_page_views(t, full, layout.page_tokens)
-            nbytes = pages[0].numel() * t.element_size()
-            yield pages, rows[:, off : off + nbytes].view(t.dtype).view(pages.shape)
-            off += nbytes
+class Canvas:
+    """Empty K/V tensors for ``n_tokens`` tokens in one buffer, filled page by page.
 
+    Every tensor is a contiguous view of one flat buffer, in page order (layer
+    0 K, layer 0 V, layer 1 K, ...). Consecutive tensors of equal shape form a
+    run that looks, through numpy, like ``[rows, n_tokens, row bytes]``; a
+    page holds each run's tokens [a, b) as ``[rows, b - a, row bytes]``, so a
+    page lands with one strided copy per run (one in all for the usual
+    layout of equal K and V shapes). The copies release the GIL, so pages can
+    be written from several threads at once."""
 
-def all_pages(layers: KV, n_tokens: int, layout: pg.Layout) -> list[memoryview]:
-    """Every page's bytes, the full pages cut with one strided copy per tensor."""
-    spans = pg.spans(n_tokens, layout.page_tokens)
-    full = n_tokens // layout.page_tokens
-    page_bytes = layout.page_tokens * layout.token_bytes
-    big = torch.empty(full * page_bytes, dtype=torch.uint8)
-    if full:
-        for src, dst in _chunks(big, layers, full, layout):
-            dst.copy_(src)
-    view = memoryview(big.numpy())
-    out = [view[i * page_bytes : (i + 1) * page_bytes] for i in range(full)]
-    if len(spans) > full:
-        out.append(page_buffer(layers, spans[-1][0], spans[-1][1], layout))
-    return out
+    def __init__(self, layout: pg.Layout, n_tokens: int):
+        self.layout, self.n_tokens = layout, n_tokens
+        self.buffer = torch.empty(n_tokens * layout.token_bytes, dtype=torch.uint8)
+        flat, itemsize = self.buffer.numpy(), pg.DTYPES[layout.dtype]
+        shapes = [s for pair in zip(layout.k_shapes, layout.v_shapes) for s in pair]
+        self._runs = []  # (destination [rows, n_tokens, row], bytes per token of the runs before it)
+        offset = per_token = 0
+        for shape, same in itertools.groupby(shapes):
+            rows, row = len(list(same)) * math.prod(shape[:-1]), shape[-1] * itemsize
+            self._runs.append((flat[offset : offset + rows * n_tokens * row].reshape(rows, n_tokens, row), per_token))
+            offset += rows * n_tokens * row
+            per_token += rows * row
+        self._shapes = shapes
 
+    def fill(self, a: int, b: int, data) -> None:
+        """Copy the bytes of the page holding tokens [a, b) into place."""
+        src = np.frombuffer(data, dtype=np.uint8)
+        for dst, before in self._runs:
+            rows, row = dst.shape[0], dst.shape[2]
+            start = before * (b - a)
+            np.copyto(dst[:, a:b, :], src[start : start + rows * (b - a) * row].reshape(rows, b - a, row))
 
-def empty_layers(layout: pg.Layout, n_tokens: int, device=None) -> KV:
-    dtype = torch_dtype(layout.dtype)
-    return [(torch.empty(_with_seq(k, n_tokens), dtype=dtype, device=device),
-             torch.empty(_with_seq(v, n_tokens), dtype=dtype, device=device))
-            for k, v in zip(layout.k_shapes, layout.v_shapes)]
-
-
-def fill_page(layers: KV, a: int, b: int, data, layout: pg.Layout) -> None:
-    """Copy one page's bytes into tokens [a, b) of ``layers``."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # read-only buffer: we only read from it
-        src = torch.frombuffer(data, dtype=torch.uint8) if len(data) else torch.empty(0, dtype=torch.uint8)
-    off = 0
-    for k, v in layers:
-        for t in (k, v):
-            dst = t[..., a:b, :]
-            nbytes = dst.numel() * t.element_size()
-            dst.copy_(src[off : off + nbytes].view(t.dtype).view(dst.shape))
-            off += nbytes
+    def layers(self, device=None) -> KV:
+        """The per-layer (K, V) tensors (views of the buffer; copies on ``device`` when given)."""
+        dtype = torch_dtype(self.layout.dtype)
+        out, offset = [], 0
+        for shape in self._shapes:
+            nbytes = math.prod(shape) * self.n_tokens * pg.DTYPES[self.layout.dtype]
+            t = self.buffer[offset : offset + nbytes].view(dtype).view(_with_seq(shape, self.n_tokens))
+            out.append(t.to(device) if device is not None else t)
+            offset += nbytes
+        return list(zip(out[0::2], out[1::2]))
 
 
 def to_dynamic_cache(layers: KV):
