@@ -5,13 +5,16 @@ of their raw bytes, each a single zstd frame, written atomically (temp file,
 fsync, rename) and verified on every read. Large content is split into
 FastCDC chunks, one object per chunk, plus a chunk-index object when there is
 more than one chunk (docs/sidestore.md). This module knows nothing of images,
-refs or transport; a transport plugs in through ``SideStore.fetcher``.
+refs or transport; a transport plugs in through ``SideStore.fetcher`` (fetch
+missing objects) and ``SideStore.held`` (objects it keeps elsewhere, looked
+up before the directory, verified on read like the rest).
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import hashlib
+import mmap
 import os
 import re
 import tempfile
@@ -20,7 +23,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Protocol
 
 import zstandard
 
@@ -93,8 +96,18 @@ def sha256_hex(data) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _identity(st: os.stat_result) -> tuple[int, int, int]:
-    return st.st_ino, st.st_size, st.st_mtime_ns
+class Held(Protocol):
+    """Objects kept outside the store's directory (a transport's: docs/transport.md)."""
+
+    def has(self, oid: str) -> bool: ...
+
+    def size(self, oid: str) -> int | None: ...  # bytes of the stored frame
+
+    def frame(self, oid: str) -> bytes | None: ...  # the stored zstd frame, unverified (no I/O when not held)
+
+    def oids(self) -> Iterator[str]: ...
+
+    def discard(self, oid: str) -> None: ...  # found corrupt: no longer held
 
 
 @dataclass(frozen=True)
@@ -133,8 +146,8 @@ class SideStore:
         # Called with a list of missing oids before a read fails; a transport
         # sets this to fetch them in one batch (lazy fetch).
         self.fetcher: Callable[[list[str]], None] | None = None
-        # oid -> (inode, size, mtime_ns) of files this process verified as it wrote them.
-        self._verified: dict[str, tuple[int, int, int]] = {}
+        # Objects kept outside the directory (read-only here); a transport sets this.
+        self.held: Held | None = None
         self._pending: dict[str, tuple[str, Path]] | None = None  # oid -> (temp file, final path) in a batch
 
     @contextlib.contextmanager
@@ -170,7 +183,8 @@ class SideStore:
 
     def has(self, oid: str) -> bool:
         pending = self._pending
-        return (pending is not None and oid in pending) or self.path_for(oid).is_file()
+        return (pending is not None and oid in pending) or self.path_for(oid).is_file() or \
+            (self.held is not None and self.held.has(oid))
 
     def _readable_path(self, oid: str) -> Path:
         pending = self._pending
@@ -197,27 +211,52 @@ class SideStore:
 
     def get(self, oid: str) -> bytes:
         """The verified raw bytes of ``oid``; raises MissingObject / CorruptObject."""
+        try:
+            frame, held = self._frame(oid)
+        except MissingObject:
+            self.ensure([oid])  # fetched, else MissingObject
+            frame, held = self._frame(oid)
+        try:
+            data = _decompressor().decompress(frame)
+            if sha256_hex(data) != oid:
+                raise CorruptObject(f"side-store object {oid} is corrupt (content does not hash to its name)")
+        except (zstandard.ZstdError, CorruptObject) as e:
+            if held:
+                self.held.discard(oid)  # unlisted: the next read fetches it again
+            if isinstance(e, CorruptObject):
+                raise
+            raise CorruptObject(f"side-store object {oid} is corrupt (not a zstd frame)") from None
+        return data
+
+    def _frame(self, oid: str) -> tuple[bytes, bool]:
+        """``(stored frame, whether held)``: what ``held`` keeps, else the file."""
+        found = self.held.frame(oid) if self.held is not None else None
+        if found is not None:
+            return found, True
+        try:
+            with open(self._readable_path(oid), "rb") as f:
+                return f.read(), False
+        except FileNotFoundError:
+            raise MissingObject(f"side-store object {oid} is missing") from None
+
+    def frame(self, oid: str):
+        """The stored zstd frame of ``oid`` as is (not verified): a file of 1 MiB or more is
+        mapped read-only rather than read."""
         self.ensure([oid])
         try:
             with open(self._readable_path(oid), "rb") as f:
-                frame = f.read()
-                known = self._verified.get(oid) == _identity(os.fstat(f.fileno()))
+                if os.fstat(f.fileno()).st_size < 1 << 20:
+                    return memoryview(f.read())
+                return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
         except FileNotFoundError:
-            raise MissingObject(f"side-store object {oid} is missing") from None
+            return memoryview(self._frame(oid)[0])
+
+    def frame_size(self, oid: str) -> int | None:
+        """Bytes of the stored frame of ``oid``; None when it is not here."""
         try:
-            data = _decompressor().decompress(frame)
-        except zstandard.ZstdError:
-            raise CorruptObject(f"side-store object {oid} is corrupt (not a zstd frame)") from None
-        if not known and sha256_hex(data) != oid:
-            raise CorruptObject(f"side-store object {oid} is corrupt (content does not hash to its name)")
-        return data
-
-    def note_verified(self, oid: str) -> None:
-        """Record that this process has just verified the stored ``oid`` and written it itself.
-
-        ``get`` then skips re-hashing it (the file is still decoded) for as long
-        as it is that very file: same inode, size and modification time."""
-        self._verified[oid] = _identity(self.path_for(oid).stat())
+            return self._readable_path(oid).stat().st_size
+        except FileNotFoundError:
+            return self.held.size(oid) if self.held is not None else None
 
     def ensure(self, oids: Iterable[str]) -> None:
         """Make every oid local, asking ``fetcher`` for the missing ones in one batch."""
@@ -229,15 +268,19 @@ class SideStore:
                 raise MissingObject(f"side-store object {o} is missing")
 
     def iter_oids(self) -> Iterator[str]:
-        if not self.root.is_dir():
-            return
-        for d in sorted(self.root.iterdir()):
-            if len(d.name) != 2 or not d.is_dir():
-                continue
-            for f in sorted(d.iterdir()):
-                oid = d.name + f.name
-                if OID_RE.match(oid):
-                    yield oid
+        """Every object here: the directory's, then those only ``held`` keeps."""
+        files = set()
+        if self.root.is_dir():
+            for d in sorted(self.root.iterdir()):
+                if len(d.name) != 2 or not d.is_dir():
+                    continue
+                for f in sorted(d.iterdir()):
+                    oid = d.name + f.name
+                    if OID_RE.match(oid):
+                        files.add(oid)
+                        yield oid
+        if self.held is not None:
+            yield from (o for o in self.held.oids() if o not in files)
 
     def remove(self, oid: str) -> None:
         self.path_for(oid).unlink(missing_ok=True)

@@ -51,8 +51,8 @@ class FileAdapter:
                 dst = self.remote.path_for(oid)
                 if not dst.is_file():
                     src = store.path_for(oid)
-                    if not _link(src, dst):
-                        self.remote._write_atomic(oid, src.read_bytes())
+                    if not _link(src, dst):  # another filesystem, or held as a git blob
+                        self.remote._write_atomic(oid, bytes(store.frame(oid)))
                     sent += dst.stat().st_size
                 advance(1)
         return sent

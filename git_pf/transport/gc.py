@@ -6,8 +6,9 @@ running mount (``$GIT_DIR/pf/mounts/<id>/mount.json`` whose pid is alive).
 An object is removed only when unreached *and* older than the prune date
 (default ``gc.pruneExpire``, else two weeks, as git), so objects an
 in-flight snapshot has written but not yet referenced survive. When a
-chunk index cannot be read, nothing is removed. Removes side-store files
-only; never touches refs or git objects.
+chunk index cannot be read, nothing is removed. Removes side-store files;
+objects held as git blobs (listed by this repository's ``refs/pf/objects``)
+are unlisted there, and git's gc prunes their blobs.
 """
 from __future__ import annotations
 
@@ -89,11 +90,15 @@ def gc(repo, dry_run: bool = False, prune: str | None = None) -> GcResult:
     result.kept = sum(1 for o in keep if repo.store.has(o))
     if result.unknown_indexes or cutoff is None:
         return result
+    held: list[str] = []
     for oid in repo.store.iter_oids():
         if oid in keep:
             continue
-        path = repo.store.path_for(oid)
-        st = path.stat()
+        try:
+            st = repo.store.path_for(oid).stat()
+        except FileNotFoundError:
+            held.append(oid)  # a git blob listed by this repository's refs/pf/objects
+            continue
         if st.st_mtime >= cutoff:
             result.spared_recent += 1
             continue
@@ -101,8 +106,25 @@ def gc(repo, dry_run: bool = False, prune: str | None = None) -> GcResult:
         result.removed_bytes += st.st_size
         if not dry_run:
             repo.store.remove(oid)
+    _drop_held(repo, held, cutoff, dry_run, result)
     _clean_tmp(repo, cutoff, dry_run)
     return result
+
+
+def _drop_held(repo, oids: list[str], cutoff: float, dry_run: bool, result: GcResult) -> None:
+    """Unlist unreached objects held as git blobs (git's own gc then prunes the blobs); their
+    age is that of the index tip, when objects were last added there."""
+    store = repo.store.held
+    if not oids or store is None:
+        return
+    added = store.tip_time()
+    if added is None or added >= cutoff:
+        result.spared_recent += len(oids)
+        return
+    result.removed += oids
+    result.removed_bytes += sum(store.size(o) or 0 for o in oids)
+    if not dry_run:
+        store.drop(set(oids))
 
 
 def _clean_tmp(repo, cutoff: float, dry_run: bool) -> None:

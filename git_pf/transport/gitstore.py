@@ -7,20 +7,21 @@ remote's tip, and pushes that ref alone (no hooks, no delta search), in
 batches of at most 1 GiB; a push that loses a race rebuilds its index commit
 on the new tip and retries. ``download`` wants the blobs by id (protocol v2
 allows it), falling back to fetching the whole ref history where the server
-refuses. Frames are verified before they enter the local store.
+refuses; a remote on this machine has its packs linked in instead. The blobs
+stay in this repository's object database, listed in its own
+``refs/pf/objects`` (``held``), from which the side store reads and verifies
+them.
 """
 from __future__ import annotations
 
-import mmap
 import os
-from contextlib import contextmanager
 from pathlib import Path
 
 import pygit2
 
-from ..errors import CorruptObject, PfError, UsageError
+from ..errors import PfError, UsageError
 from ..sidestore import SideStore
-from . import bulkput, gitcmd, index as idx, packread, packwrite
+from . import gitcmd, held, index as idx, packread, packwrite
 from .progress import Progress
 from .remotes import Remote
 
@@ -54,24 +55,26 @@ def _open_local(remote: Remote) -> pygit2.Repository | None:
         return None
 
 
-def _map_frame(store: SideStore, oid: str) -> memoryview:
-    """The stored frame of ``oid``, mapped read-only (unmapped once nothing refers to it)."""
-    store.ensure([oid])
-    with open(store.path_for(oid), "rb") as f:
-        if os.fstat(f.fileno()).st_size < 1 << 20:
-            return memoryview(f.read())
-        return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+def _link_pack(idx_path: Path, pack_dir: Path) -> bool:
+    """Hard-link a pack and then its index into ``pack_dir`` (packs are immutable and named by
+    their checksum); False when that cannot be done (another filesystem, no permission)."""
+    pack_dir.mkdir(parents=True, exist_ok=True)
+    for src in (idx_path.with_suffix(".pack"), idx_path):
+        try:
+            os.link(src, pack_dir / src.name)
+        except FileExistsError:
+            continue
+        except OSError:
+            return False
+    return True
 
 
-@contextmanager
-def _no_sha1_recheck():
-    """libgit2 re-hashes every object it reads (SHA-1, slowly); frames are checked by their
-    sha256 anyway, so skip that while importing them."""
-    pygit2.settings.enable_strict_hash_verification(False)
+def _sync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
     try:
-        yield
+        os.fsync(fd)
     finally:
-        pygit2.settings.enable_strict_hash_verification(True)
+        os.close(fd)
 
 
 class GitAdapter:
@@ -124,7 +127,7 @@ class GitAdapter:
     def _batches(self, store: SideStore, oids: list[str]) -> list[list[str]]:
         out, cur, size = [], [], 0
         for oid in oids:
-            n = store.path_for(oid).stat().st_size
+            n = store.frame_size(oid)
             if cur and size + n > self.max_push_bytes:
                 out.append(cur)
                 cur, size = [], 0
@@ -148,12 +151,12 @@ class GitAdapter:
         return sent
 
     def _write_batch(self, store: SideStore, batch: list[str], git: pygit2.Repository) -> tuple[str, idx.Index]:
-        sizes = {oid: store.path_for(oid).stat().st_size for oid in batch}
+        sizes = {oid: store.frame_size(oid) for oid in batch}
         shapes = [(oid, sizes[oid], max(1, -(-sizes[oid] // idx.MAX_BLOB))) for oid in batch]
 
         def pieces():  # one frame at a time, mapped rather than copied: a 1 GiB batch never sits in memory
             for oid, size, n in shapes:
-                frame = _map_frame(store, oid)
+                frame = store.frame(oid)
                 if len(frame) != size:
                     raise PfError(f"side-store object {oid} changed while it was being pushed")
                 for i in range(n):
@@ -185,53 +188,50 @@ class GitAdapter:
 
     def _push_batch_direct(self, store: SideStore, batch: list[str]) -> int:
         """A remote on this machine: write the pack and commits into it, move its ref with compare-and-swap."""
-        rgit = self.direct
-        data, added = self._write_batch(store, batch, rgit)
-        for _ in range(_RETRIES):
-            ref = rgit.references.get(OBJECTS_REF)
-            tip = str(ref.target) if ref is not None else None
-            base = idx.read_index(rgit, tip)
-            commit = idx.write_index_commit(rgit, tip, base, added, data)
-            proc = gitcmd.run(Path(rgit.path), ["update-ref", "-m", "git-pf push", OBJECTS_REF, commit, tip or "0" * 40],
-                              check=False)
-            if proc.returncode == 0:
-                self.tip, self.index = commit, {**base, **added}
-                return sum(e.size for e in added.values())
-        raise PfError(f"updating {OBJECTS_REF} in '{self.remote.arg}' kept losing races with other pushes; try again")
+        data, added = self._write_batch(store, batch, self.direct)
+        self.tip, self.index = held.add_entries(self.direct, added, data)
+        return sum(e.size for e in added.values())
 
     # -- download -----------------------------------------------------
     def download(self, store: SideStore, oids: list[str], progress: Progress) -> None:
+        """Bring the blobs of ``oids`` into this repository's object database and list them in
+        its own objects index; the side store reads (and verifies) them from there."""
         if not self.fresh and any(o not in self.index for o in oids):
             self.refresh()
         wanted = {o: self.index[o] for o in oids if o in self.index and not store.has(o)}
         blobs = sorted({b for e in wanted.values() for b in e.blobs if b not in self.git.odb})
-        if blobs and self.direct is None:
+        if blobs and self.direct is not None:
+            self._link_blobs(blobs)
+        elif blobs:
             self._fetch_blobs(blobs, progress)
-        with progress.task("importing objects", len(wanted)) as advance, _no_sha1_recheck(), \
-                packread.PackReader(Path(self.git.path)) as here, self._remote_packs() as there:
-            def frames():
-                for oid, entry in wanted.items():
-                    yield oid, b"".join(self._blob(b, oid, here, there) for b in entry.blobs)
-                    advance(1)
+        if store.held is None:
+            store.held = held.HeldObjects(self.git)
+        store.held.receive(wanted, self.remote.arg)  # verified as they are read, as every object
 
-            bulkput.put_many(store, frames())  # verified: decodes and hashes to oid, else refused
+    def _link_blobs(self, blobs: list[str]) -> None:
+        """A remote on this machine: link the packs that hold ``blobs`` into this repository (no
+        data is copied on one filesystem); blobs that cannot be linked are copied as one new pack."""
+        pack_dir = Path(self.git.path) / "objects" / "pack"
+        rest: list[str] = []
+        with packread.PackReader(Path(self.direct.path)) as there:
+            packs: dict[Path, list[str]] = {}
+            for b in blobs:
+                where = there.locate(b)
+                if where is None:
+                    rest.append(b)
+                else:
+                    packs.setdefault(where, []).append(b)
+            for idx_path, inside in packs.items():
+                if not _link_pack(idx_path, pack_dir):
+                    rest += inside
+            rest = [b for b in rest if b in self.direct.odb]  # what the remote lacks, the check reports
+            if rest:
+                packwrite.write_blobs(Path(self.git.path), (self._remote_blob(b, there) for b in rest), len(rest))
+        _sync_dir(pack_dir)  # the links are durable before any ref names what they hold
 
-    def _remote_packs(self) -> packread.PackReader:
-        return packread.PackReader(Path(self.direct.path) if self.direct is not None else None)
-
-    def _blob(self, blob: str, oid: str, here: packread.PackReader, there: packread.PackReader) -> bytes:
-        """One blob, sliced from a pack when it is stored as plain blocks, else read through libgit2.
-
-        Neither path checks it: the frame it belongs to is verified before it is stored."""
-        try:
-            if self.direct is not None and blob not in self.git.odb:
-                # a remote on this machine: read its objects in place
-                data = there.read(blob)
-                return data if data is not None else self.direct.odb.read(blob)[1]
-            data = here.read(blob)
-            return data if data is not None else self.git.odb.read(blob)[1]
-        except KeyError:
-            raise CorruptObject(f"remote '{self.remote.arg}' did not send object {oid} (blob {blob[:12]})") from None
+    def _remote_blob(self, blob: str, there: packread.PackReader) -> bytes:
+        data = there.read(blob)
+        return data if data is not None else self.direct.odb.read(blob)[1]
 
     def _fetch_blobs(self, blobs: list[str], progress: Progress) -> None:
         args = ["-c", "fetch.negotiationAlgorithm=noop", "fetch", "--no-tags", "--no-write-fetch-head",

@@ -5,7 +5,8 @@ tries each remote that has git-pf tracking refs (``origin`` first), fetches
 the batch through that remote's adapter, and also fetches the chunks listed
 by any chunk index it just received (so a large file costs one more round
 trip, not one per chunk). Objects no remote has stay missing: the caller's
-MissingObject names them. Corrupt frames are refused (CorruptObject).
+MissingObject names them. Corrupt frames are refused (CorruptObject). Also
+gives the store the objects this repository holds as git blobs (``held``).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import os
 from ..errors import CorruptObject, PfError
 from ..sidestore import decode_chunk_index
 from . import adapters, remotes
+from .held import HeldObjects
 from .progress import Progress
 
 
@@ -52,8 +54,8 @@ class Fetcher:
     def _chunks_of(self, oids: list[str]) -> list[str]:
         out = []
         for oid in oids:
-            path = self.repo.store.path_for(oid)
-            if not path.is_file() or path.stat().st_size > 1 << 20:
+            size = self.repo.store.frame_size(oid)
+            if size is None or size > 1 << 20:
                 continue
             try:
                 chunks = decode_chunk_index(self.repo.store.get(oid))
@@ -65,3 +67,4 @@ class Fetcher:
 
 def attach(repo) -> None:
     repo.store.fetcher = Fetcher(repo)
+    repo.store.held = HeldObjects(repo.git)  # what the default adapter brought, as git blobs

@@ -21,6 +21,7 @@ _IDX_MAGIC = b"\xfftOc\x00\x00\x00\x02"
 
 class _Pack:
     def __init__(self, idx_path: Path):
+        self.path = idx_path
         with open(idx_path, "rb") as f:
             self.idx = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         with open(idx_path.with_suffix(".pack"), "rb") as f:
@@ -98,13 +99,25 @@ class PackReader:
             except (OSError, ValueError):
                 continue  # a pack being written or removed right now: libgit2 will read its objects
 
-    def read(self, blob_hex: str) -> bytes | None:
+    def _find(self, blob_hex: str) -> tuple[_Pack, int] | None:
         sha = bytes.fromhex(blob_hex)
         for p in self.packs:
             off = p.offset(sha)
             if off is not None:
-                return p.stored_blob(off)
+                return p, off
         return None
+
+    def read(self, blob_hex: str) -> bytes | None:
+        found = self._find(blob_hex)
+        return found[0].stored_blob(found[1]) if found is not None else None
+
+    def locate(self, blob_hex: str) -> Path | None:
+        """The ``.idx`` of the pack holding ``blob_hex``, None when no pack does."""
+        found = self._find(blob_hex)
+        return found[0].path if found is not None else None
+
+    def holds(self, blob_hex: str) -> bool:
+        return self._find(blob_hex) is not None
 
     def close(self) -> None:
         for p in self.packs:

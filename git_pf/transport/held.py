@@ -1,0 +1,177 @@
+"""Side-store objects held as git blobs in this repository, listed by its own ``refs/pf/objects``.
+
+The default adapter brings objects as git blobs: in the pack ``git fetch``
+wrote, or in a local remote's pack linked in. They are not copied into
+``pf/objects``: ``receive`` records them in this repository's objects index,
+in the same format v1 a remote uses (docs/transport.md), which also keeps
+the blobs reachable for git's gc. The side store reads them through
+``HeldObjects`` (``SideStore.held``) and, as for its own files, decodes and
+hashes every frame it reads: blobs stored as plain deflate blocks are sliced
+out of the mapped pack, anything else is read through libgit2. Writes git
+objects and the one ref ``refs/pf/objects``; never the side-store directory.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Iterator
+
+import pygit2
+
+from ..errors import CorruptObject, PfError
+from . import gitcmd, index as idx, packread
+
+OBJECTS_REF = "refs/pf/objects"
+_RETRIES = 5
+_ZERO = "0" * 40
+
+
+def _tip(git: pygit2.Repository) -> str | None:
+    ref = git.references.get(OBJECTS_REF)
+    return str(ref.target) if ref is not None else None
+
+
+def _move_ref(git: pygit2.Repository, new: str | None, old: str | None) -> bool:
+    """Compare-and-swap ``refs/pf/objects`` from ``old`` to ``new`` (None: delete it)."""
+    args = ["update-ref", "-m", "git-pf objects"]
+    args += [OBJECTS_REF, new, old or _ZERO] if new is not None else ["-d", OBJECTS_REF, old or _ZERO]
+    return gitcmd.run(Path(git.path), args, check=False).returncode == 0
+
+
+def add_entries(git: pygit2.Repository, added: idx.Index, data_commit: str) -> tuple[str, idx.Index]:
+    """Add ``added`` (whose blobs ``data_commit`` holds) to ``git``'s own objects index, with
+    compare-and-swap (rebuilt on the new tip when another writer moved it); returns the new
+    tip and the whole index."""
+    for _ in range(_RETRIES):
+        tip = _tip(git)
+        base = idx.read_index(git, tip)
+        commit = idx.write_index_commit(git, tip, base, added, data_commit)
+        if _move_ref(git, commit, tip):
+            return commit, {**base, **added}
+    raise PfError(f"updating {OBJECTS_REF} in '{git.path}' kept losing races with other writers; try again")
+
+
+def _pack_state(git_dir: Path) -> frozenset[str]:
+    try:
+        return frozenset(p for p in os.listdir(git_dir / "objects" / "pack") if p.endswith(".idx"))
+    except OSError:
+        return frozenset()
+
+
+class HeldObjects:
+    """The objects this repository's ``refs/pf/objects`` lists, read as side-store frames."""
+
+    def __init__(self, git: pygit2.Repository):
+        self.git = git
+        self.git_dir = Path(git.path)
+        self._lock = threading.Lock()
+        self._stamp: tuple | None = None
+        self._index: idx.Index = {}
+        self._packs = packread.PackReader(None)
+        self._pack_state: frozenset[str] = frozenset()
+
+    # -- the index --------------------------------------------------------
+    def _ref_stamp(self) -> tuple:
+        out = []
+        for p in (self.git_dir / OBJECTS_REF, self.git_dir / "packed-refs"):
+            try:
+                st = p.stat()
+                out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+            except OSError:
+                out.append(None)
+        return tuple(out)
+
+    def _load(self) -> idx.Index:
+        """The index, re-read when the ref (or packed-refs) changed since last time."""
+        stamp = self._ref_stamp()
+        if stamp == self._stamp:
+            return self._index
+        with self._lock:
+            try:
+                self._index = idx.read_index(self.git, _tip(self.git))
+            except (PfError, KeyError, ValueError, pygit2.GitError):
+                self._index = {}  # a damaged index holds nothing here; fsck reports it
+            self._stamp = stamp
+        return self._index
+
+    def has(self, oid: str) -> bool:
+        return oid in self._index or oid in self._load()
+
+    def size(self, oid: str) -> int | None:
+        entry = self._load().get(oid)
+        return entry.size if entry is not None else None
+
+    def oids(self) -> Iterator[str]:
+        return iter(sorted(self._load()))
+
+    def tip_time(self) -> int | None:
+        """Commit time of the index tip (when objects were last added), None without one."""
+        tip = _tip(self.git)
+        return self.git[tip].commit_time if tip is not None else None
+
+    # -- frames -----------------------------------------------------------
+    def _refresh_packs(self) -> None:
+        state = _pack_state(self.git_dir)
+        if state == self._pack_state:
+            return
+        with self._lock:
+            old, self._packs = self._packs, packread.PackReader(self.git_dir)
+            self._pack_state = state
+        old.close()
+
+    def _blob(self, blob: str) -> bytes | None:
+        data = self._packs.read(blob)
+        if data is None and not self._packs.holds(blob):
+            self._refresh_packs()  # a pack that arrived since (fetched or linked)
+            data = self._packs.read(blob)
+        if data is not None:
+            return data
+        try:
+            return self.git.odb.read(blob)[1]
+        except KeyError:
+            return None
+
+    def _join(self, entry: idx.Entry) -> bytes | None:
+        parts = [self._blob(b) for b in entry.blobs]
+        return None if any(p is None for p in parts) else b"".join(parts)
+
+    def frame(self, oid: str) -> bytes | None:
+        """The zstd frame of ``oid`` as stored (not verified); None when it is not held (or
+        its blobs are gone). Looks at the index as last loaded (``has`` reloads it)."""
+        entry = self._index.get(oid)
+        return self._join(entry) if entry is not None else None
+
+    # -- receiving and dropping ---------------------------------------------
+    def receive(self, wanted: idx.Index, source: str) -> None:
+        """Record every entry of ``wanted``, whose blobs must be in this repository already
+        (CorruptObject, and nothing recorded, otherwise). Frames are verified when read."""
+        for oid, entry in wanted.items():
+            if any(b not in self.git.odb for b in entry.blobs):
+                raise CorruptObject(f"remote '{source}' did not send object {oid}")
+        if wanted:
+            add_entries(self.git, wanted, idx.write_data_commit(self.git, wanted))
+
+    def drop(self, oids: set[str]) -> None:
+        """Remove ``oids`` from the index (git's gc then prunes blobs nothing else reaches)."""
+        for _ in range(_RETRIES):
+            tip = _tip(self.git)
+            index = idx.read_index(self.git, tip)
+            keep = {o: e for o, e in index.items() if o not in oids}
+            if len(keep) == len(index):
+                return
+            new = idx.write_index_commit(self.git, None, {}, keep, idx.write_data_commit(self.git, keep)) \
+                if keep else None
+            if _move_ref(self.git, new, tip):
+                return
+        raise PfError(f"updating {OBJECTS_REF} kept losing races with other writers; try again")
+
+    def discard(self, oid: str) -> None:
+        """Unlist one object found corrupt, so that the next read fetches it again."""
+        try:
+            self.drop({oid})
+        except PfError:
+            pass  # still listed: it keeps failing its check on read
+
+    def close(self) -> None:
+        self._packs.close()

@@ -1,0 +1,126 @@
+"""Objects the default adapter brings stay git blobs: a clone's checkout reads them from its own
+object database (a local remote's packs linked in, or the pack git fetched), listed by the clone's
+refs/pf/objects, never copied into pf/objects; they survive git gc, serve further pushes, and
+git pf gc unlists them once no image reaches them."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from transport_helpers import bare, origin_of, pf, sh, source_repo, tree_files
+
+NO_SHORTCUT = {"GIT_PF_NO_LOCAL_SHORTCUT": "1"}
+
+
+def _store_files(repo):
+    return [p for p in (repo / ".git" / "pf" / "objects").glob("??/*")]
+
+
+def _held(repo) -> set[str]:
+    from git_pf import Repo
+
+    return set(Repo.open(repo).store.held.oids())
+
+
+def _packs(git_dir):
+    return {p.name: p.stat().st_ino for p in (git_dir / "objects" / "pack").glob("*.pack")}
+
+
+@pytest.mark.parametrize("shortcut", [True, False], ids=["linked", "fetched"])
+def test_checkout_reads_objects_from_git_and_pf_objects_stays_empty(tmp_path, shortcut):
+    a, sb = source_repo(tmp_path)
+    remote = origin_of(a, tmp_path)
+    env = None if shortcut else NO_SHORTCUT
+    pf("push", "origin", "main", cwd=a, env=env)
+    b = tmp_path / "b"
+    pf("clone", f"file://{remote}", b, cwd=tmp_path, env=env)
+    pf("checkout", "main", "--into", tmp_path / "c", cwd=b, env=env)
+    assert tree_files(tmp_path / "c") == tree_files(sb)
+    assert _store_files(b) == []  # nothing copied into the side-store directory
+    sent = {p.parent.name + p.name for p in _store_files(a)}
+    assert _held(b) == sent
+    shared = set(_packs(remote).items()) & set(_packs(b / ".git").items())
+    assert bool(shared) == shortcut  # a local remote's pack is linked (same inode), not copied
+    sh("git", "fsck", "--no-dangling", cwd=b)  # the objects index reaches every blob it lists
+    assert pf("fsck", cwd=b).returncode == 0
+
+    # git's own gc keeps them (reachable from refs/pf/objects); no remote is needed any more
+    sh("git", "gc", "-q", "--prune=now", cwd=b)
+    shutil.rmtree(remote)
+    pf("checkout", "main", "--into", tmp_path / "c2", cwd=b)
+    assert tree_files(tmp_path / "c2") == tree_files(sb)
+    assert _store_files(b) == []
+
+
+def test_corrupt_blob_is_refused_on_read_and_unlisted(tmp_path):
+    import pygit2
+    import zstandard
+
+    from git_pf.transport import index as idx
+
+    a, _ = source_repo(tmp_path)
+    remote = origin_of(a, tmp_path)
+    pf("push", "origin", "main", cwd=a)
+    repo = pygit2.Repository(str(remote))
+    index = idx.read_index(repo, str(repo.references["refs/pf/objects"].target))
+    victim = max(index, key=lambda o: index[o].size)
+    bad = str(repo.create_blob(zstandard.ZstdCompressor().compress(b"something else")))
+    forged = {**index, victim: idx.Entry(10, (bad,))}
+    new = idx.write_index_commit(repo, None, {}, forged, idx.write_data_commit(repo, {victim: forged[victim]}))
+    repo.references["refs/pf/objects"].set_target(new)
+    for env in (None, NO_SHORTCUT):
+        b = tmp_path / f"b{len(str(env))}"
+        pf("clone", remote, b, cwd=tmp_path, env=env)
+        proc = pf("checkout", "main", "--into", tmp_path / "c", cwd=b, env=env, check=False)
+        assert proc.returncode == 3 and "corrupt" in proc.stderr and victim[:12] in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+        assert victim not in _held(b) and _store_files(b) == []  # unlisted: a later read fetches it again
+        assert not (tmp_path / "c").exists()
+        assert pf("fsck", cwd=b).returncode == 0
+
+
+def test_held_objects_push_on_to_another_remote(tmp_path):
+    a, sb = source_repo(tmp_path)
+    first = origin_of(a, tmp_path)
+    pf("push", "origin", "main", cwd=a)
+    b = tmp_path / "b"
+    pf("clone", first, b, cwd=tmp_path)
+    pf("checkout", "main", "--into", tmp_path / "c", cwd=b)
+    assert _held(b) and _store_files(b) == []
+    for store in ("git", "file"):
+        second = bare(tmp_path / f"second-{store}.git")
+        sh("git", "remote", "add", store, second, cwd=b)
+        sh("git", "config", f"pf.remote.{store}.store", store, cwd=b)
+        pushed = json.loads(pf("push", store, "main", "--json", cwd=b, env={"GIT_PF_NO_LAZY_FETCH": "1"}).stdout)
+        assert pushed["sent_objects"] == len(_held(b))
+        c = tmp_path / f"c-{store}"
+        pf("clone", second, c, cwd=tmp_path)
+        pf("checkout", "main", "--into", tmp_path / f"out-{store}", cwd=c)
+        assert tree_files(tmp_path / f"out-{store}") == tree_files(sb)
+
+
+def test_git_pf_gc_unlists_held_objects_no_image_reaches(tmp_path):
+    a, sb = source_repo(tmp_path)
+    remote = origin_of(a, tmp_path)
+    pf("push", "origin", "main", cwd=a)
+    b = tmp_path / "b"
+    pf("clone", remote, b, cwd=tmp_path)
+    pf("checkout", "main", "--into", tmp_path / "c", cwd=b)
+    held = _held(b)
+    assert json.loads(pf("gc", "--prune=now", "--json", cwd=b).stdout)["removed"] == []
+    assert _held(b) == held  # reached from refs/pf/heads/main
+    pf("branch", "copy", "main", cwd=b)
+    for ref in ("refs/pf/heads/main", "refs/pf/remotes/origin/heads/main"):
+        sh("git", "update-ref", "-d", ref, cwd=b)
+    dry = json.loads(pf("gc", "--prune=now", "--dry-run", "--json", cwd=b).stdout)
+    assert dry["removed"] == [] and _held(b) == held  # 'copy' still reaches them
+    sh("git", "update-ref", "-d", "refs/pf/heads/copy", cwd=b)
+    assert json.loads(pf("gc", "--json", cwd=b).stdout)["removed"] == []  # added just now: spared
+    dry = json.loads(pf("gc", "--prune=now", "--dry-run", "--json", cwd=b).stdout)
+    assert sorted(dry["removed"]) == sorted(held) and _held(b) == held
+    done = json.loads(pf("gc", "--prune=now", "--json", cwd=b).stdout)
+    assert sorted(done["removed"]) == sorted(held) and _held(b) == set()
+    sh("git", "gc", "-q", "--prune=now", cwd=b)
+    assert pf("fsck", cwd=b).returncode == 0
