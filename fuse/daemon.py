@@ -80,7 +80,8 @@ class Daemon:
                         self._frozen(f)
                 elif req.get("op") == "stats":
                     stored = self.ops.prefill.stored if self.ops.prefill is not None else 0
-                    _reply(f, {"ok": True, "requests": dict(self.session.counts), "prefilled": stored})
+                    _reply(f, {"ok": True, "requests": dict(self.session.counts), "prefilled": stored,
+                               "listed_ahead": self.ops.listed_ahead})
                 else:
                     _reply(f, {"ok": req.get("op") == "ping", "pid": os.getpid(), "error": "unknown request"})
             except Exception as e:  # a broken client never takes the mount down
@@ -125,7 +126,8 @@ class Daemon:
     def run(self, ready) -> None:
         from .session import Session
 
-        self.session = Session(self.ops.handlers(), self.state.mountpoint, options(self.state), MAX_BACKGROUND)
+        self.session = Session(self.ops.handlers(), self.state.mountpoint, options(self.state), MAX_BACKGROUND,
+                               idle=(self.ops.idle_ready, self.ops.idle_step))
         self.session.mount()
         if self.ops.readonly:
             from .prefill import Prefill

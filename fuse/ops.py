@@ -6,9 +6,10 @@ on rename), decodes each request's arguments (``protocol``), turns it into a
 timeouts and ``keep_cache`` for the lower layer, which never changes under
 a mount. A read-only mount answers ``open`` and ``opendir`` with ``ENOSYS``,
 after which the kernel sends neither (nor ``release``) and passes file
-handle 0: reads and listings are then served by inode, and the second file
-read from one directory hands that directory's other small files to
-``prefill``. Every mutating
+handle 0: reads and listings are then served by inode; while no request
+waits, the listings of the subdirectories of what was just listed are
+built ahead of a walk; and the second file read from one directory hands
+that directory's other small files to ``prefill``. Every mutating
 handler runs to completion, so a snapshot (which holds the session still)
 never sees half an operation. Errors are ``OSError``; the session answers them.
 """
@@ -19,7 +20,7 @@ import functools
 import os
 import stat
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 from . import protocol as P
 from .upper import join
@@ -29,6 +30,8 @@ LOWER_TIMEOUT = P.valid(86400.0)  # the lower layer never changes under a mount
 UPPER_ATTR_TIMEOUT = P.valid(1.0)  # all changes pass through the kernel, which invalidates on write
 LOWER_BLKSIZE = 128 * 1024
 KEPT = 64  # readers and listings a read-only mount keeps by inode (it has no handles)
+LIST_AHEAD = 8  # listings of subdirectories built ahead of a walk, while no request waits
+AHEAD_QUEUE = 4096  # directories remembered as likely next
 PREFILL_FILE = 64 * 1024  # files up to this size are stored ahead of their read ...
 PREFILL_DIR = 8 * 1024 * 1024  # ... up to this much of one directory
 
@@ -123,6 +126,9 @@ class Operations:
         self.readonly = view.upper is None
         self.readers = Kept()  # inode -> reader, read-only mounts
         self.listings = Kept()  # inode -> listing, read-only mounts
+        self.ahead: deque[int] = deque()  # directories a walk will probably list next (read-only mounts)
+        self.built_ahead: set[int] = set()  # ... whose listing is built and not asked for yet
+        self.listed_ahead = 0  # listings built ahead so far
         self.served: set[int] = set()  # inodes whose content went to the kernel (read-only mounts)
         self.prefilled: set[bytes] = set()  # directories handed to the prefill
         self._dir, self._dir_reads = None, 0  # the directory of the last read, and reads in a row there
@@ -230,11 +236,36 @@ class Operations:
 
     def _listing(self, inode: int, fh: int, off: int) -> list:
         if not fh:  # a read-only mount: the lower directory never changes
-            return self.listings.get_used(inode) or self.listings.keep(inode, self._list(inode))
+            listing = self.listings.get_used(inode) or self.listings.keep(inode, self._list(inode))
+            if off == 0:
+                self._walked(inode, listing)
+            return listing
         listing = self.dirs.get(fh)
         if listing is None or off == 0:  # first call, or rewinddir: list afresh
             listing = self.dirs[fh] = self._list(inode)
         return listing
+
+    def _walked(self, inode: int, listing: list) -> None:
+        """A listing was asked for: its subdirectories are likely next, depth first as a walk goes."""
+        if inode in self.built_ahead:
+            self.built_ahead.discard(inode)
+        else:  # the walk went elsewhere: what was built ahead is not what it needs
+            self.built_ahead.clear()
+        self.ahead.extendleft(attr[0] for _, _, attr in reversed(listing) if stat.S_ISDIR(attr[9]))
+        while len(self.ahead) > AHEAD_QUEUE:
+            self.ahead.pop()
+
+    def idle_ready(self) -> bool:
+        """Whether ``idle_step`` has work: a listing to build ahead of a walk."""
+        return bool(self.ahead) and len(self.built_ahead) < LIST_AHEAD
+
+    def idle_step(self) -> None:
+        """Build the next listing a walk will probably ask for (called while no request waits)."""
+        inode = self.ahead.popleft()
+        if inode not in self.listings:
+            self.listings.keep(inode, self._list(inode))
+            self.built_ahead.add(inode)
+            self.listed_ahead += 1
 
     def _readdir(self, inode, body, plus: bool):
         fh, off, size = P.READ_IN.unpack_from(body)

@@ -8,7 +8,9 @@ the request's node id and argument bytes and returns the reply payload (or
 ``None`` for requests the kernel expects no answer to); an ``OSError`` is
 answered with its errno, any other error with ``EIO`` and a log line.
 ``lock`` is held while a request is served, so another thread that takes it
-(a snapshot's freeze) holds the whole mount still. Helper threads that write
+(a snapshot's freeze) holds the whole mount still. While no request waits,
+the loop does the idle work it was given (a step at a time, looking for a
+request between steps). Helper threads that write
 to the device (``prefill``) are stopped with the session, which keeps
 answering requests until they have ended (a helper may wait for an answer).
 Knows nothing of git.
@@ -39,8 +41,9 @@ class Terminated(Exception):
 
 
 class Session:
-    def __init__(self, handlers: dict, mountpoint: str, options: list[str], max_background: int):
+    def __init__(self, handlers: dict, mountpoint: str, options: list[str], max_background: int, idle=None):
         self.handlers = handlers  # opcode -> fn(nodeid, body) -> payload | None
+        self.idle = idle  # (ready, step): work done while no request waits, one step at a time
         self.mountpoint, self.options, self.max_background = mountpoint, options, max_background
         self.fd = -1
         self.lock = threading.Lock()
@@ -115,6 +118,8 @@ class Session:
         while not (self.stopping and self._done()):
             if self.stopping and not self._poll(0):
                 continue
+            if self.idle is not None:
+                self._idle()
             try:
                 self._waiting = True
                 n = os.readv(fd, [buf])
@@ -135,6 +140,15 @@ class Session:
                 self._answer(opcode, unique, nodeid, handlers.get(opcode), view[P.IN_HEADER.size:n])
             if opcode == P.DESTROY:
                 break
+
+    def _idle(self) -> None:
+        ready, step = self.idle
+        while ready() and not self._poll(0):
+            with self.lock:
+                try:
+                    step()
+                except Exception as e:  # work ahead of requests: the request itself will report it
+                    log.debug("idle work failed: %s", e)
 
     def _answer(self, opcode: int, unique: int, nodeid: int, fn, body) -> None:
         if opcode == P.INIT:

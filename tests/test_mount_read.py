@@ -83,6 +83,24 @@ def test_reading_a_directory_stores_its_other_small_files_ahead(pf):
     assert requests_served(pf, mnt)[protocol.READ] == reads == 2
 
 
+def test_listings_of_subdirectories_are_built_ahead_of_a_walk(pf):
+    sb = pf.root / "tree"
+    for d in range(12):
+        for f in range(3):
+            (sb / f"d{d:02d}" / f"sub{f}").mkdir(parents=True)
+            (sb / f"d{d:02d}" / f"f{f}.txt").write_text(f"{d} {f}\n")
+    image = snapshot(pf, sb)
+    pf.run("checkout", image, "--into", str(pf.root / "co"))
+    mnt = pf.mount(image, pf.root / "mnt")
+    assert sorted(os.listdir(mnt)) == [f"d{d:02d}" for d in range(12)]
+    deadline = time.monotonic() + 60  # built while no request waits: the first 8 subdirectories
+    while daemon_stats(pf, mnt)["listed_ahead"] < 8 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert daemon_stats(pf, mnt)["listed_ahead"] == 8
+    assert describe(mnt) == describe(pf.root / "co")  # a whole walk, partly from listings built ahead
+    assert daemon_stats(pf, mnt)["listed_ahead"] > 8
+
+
 def test_large_file_random_reads_match(pf):
     sb = make_sandbox(pf.root)
     image = snapshot(pf, sb)
