@@ -27,6 +27,18 @@ def test_blobs_written_as_stored_blocks_read_back_exactly_and_others_fall_back(t
     assert [git[i].data for i in ids] == blobs
 
 
+def test_other_stored_block_sizes_and_zlib_level_0_read_back_exactly(tmp_path, monkeypatch):
+    blobs = [b"", b"y", rand_bytes(999, 4), rand_bytes(1000, 5), rand_bytes(70001, 6)]
+    small = bare(tmp_path / "small.git")
+    monkeypatch.setattr(packwrite, "_STORED", 1000)  # a writer that cuts 1,000-byte blocks
+    ids = packwrite.write_blobs(small, blobs)
+    with packread.PackReader(small) as reader:
+        assert [reader.read(i) for i in ids] == blobs
+    sh("git", "-c", "pack.compression=0", "repack", "-q", "-a", "-d", "-k", "-F", cwd=small)  # git's stored blocks
+    with packread.PackReader(small) as reader:
+        assert [reader.read(i) for i in ids] == blobs
+
+
 def test_a_damaged_pack_on_a_local_remote_is_refused_on_checkout(tmp_path):
     a, sb = source_repo(tmp_path)
     remote = origin_of(a, tmp_path)

@@ -6,8 +6,8 @@ wrote, or in a local remote's pack linked in. They are not copied into
 in the same format v1 a remote uses (docs/transport.md), which also keeps
 the blobs reachable for git's gc. The side store reads them through
 ``HeldObjects`` (``SideStore.held``) and, as for its own files, decodes and
-hashes every frame it reads: blobs stored as plain deflate blocks are sliced
-out of the mapped pack, anything else is read through libgit2. Writes git
+hashes every frame it reads: blobs stored as plain deflate blocks are read
+straight out of the pack file, anything else through libgit2. Writes git
 objects and the one ref ``refs/pf/objects``; never the side-store directory.
 """
 from __future__ import annotations
@@ -69,6 +69,7 @@ class HeldObjects:
         self._stamp: tuple | None = None
         self._index: idx.Index = {}
         self._packs = packread.PackReader(None)
+        self._retired: list[packread.PackReader] = []
         self._pack_state: frozenset[str] = frozenset()
 
     # -- the index --------------------------------------------------------
@@ -112,15 +113,14 @@ class HeldObjects:
 
     # -- frames -----------------------------------------------------------
     def _refresh_packs(self) -> None:
-        state = _pack_state(self.git_dir)
-        if state == self._pack_state:
-            return
         with self._lock:
-            old, self._packs = self._packs, packread.PackReader(self.git_dir)
-            self._pack_state = state
-        old.close()
+            state = _pack_state(self.git_dir)
+            if state != self._pack_state:
+                # other threads may still be reading the old reader: it is closed with this object
+                self._retired.append(self._packs)
+                self._packs, self._pack_state = packread.PackReader(self.git_dir), state
 
-    def _blob(self, blob: str) -> bytes | None:
+    def _blob(self, blob: str) -> bytes | bytearray | None:
         data = self._packs.read(blob)
         if data is None and not self._packs.holds(blob):
             self._refresh_packs()  # a pack that arrived since (fetched or linked)
@@ -132,11 +132,13 @@ class HeldObjects:
         except KeyError:
             return None
 
-    def _join(self, entry: idx.Entry) -> bytes | None:
+    def _join(self, entry: idx.Entry) -> bytes | bytearray | None:
         parts = [self._blob(b) for b in entry.blobs]
-        return None if any(p is None for p in parts) else b"".join(parts)
+        if any(p is None for p in parts):
+            return None
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def frame(self, oid: str) -> bytes | None:
+    def frame(self, oid: str) -> bytes | bytearray | None:
         """The zstd frame of ``oid`` as stored (not verified); None when it is not held (or
         its blobs are gone). Looks at the index as last loaded (``has`` reloads it)."""
         entry = self._index.get(oid)
@@ -174,4 +176,6 @@ class HeldObjects:
             pass  # still listed: it keeps failing its check on read
 
     def close(self) -> None:
-        self._packs.close()
+        for reader in [*self._retired, self._packs]:
+            reader.close()
+        self._retired = []
