@@ -27,12 +27,14 @@ from typing import Callable, Iterable, Iterator, Protocol
 
 import zstandard
 
+from . import writeback
 from .chunking import chunk_spans
 from .errors import CorruptObject, MissingObject, WriteFailed
 
 OID_RE = re.compile(r"^[0-9a-f]{64}$")
 ZSTD_LEVEL = 3
 _WORKERS = max(2, min(8, os.cpu_count() or 2))
+_EARLY_WRITEBACK = 1 << 20  # frames this large start their writeback as soon as written in a batch
 _READ_AHEAD = 4  # chunks iter_large decodes ahead of its caller
 _local = threading.local()
 
@@ -297,6 +299,9 @@ class SideStore:
                 f.write(frame)
                 if self._pending is not None:
                     self._pending[oid] = (tmp, path)
+                    if len(frame) >= _EARLY_WRITEBACK:
+                        f.flush()
+                        writeback.start(f.fileno())  # the disk works meanwhile: the batch's sync waits less
                     return
                 f.flush()
                 os.fsync(f.fileno())
