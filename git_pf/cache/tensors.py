@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import mmap
 import sys
 
 import numpy as np
@@ -92,6 +93,22 @@ def _with_seq(shape: tuple[int, ...], n: int) -> tuple[int, ...]:
     return shape[:-1] + (n,) + shape[-1:]
 
 
+def fresh_bytes(nbytes: int) -> torch.Tensor:
+    """A new uint8 tensor of ``nbytes``, its memory mapped in up front where Linux allows.
+
+    ``MAP_POPULATE`` maps every page in one kernel pass instead of taking a
+    page fault per 4 KiB on first write, which costs about twice the CPU
+    time for a buffer of a GiB. The tensor keeps the mapping alive."""
+    flags = getattr(mmap, "MAP_POPULATE", 0)
+    if not flags or nbytes == 0:
+        return torch.empty(nbytes, dtype=torch.uint8)
+    try:
+        region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | flags)
+    except OSError:
+        return torch.empty(nbytes, dtype=torch.uint8)
+    return torch.frombuffer(region, dtype=torch.uint8)
+
+
 def _bytes_of(t: torch.Tensor) -> np.ndarray:
     """``t`` as a numpy uint8 array of shape [..., seq, row bytes] (a view of a CPU tensor)."""
     t = t.detach()
@@ -113,7 +130,7 @@ class Cut:
     def __init__(self, layers: KV, n_tokens: int, layout: pg.Layout):
         self.layout = layout
         self.spans = pg.spans(n_tokens, layout.page_tokens)
-        self.buffer = torch.empty(n_tokens * layout.token_bytes, dtype=torch.uint8)
+        self.buffer = fresh_bytes(n_tokens * layout.token_bytes)
         self._flat = self.buffer.numpy()
         self._sources = [_bytes_of(t) for pair in layers for t in pair]
 
@@ -148,7 +165,7 @@ class Canvas:
 
     def __init__(self, layout: pg.Layout, n_tokens: int):
         self.layout, self.n_tokens = layout, n_tokens
-        self.buffer = torch.empty(n_tokens * layout.token_bytes, dtype=torch.uint8)
+        self.buffer = fresh_bytes(n_tokens * layout.token_bytes)
         flat, itemsize = self.buffer.numpy(), pg.DTYPES[layout.dtype]
         shapes = [s for pair in zip(layout.k_shapes, layout.v_shapes) for s in pair]
         self._runs = []  # (destination [rows, n_tokens, row], bytes per token of the runs before it)
