@@ -9,9 +9,9 @@ reading at that moment waits for that read's answer, which only the request
 loop can give: hence a thread of its own, writing through its own duplicate
 of the FUSE device, and a session that keeps serving until the worker has
 stopped. A reader faster than the worker is not raced for the same files:
-when it gets ahead, the worker skips to the files after the one it is
-probably reading. Gets (inode, content function) pairs; knows nothing of
-git or paths.
+once it gets ahead, the worker gives that directory up (storing ahead of
+such a reader only takes time from the request loop that serves it). Gets
+(inode, content function) pairs; knows nothing of git or paths.
 """
 from __future__ import annotations
 
@@ -24,8 +24,6 @@ import threading
 from . import protocol as P
 
 log = logging.getLogger("git_pf.fuse")
-
-LEAD = 1  # files left to a reader that got ahead (the one it is probably reading now)
 
 
 class Prefill:
@@ -63,14 +61,12 @@ class Prefill:
 
     def _store_all(self, files: list, skip: set, latest) -> None:
         where = {ino: i for i, (ino, _) in enumerate(files)}
-        i = 0
-        while i < len(files) and not self.stopping:
+        for i, (ino, content) in enumerate(files):
+            if self.stopping:
+                return
             ahead = where.get(latest())
-            if ahead is not None and ahead >= i:  # the reader got ahead: store ahead of it
-                i = ahead + 1 + LEAD
-                continue
-            ino, content = files[i]
-            i += 1
+            if ahead is not None and ahead >= i:  # the reader is faster than storing ahead of it
+                return
             if ino in skip:  # read meanwhile: already in the page cache
                 continue
             try:

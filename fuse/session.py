@@ -9,11 +9,10 @@ the request's node id and argument bytes and returns the reply payload (or
 answered with its errno, any other error with ``EIO`` and a log line.
 ``lock`` is held while a request is served, so another thread that takes it
 (a snapshot's freeze) holds the whole mount still. While no request waits,
-the loop does the idle work it was given (a step at a time, looking for a
-request between steps). Helper threads that write
-to the device (``prefill``) are stopped with the session, which keeps
-answering requests until they have ended (a helper may wait for an answer).
-Knows nothing of git.
+the loop does the idle work it was given, a step at a time, looking for a
+request between steps. Helper threads that write to the device
+(``prefill``) are stopped with the session, which keeps answering requests
+until they have ended (a helper may wait for an answer). Knows nothing of git.
 """
 from __future__ import annotations
 
@@ -143,7 +142,7 @@ class Session:
 
     def _idle(self) -> None:
         ready, step = self.idle
-        while ready() and not self._poll(0):
+        while not self.stopping and ready() and not self._poll(0):
             with self.lock:
                 try:
                     step()
