@@ -73,9 +73,9 @@ def check(table: PageTable, model, adapter, config=None, dtype=None) -> None:
 def read_layers(repo, table: PageTable, device=None) -> tensors.KV:
     """Every page of ``table`` read from the side store, verified, in fresh tensors.
 
-    Pages are read, decoded, hashed and copied into place on ``WORKERS``
-    threads (all of that releases the GIL), straight into one buffer that
-    becomes the K/V tensors (``tensors.Canvas``)."""
+    The buffer that becomes the K/V tensors (``tensors.Canvas``) is mapped
+    in first, then pages are read, decoded, hashed and copied into place, all
+    on ``WORKERS`` threads (every step releases the GIL)."""
     store = repo.store
     store.ensure(table.oids())  # one batch for a lazy fetch
     canvas = tensors.Canvas(table.layout, len(table.tokens))
@@ -88,6 +88,7 @@ def read_layers(repo, table: PageTable, device=None) -> tensors.KV:
         canvas.fill(a, b, data)
 
     with ThreadPoolExecutor(WORKERS) as pool:
+        list(pool.map(canvas.map_in, canvas.parts()))
         list(pool.map(one, zip(table.spans(), table.pages)))
     return canvas.layers(device)
 

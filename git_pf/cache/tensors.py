@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import itertools
 import math
-import mmap
 import sys
 
 import numpy as np
 import torch
 
 from ..errors import UsageError
-from . import pages as pg
+from . import pages as pg, prefault
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]
+MAP_IN_BYTES = 32 << 20  # parts of a restore buffer mapped in by one job
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -93,22 +93,6 @@ def _with_seq(shape: tuple[int, ...], n: int) -> tuple[int, ...]:
     return shape[:-1] + (n,) + shape[-1:]
 
 
-def fresh_bytes(nbytes: int) -> torch.Tensor:
-    """A new uint8 tensor of ``nbytes``, its memory mapped in up front where Linux allows.
-
-    ``MAP_POPULATE`` maps every page in one kernel pass instead of taking a
-    page fault per 4 KiB on first write, which costs about twice the CPU
-    time for a buffer of a GiB. The tensor keeps the mapping alive."""
-    flags = getattr(mmap, "MAP_POPULATE", 0)
-    if not flags or nbytes == 0:
-        return torch.empty(nbytes, dtype=torch.uint8)
-    try:
-        region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | flags)
-    except OSError:
-        return torch.empty(nbytes, dtype=torch.uint8)
-    return torch.frombuffer(region, dtype=torch.uint8)
-
-
 def _bytes_of(t: torch.Tensor) -> np.ndarray:
     """``t`` as a numpy uint8 array of shape [..., seq, row bytes] (a view of a CPU tensor)."""
     t = t.detach()
@@ -130,7 +114,7 @@ class Cut:
     def __init__(self, layers: KV, n_tokens: int, layout: pg.Layout):
         self.layout = layout
         self.spans = pg.spans(n_tokens, layout.page_tokens)
-        self.buffer = fresh_bytes(n_tokens * layout.token_bytes)
+        self.buffer = torch.empty(n_tokens * layout.token_bytes, dtype=torch.uint8)
         self._flat = self.buffer.numpy()
         self._sources = [_bytes_of(t) for pair in layers for t in pair]
 
@@ -142,6 +126,7 @@ class Cut:
         a, b = self.spans[first]
         count, size = last - first, b - a
         rows = self._flat[a * self.layout.token_bytes : (a + count * size) * self.layout.token_bytes]
+        prefault.map_in(rows.ctypes.data, rows.nbytes)
         rows = rows.reshape(count, size * self.layout.token_bytes)
         offset = 0
         for src in self._sources:
@@ -165,7 +150,7 @@ class Canvas:
 
     def __init__(self, layout: pg.Layout, n_tokens: int):
         self.layout, self.n_tokens = layout, n_tokens
-        self.buffer = fresh_bytes(n_tokens * layout.token_bytes)
+        self.buffer = torch.empty(n_tokens * layout.token_bytes, dtype=torch.uint8)
         flat, itemsize = self.buffer.numpy(), pg.DTYPES[layout.dtype]
         shapes = [s for pair in zip(layout.k_shapes, layout.v_shapes) for s in pair]
         self._runs = []  # (destination [rows, n_tokens, row], bytes per token of the runs before it)
@@ -176,6 +161,15 @@ class Canvas:
             offset += rows * n_tokens * row
             per_token += rows * row
         self._shapes = shapes
+
+    def parts(self, size: int = MAP_IN_BYTES) -> list[tuple[int, int]]:
+        """The buffer as (offset, bytes) parts for ``map_in``."""
+        total = self.buffer.numel()
+        return [(off, min(size, total - off)) for off in range(0, total, size)]
+
+    def map_in(self, part: tuple[int, int]) -> None:
+        """Map in the memory of one part before pages land in it (``prefault``)."""
+        prefault.map_in(self.buffer.data_ptr() + part[0], part[1])
 
     def fill(self, a: int, b: int, data) -> None:
         """Copy the bytes of the page holding tokens [a, b) into place."""
