@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from .. import image as img
 from ..errors import UsageError
-from .pages import DEFAULT_PAGE_TOKENS, IO_WORKERS
+from .pages import DEFAULT_PAGE_TOKENS, IO_WORKERS, batches
 from .table import PATH
 
 if TYPE_CHECKING:
@@ -27,16 +27,15 @@ PAGE_ZSTD_LEVEL = 1
 
 def store_pages(store, captured: "Captured") -> int:
     """Put every page into ``store``; returns how many objects were new."""
-    def one(item) -> bool:
-        page, data = item
-        if store.has(page.sha256):
-            return False
-        store.put(data, page.sha256, level=PAGE_ZSTD_LEVEL)
-        return True
+    def job(items) -> int:
+        new = [(oid, data) for oid, data in items if not store.has(oid)]
+        for oid, data in new:
+            store.put(data, oid, level=PAGE_ZSTD_LEVEL)
+        return len(new)
 
-    unique = {p.sha256: (p, d) for p, d in zip(captured.table.pages, captured.data)}
+    unique = {p.sha256: d for p, d in zip(captured.table.pages, captured.data)}
     with ThreadPoolExecutor(IO_WORKERS) as pool:
-        return sum(pool.map(one, unique.values()))
+        return sum(pool.map(job, batches(list(unique.items()))))
 
 
 class CacheInput:

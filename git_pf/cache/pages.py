@@ -20,6 +20,7 @@ VERSION = "pf-kv/1"
 DEFAULT_PAGE_TOKENS = 16
 WORKERS = max(2, min(8, os.cpu_count() or 2))  # threads for CPU-bound page work (hashing)
 IO_WORKERS = 2 * WORKERS + 4  # threads for page work that also waits on files and fsync
+JOB_PAGES = 8  # pages per thread-pool job: a few MiB of work each, and few jobs to hand out
 ID_DOMAIN = b"pf-kv-page/1\x00"
 ZERO_ID = "0" * 64
 MAX_TOKEN = 2**32 - 1
@@ -86,6 +87,11 @@ def _prod(shape) -> int:
     for d in shape:
         n *= d
     return n
+
+
+def batches(items: list, size: int = JOB_PAGES) -> list[list]:
+    """``items`` in consecutive runs of ``size`` (the last may be shorter)."""
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def spans(n_tokens: int, page_tokens: int) -> list[tuple[int, int]]:

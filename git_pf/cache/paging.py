@@ -17,7 +17,6 @@ from . import pages as pg, tensors
 from .table import Page, PageTable
 
 DEFAULT_PAGE_TOKENS, WORKERS = pg.DEFAULT_PAGE_TOKENS, pg.WORKERS
-GROUP_PAGES = 8  # pages cut and hashed per job: a few MiB, enough jobs to keep every worker busy
 
 
 @dataclass(frozen=True)
@@ -89,9 +88,9 @@ def capture(cache, token_ids, *, model, adapter: str | None = None,
 
 
 def _groups(n_tokens: int, page_tokens: int) -> list[tuple[int, int]]:
-    """Page ranges [first, last) cut and hashed as one job: GROUP_PAGES full pages, the partial last page alone."""
+    """Page ranges [first, last) cut and hashed as one job: JOB_PAGES full pages, the partial last page alone."""
     full, total = n_tokens // page_tokens, -(-n_tokens // page_tokens)
-    out = [(i, min(i + GROUP_PAGES, full)) for i in range(0, full, GROUP_PAGES)]
+    out = [(i, min(i + pg.JOB_PAGES, full)) for i in range(0, full, pg.JOB_PAGES)]
     return out + [(full, total)] if total > full else out
 
 

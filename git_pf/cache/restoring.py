@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import CorruptObject, UsageError
 from . import tensors
-from .pages import WORKERS
+from .pages import WORKERS, batches
 from .paging import fingerprint
 from .table import PageTable, read
 
@@ -80,16 +80,16 @@ def read_layers(repo, table: PageTable, device=None) -> tensors.KV:
     store.ensure(table.oids())  # one batch for a lazy fetch
     canvas = tensors.Canvas(table.layout, len(table.tokens))
 
-    def one(item) -> None:
-        (a, b), page = item
-        data = store.get(page.sha256)  # verified: the bytes hash to the recorded sha256
-        if len(data) != page.size:
-            raise CorruptObject(f"KV page {page.id[:12]} has {len(data)} bytes, the table says {page.size}")
-        canvas.fill(a, b, data)
+    def job(items) -> None:
+        for (a, b), page in items:
+            data = store.get(page.sha256)  # verified: the bytes hash to the recorded sha256
+            if len(data) != page.size:
+                raise CorruptObject(f"KV page {page.id[:12]} has {len(data)} bytes, the table says {page.size}")
+            canvas.fill(a, b, data)
 
     with ThreadPoolExecutor(WORKERS) as pool:
         list(pool.map(canvas.map_in, canvas.parts()))
-        list(pool.map(one, zip(table.spans(), table.pages)))
+        list(pool.map(job, batches(list(zip(table.spans(), table.pages)))))
     return canvas.layers(device)
 
 
