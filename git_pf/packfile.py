@@ -22,6 +22,7 @@ from .errors import WriteFailed
 KIND_NAMES = {1: b"commit", 2: b"tree", 3: b"blob", 4: b"tag"}
 BLOB, TREE = 3, 2
 _FLUSH_BYTES = 256 * 1024 * 1024  # start another pack past this much compressed data
+_LOOKAHEAD = 262  # zlib's MIN_LOOKAHEAD: a window of 2**wbits reaches back 2**wbits - 262 bytes
 
 
 def object_id(kind: int, data) -> bytes:
@@ -29,6 +30,12 @@ def object_id(kind: int, data) -> bytes:
     h = hashlib.sha1(b"%s %d\x00" % (KIND_NAMES[kind], len(data)))
     h.update(data)
     return h.digest()
+
+
+def deflate(data: bytes) -> bytes:
+    """zlib level 1 with a window no larger than the data needs: the same output size as
+    the full 32 KiB window, but small objects (trees) set up 2-3x faster."""
+    return zlib.compress(data, 1, min(15, max(9, (len(data) + _LOOKAHEAD).bit_length())))
 
 
 def entry_header(kind: int, size: int) -> bytes:
@@ -86,7 +93,7 @@ class PackWriter:
         oid = object_id(kind, data)
         if oid in self._objects or pygit2.Oid(raw=oid) in self.repo.odb:
             return oid
-        entry = entry_header(kind, len(data)) + zlib.compress(data, 1)
+        entry = entry_header(kind, len(data)) + deflate(data)
         self._objects[oid] = (kind, entry)
         self._bytes += len(entry)
         if self._bytes >= _FLUSH_BYTES:

@@ -32,8 +32,6 @@ from .statcache import (CTIME, KEY_FIELDS, NO_OID, NOT_CACHED, OID_LEN, RACY_NS,
                         no_gc, pack_keys)
 from .xattrs import read_user_xattrs
 
-_S_IFMT, _S_IFDIR = 0o170000, 0o040000
-
 
 @dataclass
 class CaptureStats:
@@ -168,20 +166,21 @@ def _list(abs_dir: bytes, rel_dir: bytes) -> _Listing:
     names: list[bytes] = []
     keys: list[int] = []
     dirs: list[int] = []
+    add_name = names.append
     try:
         it = os.scandir(abs_dir)
     except PermissionError:
         raise UsageError(f"cannot read directory '{_display(rel_dir) or '.'}': permission denied") from None
     with it:
-        for de in it:
+        for de in it:  # the hot loop of an incremental snapshot: kept to the bare minimum
             try:
                 st = de.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue
             mode = st.st_mode
-            if mode & _S_IFMT == _S_IFDIR:
+            if mode & 0o170000 == 0o040000:  # S_ISDIR
                 dirs.append(len(names))
-            names.append(de.name)
+            add_name(de.name)
             keys += (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, mode)
     return _Listing(names, keys, dirs)
 
@@ -207,7 +206,7 @@ class _Walker:
         subtrees = {i: self.walk(base + listing.names[i], _join(rel_dir, listing.names[i]), rules,
                                  tuple(listing.key(i)))
                     for i in listing.dirs}
-        old = self.cache.get(rel_dir)
+        old = self.cache.old.get(rel_dir)
         if old is not None and self._unchanged(old, listing, subtrees, own_key):
             return self._reuse(rel_dir, old)
         return self._build(base, rel_dir, listing, subtrees, own_key, old)
@@ -237,9 +236,10 @@ class _Walker:
         stats.files += files
         stats.bytes += nbytes
         stats.pointers += pointers
-        self.reader.attrs += [PathAttrs(path, is_dir, mode, dict(xattrs), pointer)
-                              for path, is_dir, mode, xattrs, pointer in old.attrs]
-        self.cache.put(rel_dir, old)
+        if old.attrs:
+            self.reader.attrs += [PathAttrs(path, is_dir, mode, dict(xattrs), pointer)
+                                  for path, is_dir, mode, xattrs, pointer in old.attrs]
+        self.cache.new[rel_dir] = old
         return old.tree
 
     def _build(self, base: bytes, rel_dir: bytes, listing: _Listing, subtrees: dict[int, bytes | None],
@@ -278,8 +278,8 @@ class _Walker:
         counts = (reader.stats.files - before[0], reader.stats.bytes - before[1], reader.stats.pointers - before[2])
         attrs = tuple((a.path, a.is_dir, a.mode, tuple(sorted(a.xattrs.items())), a.pointer)
                       for a in reader.attrs[first_attr:])
-        self.cache.put(rel_dir, DirRecord(self._trusted(own_key), own_xattrs, b"/".join(listing.names),
-                                          self._cacheable(listing.keys), b"".join(oids), extras, tree, attrs, counts))
+        self.cache.new[rel_dir] = DirRecord(self._trusted(own_key), own_xattrs, b"/".join(listing.names),
+                                            self._cacheable(listing.keys), b"".join(oids), extras, tree, attrs, counts)
         return tree
 
     def _dir_attrs(self, abs_dir: bytes, rel_dir: bytes, own_key: tuple, old: DirRecord | None, empty: bool) -> tuple:

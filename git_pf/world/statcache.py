@@ -86,8 +86,8 @@ class StatCache:
     def __init__(self, path: Path, settings: tuple, dirs: dict[bytes, DirRecord] | None = None):
         self.path = path
         self.settings = settings
-        self.old: dict[bytes, DirRecord] = dirs or {}
-        self.new: dict[bytes, DirRecord] = {}
+        self.old: dict[bytes, DirRecord] = dirs or {}  # by directory path ("" for the root), as loaded
+        self.new: dict[bytes, DirRecord] = {}  # what this snapshot saw, saved by save()
 
     @classmethod
     def load(cls, git_dir: Path, root: bytes, settings: tuple, tree_exists) -> "StatCache":
@@ -103,12 +103,6 @@ class StatCache:
         except (OSError, ValueError, EOFError, TypeError):
             pass
         return cls(path, settings)
-
-    def get(self, rel_dir: bytes) -> DirRecord | None:
-        return self.old.get(rel_dir)
-
-    def put(self, rel_dir: bytes, rec: DirRecord) -> None:
-        self.new[rel_dir] = rec
 
     def save(self, root: bytes, tree_hex: str) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
