@@ -87,16 +87,38 @@ STEPS = [
 ]
 
 
-def test_incremental_snapshot_equals_an_uncached_capture_after_every_kind_of_change(repo, tmp_path):
-    sb = _sandbox(tmp_path / "sb")
+def _check_steps(repo, sb: Path, steps) -> None:
+    """After each change (out of the racy window), the incremental snapshot equals an
+    uncached capture."""
     _settle()
     first = repo.snapshot(sb, name="main")
     assert _captured(repo, first) == _uncached(repo, sb)
-    for what, change in STEPS:
+    for what, change in steps:
         change(sb)
         _settle()
         snap = repo.snapshot(sb, name="main", allow_empty=True)
         assert _captured(repo, snap) == _uncached(repo, sb), what
+
+
+def test_incremental_snapshot_equals_an_uncached_capture_after_every_kind_of_change(repo, tmp_path):
+    _check_steps(repo, _sandbox(tmp_path / "sb"), STEPS)
+
+
+def test_remembered_ignore_decisions_follow_new_names_kinds_and_rules(repo, tmp_path):
+    sb = tmp_path / "sb"
+    (sb / "sub").mkdir(parents=True)
+    (sb / ".gitignore").write_text("build/\n*.log\n")
+    (sb / "sub" / "build").write_text("a file named build is kept\n")
+    (sb / "sub" / "keep.txt").write_text("k\n")
+    _check_steps(repo, sb, [
+        ("an ignored file appears", lambda sb: (sb / "sub" / "x.log").write_text("log\n")),
+        ("a file replaced by a directory that a directory-only pattern ignores",
+         lambda sb: _replace_file_by_dir(sb / "sub" / "build")),
+        ("the directory pattern dropped", lambda sb: (sb / ".gitignore").write_text("*.log\n")),
+        ("a negation keeps the ignored file", lambda sb: (sb / ".gitignore").write_text("*.log\n!x.log\n")),
+        ("the ignored file edited", lambda sb: (sb / ".gitignore").write_text("*.log\n")
+         or (sb / "sub" / "x.log").write_text("longer log\n")),
+    ])
 
 
 def test_a_deep_edit_reads_one_file_and_an_unchanged_sandbox_none(repo, tmp_path):

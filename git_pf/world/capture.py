@@ -148,12 +148,11 @@ class _Listing:
     def key(self, i: int) -> list[int]:
         return self.keys[i * KEY_FIELDS : (i + 1) * KEY_FIELDS]
 
-    def keep(self, wanted) -> "_Listing":
-        """Only the entries for which ``wanted(name, is_dir)`` holds."""
-        dirs = set(self.dirs)
+    def without(self, dropped: set[int]) -> "_Listing":
         out = _Listing([], [], [])
+        dirs = set(self.dirs)
         for i, name in enumerate(self.names):
-            if wanted(name, i in dirs):
+            if i not in dropped:
                 if i in dirs:
                     out.dirs.append(len(out.names))
                 out.names.append(name)
@@ -185,6 +184,21 @@ def _list(abs_dir: bytes, rel_dir: bytes) -> _Listing:
     return _Listing(names, keys, dirs)
 
 
+def _unignored(listing: _Listing, rel_dir: bytes, rules: IgnoreRules, memo: tuple | None) -> tuple[_Listing, tuple]:
+    """The listing without the entries ``rules`` ignore, and the memo of that decision:
+    (rules token, names joined, directory indices, ignored indices). The previous memo
+    answers without matching a pattern when the rules and the listed names and kinds
+    are the same."""
+    listed, dirs = b"/".join(listing.names), tuple(listing.dirs)
+    if memo is not None and memo[0] == rules.token and memo[1] == listed and memo[2] == dirs:
+        ignored = memo[3]
+    else:
+        is_dir = set(dirs)
+        ignored = tuple(i for i, name in enumerate(listing.names) if rules.ignored(_join(rel_dir, name), i in is_dir))
+        memo = (rules.token, listed, dirs, ignored)
+    return (listing.without(set(ignored)) if ignored else listing), memo
+
+
 class _Walker:
     def __init__(self, reader: _Reader, cache: StatCache, exclude: set[bytes]):
         self.reader = reader
@@ -201,26 +215,22 @@ class _Walker:
         listing = _list(abs_dir, rel_dir)
         if b".gitignore" in listing.names:
             rules = rules.descend(abs_dir, rel_dir)
-        listing = self._kept(listing, abs_dir, rel_dir, rules)
-        base = abs_dir if abs_dir.endswith(b"/") else abs_dir + b"/"
-        subtrees = {i: self.walk(base + listing.names[i], _join(rel_dir, listing.names[i]), rules,
-                                 tuple(listing.key(i)))
-                    for i in listing.dirs}
         old = self.cache.old.get(rel_dir)
-        if old is not None and self._unchanged(old, listing, subtrees, own_key):
-            return self._reuse(rel_dir, old)
-        return self._build(base, rel_dir, listing, subtrees, own_key, old)
-
-    def _kept(self, listing: _Listing, abs_dir: bytes, rel_dir: bytes, rules: IgnoreRules) -> _Listing:
-        """The listing without ignored and excluded entries."""
         never = self.excluded.get(abs_dir)
         if not rel_dir:
             never = ALWAYS_IGNORED_TOP | (never or set())
         if never and not never.isdisjoint(listing.names):
-            listing = listing.keep(lambda name, is_dir: name not in never)
+            listing = listing.without({i for i, name in enumerate(listing.names) if name in never})
+        memo = None
         if not rules.empty:
-            listing = listing.keep(lambda name, is_dir: not rules.ignored(_join(rel_dir, name), is_dir))
-        return listing
+            listing, memo = _unignored(listing, rel_dir, rules, old.ignore_memo if old is not None else None)
+        base = abs_dir if abs_dir.endswith(b"/") else abs_dir + b"/"
+        subtrees = {i: self.walk(base + listing.names[i], _join(rel_dir, listing.names[i]), rules,
+                                 tuple(listing.key(i)))
+                    for i in listing.dirs}
+        if old is not None and self._unchanged(old, listing, subtrees, own_key):
+            return self._reuse(rel_dir, old if old.ignore_memo == memo else old._replace(ignore_memo=memo))
+        return self._build(base, rel_dir, listing, subtrees, own_key, old, memo)
 
     @staticmethod
     def _unchanged(old: DirRecord, listing: _Listing, subtrees: dict[int, bytes | None], own_key: tuple | None) -> bool:
@@ -243,7 +253,7 @@ class _Walker:
         return old.tree
 
     def _build(self, base: bytes, rel_dir: bytes, listing: _Listing, subtrees: dict[int, bytes | None],
-               own_key: tuple | None, old: DirRecord | None) -> bytes | None:
+               own_key: tuple | None, old: DirRecord | None, memo: tuple | None) -> bytes | None:
         """The general case: entries looked up one by one, changed ones read. ``base``: the
         directory's absolute path ending in "/"."""
         reader, cached = self.reader, OldEntries(old)
@@ -279,7 +289,8 @@ class _Walker:
         attrs = tuple((a.path, a.is_dir, a.mode, tuple(sorted(a.xattrs.items())), a.pointer)
                       for a in reader.attrs[first_attr:])
         self.cache.new[rel_dir] = DirRecord(self._trusted(own_key), own_xattrs, b"/".join(listing.names),
-                                            self._cacheable(listing.keys), b"".join(oids), extras, tree, attrs, counts)
+                                            self._cacheable(listing.keys), b"".join(oids), extras, tree, attrs, counts,
+                                            memo)
         return tree
 
     def _dir_attrs(self, abs_dir: bytes, rel_dir: bytes, own_key: tuple, old: DirRecord | None, empty: bool) -> tuple:

@@ -6,11 +6,14 @@ an ignored directory is never entered. ``--ignore`` patterns act like a
 ``.gitignore`` at the sandbox root that takes precedence over every
 ``.gitignore`` file (as git's command-line excludes do). The
 top-level ``.pf/`` directory (where checkout writes non-world layers) is
-always skipped. Pure path logic plus reading ``.gitignore`` files.
+always skipped. Each stack has a ``token`` (its ``.gitignore`` files by
+content digest) so a cache can tell that the same rules apply. Pure path
+logic plus reading ``.gitignore`` files.
 """
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 from dataclasses import dataclass
 
@@ -23,6 +26,7 @@ ALWAYS_IGNORED_TOP = {b".pf"}
 class _Level:
     prefix: str  # directory of the .gitignore, relative to the root, "" or ending in "/"
     spec: pathspec.GitIgnoreSpec
+    digest: bytes  # SHA-1 of the .gitignore's bytes
 
 
 @functools.lru_cache(maxsize=256)  # a process taking snapshot after snapshot compiles each file once
@@ -36,6 +40,7 @@ class IgnoreRules:
     def __init__(self, levels: tuple[_Level, ...] = (), override: pathspec.GitIgnoreSpec | None = None):
         self._levels = levels
         self._override = override
+        self.token = tuple((level.prefix, level.digest) for level in levels)  # --ignore: in the cache settings
 
     @classmethod
     def from_patterns(cls, extra_patterns: list[str]) -> "IgnoreRules":
@@ -50,7 +55,7 @@ class IgnoreRules:
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError):
             return self
         prefix = os.fsdecode(rel_dir) + "/" if rel_dir else ""
-        level = _Level(prefix, _compile(data))
+        level = _Level(prefix, _compile(data), hashlib.sha1(data).digest())
         return IgnoreRules(self._levels + (level,), self._override)
 
     @property

@@ -4,7 +4,8 @@ A directory's record holds the lstat fields of its entries that change when
 content or attributes change (mtime, ctime, size, inode, mode) packed into one
 byte string, their names, the blob or subtree id each produced, the xattrs and
 pointer flags, the tree the directory became and the ``fs.attrs`` entries it
-gave; only entries that ignore rules keep are recorded. A re-snapshot compares
+gave; only entries that ignore rules keep are recorded, plus a memo of which
+listed entries the rules dropped. A re-snapshot compares
 a directory's fresh listing with its record in one step and reuses the tree
 when nothing in or below it changed; otherwise it looks entries up one by one
 and reads only those whose fields changed.
@@ -26,7 +27,7 @@ from array import array
 from pathlib import Path
 from typing import NamedTuple
 
-FORMAT = 2
+FORMAT = 3
 RACY_NS = 100_000_000  # entries whose ctime falls within 100 ms of the start are re-read next time
 KEY_FIELDS = 5  # per entry: mtime_ns, ctime_ns, size, ino, mode
 CTIME = 1  # index of ctime within an entry's fields
@@ -58,6 +59,7 @@ class DirRecord(NamedTuple):
     tree: bytes | None  # the tree the directory produced; None when empty
     attrs: tuple  # fs.attrs entries it gave: (path, is_dir, mode, xattr items, pointer)
     counts: tuple  # (files, bytes, pointers) of its direct entries
+    ignore_memo: tuple | None  # which listed entries ignore rules dropped, and under which rules
 
 
 def pack_keys(keys: list[int]) -> bytes:
