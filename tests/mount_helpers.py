@@ -12,6 +12,7 @@ import random
 import signal
 import stat
 import subprocess
+import shutil
 import sys
 from pathlib import Path
 
@@ -23,10 +24,8 @@ VENV_BIN = str(Path(sys.executable).parent)
 def fuse_skip_reason() -> str | None:
     if not os.path.exists("/dev/fuse"):
         return "/dev/fuse is missing: FUSE mounts cannot run here"
-    try:
-        import pyfuse3  # noqa: F401
-    except ImportError as e:
-        return f"pyfuse3 cannot be imported: {e}"
+    if shutil.which("fusermount3") is None:
+        return "fusermount3 is not on PATH (the fuse3 package): FUSE mounts cannot run here"
     return None
 
 

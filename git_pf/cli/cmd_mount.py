@@ -1,6 +1,7 @@
 """``git pf mount``, ``git pf umount``, ``git pf mounts``: images as directories."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import typer
@@ -12,13 +13,11 @@ from .app import JsonOpt, app, emit, open_repo, warn
 
 
 def _fuse():
-    """The FUSE package, or one clear line when the [fuse] extra is missing."""
-    try:
-        from .. import fuse  # noqa: F401
-        from ..fuse import manage
-        import pyfuse3  # noqa: F401
-    except ImportError as e:
-        raise UsageError(f"mounting needs pyfuse3 and trio (install git-pf[fuse]): {e}") from None
+    """The mount manager, or one clear line when this machine cannot mount."""
+    from ..fuse import manage
+
+    if shutil.which("fusermount3") is None:
+        raise UsageError("mounting needs fusermount3 on PATH (install the fuse3 package)")
     if not Path("/dev/fuse").exists():
         raise UsageError("mounting needs /dev/fuse (load the fuse kernel module)")
     return manage
