@@ -2,8 +2,10 @@
 
 Reads K/V out of a transformers ``DynamicCache`` (``cache.layers[i].keys /
 .values``), a dict or a list of per-layer (K, V) pairs; cuts them into page
-buffers and writes page buffers back into tensors. The sequence axis is the
-second to last. Knows nothing of repositories or the side store.
+buffers (``Cut``) and writes page buffers back into tensors (``Canvas``),
+with numpy copies that release the GIL so worker threads share the work. The
+sequence axis is the second to last. Knows nothing of repositories or the
+side store.
 """
 from __future__ import annotations
 
