@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -24,6 +25,7 @@ from . import gitcmd, index as idx, packread
 
 OBJECTS_REF = "refs/pf/objects"
 _RETRIES = 5
+_RECHECK = 0.1  # seconds between looks at the ref for other processes' writes
 _ZERO = "0" * 40
 
 
@@ -67,6 +69,7 @@ class HeldObjects:
         self.git_dir = Path(git.path)
         self._lock = threading.Lock()
         self._stamp: tuple | None = None
+        self._checked = float("-inf")  # when the ref was last looked at (time.monotonic)
         self._index: idx.Index = {}
         self._packs = packread.PackReader(None)
         self._retired: list[packread.PackReader] = []
@@ -84,8 +87,13 @@ class HeldObjects:
         return tuple(out)
 
     def _load(self) -> idx.Index:
-        """The index, re-read when the ref (or packed-refs) changed since last time."""
+        """The index, re-read when the ref (or packed-refs) changed; what other processes
+        record is looked for at most every ``_RECHECK`` seconds (this one's own writes at once)."""
+        now = time.monotonic()
+        if now - self._checked < _RECHECK:
+            return self._index
         stamp = self._ref_stamp()
+        self._checked = now
         if stamp == self._stamp:
             return self._index
         with self._lock:
@@ -95,6 +103,10 @@ class HeldObjects:
                 self._index = {}  # a damaged index holds nothing here; fsck reports it
             self._stamp = stamp
         return self._index
+
+    def _forget(self) -> None:
+        """This process moved the ref: read it again on the next look."""
+        self._checked = float("-inf")
 
     def has(self, oid: str) -> bool:
         return oid in self._index or oid in self._load()
@@ -153,6 +165,7 @@ class HeldObjects:
                 raise CorruptObject(f"remote '{source}' did not send object {oid}")
         if wanted:
             add_entries(self.git, wanted, idx.write_data_commit(self.git, wanted))
+            self._forget()
 
     def drop(self, oids: set[str]) -> None:
         """Remove ``oids`` from the index (git's gc then prunes blobs nothing else reaches)."""
@@ -165,6 +178,7 @@ class HeldObjects:
             new = idx.write_index_commit(self.git, None, {}, keep, idx.write_data_commit(self.git, keep)) \
                 if keep else None
             if _move_ref(self.git, new, tip):
+                self._forget()
                 return
         raise PfError(f"updating {OBJECTS_REF} kept losing races with other writers; try again")
 
