@@ -236,9 +236,13 @@ class _Walker:
     def _unchanged(old: DirRecord, listing: _Listing, subtrees: dict[int, bytes | None], own_key: tuple | None) -> bool:
         """True when the directory would produce exactly what ``old`` records: the same kept
         entries (after ignore rules) with the same fields, and the same subtrees."""
-        if old.key != own_key or old.keys != pack_keys(listing.keys) or old.names != b"/".join(listing.names):
+        if old.key != own_key or old.names != b"/".join(listing.names) or old.keys != pack_keys(listing.keys):
             return False
-        return all((tree or NO_OID) == old.oids[i * OID_LEN : (i + 1) * OID_LEN] for i, tree in subtrees.items())
+        oids = old.oids
+        for i, tree in subtrees.items():
+            if (tree or NO_OID) != oids[i * OID_LEN : (i + 1) * OID_LEN]:
+                return False
+        return True
 
     def _reuse(self, rel_dir: bytes, old: DirRecord) -> bytes | None:
         stats = self.reader.stats
