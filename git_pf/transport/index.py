@@ -81,7 +81,7 @@ def read_index(git: pygit2.Repository, commit: str | None) -> Index:
 
 def write_data_commit(git: pygit2.Repository, blobs: dict[str, Entry]) -> str:
     """A parentless commit whose tree holds the blobs of ``blobs`` (already in the odb)."""
-    writer = TreeWriter(git, packed=True)  # its trees as one pack, not a loose file each
+    writer = TreeWriter(git)
     fan: dict[bytes, list] = {}
     for oid, entry in blobs.items():
         for n, blob in enumerate(entry.blobs):
@@ -89,7 +89,6 @@ def write_data_commit(git: pygit2.Repository, blobs: dict[str, Entry]) -> str:
             fan.setdefault(oid[:2].encode(), []).append((name.encode(), MODE_FILE, bytes.fromhex(blob)))
     top = [(d, MODE_TREE, writer.write(entries)) for d, entries in fan.items()]
     tree = writer.write(top)
-    writer.flush()
     msg = f"pf objects: {len(blobs)} objects, {sum(e.size for e in blobs.values())} bytes\n"
     return str(git.create_commit(None, _SIG, _SIG, msg, pygit2.Oid(raw=tree), []))
 
@@ -97,7 +96,7 @@ def write_data_commit(git: pygit2.Repository, blobs: dict[str, Entry]) -> str:
 def write_index_commit(git: pygit2.Repository, base: str | None, base_index: Index, added: Index,
                        data_commit: str) -> str:
     """The index commit for ``base_index`` plus ``added``, parents ``base`` (if any) and ``data_commit``."""
-    writer = TreeWriter(git, packed=True)
+    writer = TreeWriter(git)
     buckets: dict[bytes, tuple[int, bytes]] = {}
     if base is not None:
         top = _tree_of(git, base)
@@ -110,7 +109,6 @@ def write_index_commit(git: pygit2.Repository, base: str | None, base_index: Ind
         buckets[prefix.encode()] = (MODE_FILE, writer.write_blob(encode_bucket(merged)))
     index_tree = writer.write([(n, m, o) for n, (m, o) in buckets.items()])
     tree = writer.write([(b"version", MODE_FILE, writer.write_blob(VERSION)), (b"index", MODE_TREE, index_tree)])
-    writer.flush()
     parents = ([pygit2.Oid(hex=base)] if base else []) + [pygit2.Oid(hex=data_commit)]
     msg = f"pf objects index: +{sum(1 for o in added if o not in base_index)} objects\n"
     return str(git.create_commit(None, _sig(), _sig(), msg, pygit2.Oid(raw=tree), parents))
