@@ -2,10 +2,8 @@
 
 libgit2 writes loose objects through zlib at ~40 MB/s; side-store objects are
 already zstd-compressed, so this writes them as one pack file whose entries
-use stored deflate blocks (written around the data with ``writev``, not
-copied), plus its version-2 ``.idx``, straight into ``objects/pack/``. The
-checksums run on other threads while the data is written. Knows nothing of
-the side store or refs.
+use stored deflate blocks (written around the data, not copied), plus its version-2 ``.idx``, straight
+into ``objects/pack/``. Knows nothing of the side store or refs.
 """
 from __future__ import annotations
 
@@ -14,7 +12,6 @@ import os
 import struct
 import tempfile
 import zlib
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
@@ -24,8 +21,6 @@ from ..packfile import BLOB, entry_header, idx_bytes, object_id
 
 _STORED = 65535  # the most bytes one stored deflate block holds
 _WRITEBACK_STEP = 32 * 1024 * 1024
-_IOV_MAX = 1024  # pieces one writev takes (the kernel's IOV_MAX)
-_CHECKSUM_BACKLOG = 8  # entries written but not yet checksummed
 
 
 def _stored_blocks(view: memoryview) -> list:
@@ -47,54 +42,6 @@ def blob_id(data) -> str:
     return object_id(BLOB, data).hex()
 
 
-def _writev(fd: int, pieces: list) -> None:
-    """Write every piece, in order, with as few system calls as the kernel allows."""
-    pieces = [p for p in pieces if len(p)]
-    while pieces:
-        n = os.writev(fd, pieces[:_IOV_MAX])
-        while n:  # drop what was written (a short write may end inside a piece)
-            if n >= len(pieces[0]):
-                n -= len(pieces[0])
-                pieces = pieces[1:]
-            else:
-                pieces = [memoryview(pieces[0])[n:], *pieces[1:]]
-                n = 0
-
-
-class _Checksums:
-    """The pack's SHA-1 and each entry's CRC-32, computed in pack order on one other thread.
-
-    ``add`` hands over an entry's pieces (as written); at most a few entries wait,
-    so frames are not held in memory much beyond their write."""
-
-    def __init__(self, pool: ThreadPoolExecutor, head: bytes):
-        self.digest = hashlib.sha1(head)
-        self.pool = pool
-        self.waiting: deque = deque()
-
-    def _feed(self, pieces: list) -> int:
-        crc = 0
-        for piece in pieces:
-            self.digest.update(piece)
-            crc = zlib.crc32(piece, crc)
-        return crc
-
-    def add(self, pieces: list, done) -> None:
-        """Checksum ``pieces``; ``done(crc)`` is called, in order, once that is known."""
-        self.waiting.append((self.pool.submit(self._feed, pieces), done))
-        while len(self.waiting) > _CHECKSUM_BACKLOG:
-            self._settle()
-
-    def _settle(self) -> None:
-        future, done = self.waiting.popleft()
-        done(future.result())
-
-    def finish(self) -> bytes:
-        while self.waiting:
-            self._settle()
-        return self.digest.digest()
-
-
 def write_blobs(git_dir: Path, blobs: Iterable[bytes], count: int | None = None) -> list[str]:
     """Write every blob of ``blobs`` into one new pack; returns their git ids in order.
 
@@ -110,44 +57,48 @@ def write_blobs(git_dir: Path, blobs: Iterable[bytes], count: int | None = None)
     fd, tmp = tempfile.mkstemp(dir=pack_dir, prefix="tmp_pack_pf_")
     ids: list[str] = []
     entries: dict[bytes, tuple[bytes, int, int]] = {}
-    seen: set[bytes] = set()
     try:
-        try:
-            head = b"PACK" + struct.pack(">II", 2, count)
-            _writev(fd, [head])
+        with os.fdopen(fd, "wb") as f:
+            digest = hashlib.sha1()
+
+            def out(b: bytes) -> None:
+                f.write(b)
+                digest.update(b)
+
+            out(b"PACK" + struct.pack(">II", 2, count))
             offset, flushed = 12, 0
-            # The blob's SHA-1 and the stream's adler32 run on two other threads, the
-            # pack's SHA-1 and the entries' CRC-32 on a third, while this one writes.
-            with ThreadPoolExecutor(2) as pool, ThreadPoolExecutor(1) as ordered:
-                sums = _Checksums(ordered, head)
+            # The blob's SHA-1 and the stream's adler32 run on other cores while
+            # this thread writes, CRCs and hashes the pack (all release the GIL).
+            with ThreadPoolExecutor(2) as pool:
                 for data in blobs:
                     view = memoryview(data)
                     blob_sha = pool.submit(blob_id, view)
                     adler = pool.submit(zlib.adler32, view)
-                    pieces = [entry_header(BLOB, len(view)), b"\x78\x01", *_stored_blocks(view)]
-                    _writev(fd, list(pieces))
+                    crc, length = 0, 0
+                    for piece in [entry_header(BLOB, len(view)), b"\x78\x01", *_stored_blocks(view)]:
+                        crc = zlib.crc32(piece, crc)
+                        length += len(piece)
+                        out(piece)
                     trailer = struct.pack(">I", adler.result())
-                    _writev(fd, [trailer])
-                    pieces.append(trailer)
+                    crc = zlib.crc32(trailer, crc)
+                    length += len(trailer)
+                    out(trailer)
                     oid = blob_sha.result()
                     ids.append(oid)
                     sha = bytes.fromhex(oid)
-                    if sha in seen:  # a pack may hold duplicates; the index names each once
-                        sums.add(pieces, lambda crc: None)
-                    else:
-                        seen.add(sha)
-                        sums.add(pieces, lambda crc, sha=sha, at=offset: entries.__setitem__(sha, (sha, crc, at)))
-                    offset += sum(len(p) for p in pieces)
+                    if sha not in entries:  # a pack may hold duplicates; the index names each once
+                        entries[sha] = (sha, crc, offset)
+                    offset += length
                     if offset - flushed >= _WRITEBACK_STEP:
-                        writeback.start(fd, flushed, offset - flushed)  # the disk works meanwhile
+                        f.flush()
+                        writeback.start(f.fileno(), flushed, offset - flushed)  # the disk works meanwhile
                         flushed = offset
-                pack_sum = sums.finish()
             if len(ids) != count:
                 raise ValueError(f"pack announced {count} objects but got {len(ids)}")
-            _writev(fd, [pack_sum])
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            pack_sum = digest.digest()
+            f.write(pack_sum)
+            f.flush()
+            os.fsync(f.fileno())
         name = pack_dir / f"pack-{pack_sum.hex()}"
         os.chmod(tmp, 0o444)
         os.replace(tmp, name.with_suffix(".pack"))
