@@ -149,6 +149,7 @@ class _Listing:
         return self.keys[i * KEY_FIELDS : (i + 1) * KEY_FIELDS]
 
     def without(self, dropped: set[int]) -> "_Listing":
+        """The listing less the entries at the indices in ``dropped``."""
         out = _Listing([], [], [])
         dirs = set(self.dirs)
         for i, name in enumerate(self.names):
