@@ -20,9 +20,13 @@ def _world(root, files: int, seed: int = 7):
         (root / f"f{i:02d}.bin").write_bytes(rand_bytes(MiB, seed * 1000 + i))
 
 
-def test_fork_changing_1mb_of_a_40mb_world_sends_under_3mb(tmp_path):
+def test_fork_changing_1mb_of_a_200mb_world_sends_under_3mb(tmp_path):
+    """The issue's case: X is a 200 MiB world (25 files of 8 MiB); its fork overwrites 1 MiB
+    in the middle of one file, so content-defined chunks on both sides of the edit change too."""
     sb = tmp_path / "sb"
-    _world(sb, 40)
+    sb.mkdir()
+    for i in range(25):
+        (sb / f"part{i:02d}.bin").write_bytes(rand_bytes(8 * MiB, 7000 + i))
     a = tmp_path / "a"
     pf("init", a, cwd=tmp_path)
     pf("snapshot", "--fs-root", sb, "-m", "X", cwd=a)
@@ -30,13 +34,15 @@ def test_fork_changing_1mb_of_a_40mb_world_sends_under_3mb(tmp_path):
     before = objects_bytes(remote)
     pf("push", "origin", "main", cwd=a)
     first = objects_bytes(remote) - before
-    assert first >= 40 * MiB
-    (sb / "f17.bin").write_bytes(rand_bytes(MiB, 99))  # the fork changes 1 MiB
+    assert first >= 200 * MiB
+    with open(sb / "part17.bin", "r+b") as f:  # the fork changes 1 MiB in place
+        f.seek(4 * MiB - 12345)
+        f.write(rand_bytes(MiB, 99))
     pf("snapshot", "--fs-root", sb, "--name", "fork", "-m", "fork of X", cwd=a)
     before = objects_bytes(remote)
     out = pf("push", "origin", "fork", "--json", cwd=a).stdout
     sent = objects_bytes(remote) - before
-    assert MiB <= sent <= 3 * 1000 * 1000, (sent, out)
+    assert MiB <= sent <= 3 * MiB, (sent, out)
 
 
 def test_pushes_are_split_by_max_push_bytes(tmp_path):
