@@ -81,13 +81,19 @@ def test_corrupt_blob_is_refused_on_read_and_unlisted(tmp_path):
         assert pf("fsck", cwd=b).returncode == 0
 
 
-def test_held_objects_push_on_to_another_remote(tmp_path):
+def _pushed_cloned_checked_out(tmp_path):
+    """A source repo pushed to a bare origin, cloned into b and checked out into c: (sb, b)."""
     a, sb = source_repo(tmp_path)
-    first = origin_of(a, tmp_path)
+    remote = origin_of(a, tmp_path)
     pf("push", "origin", "main", cwd=a)
     b = tmp_path / "b"
-    pf("clone", first, b, cwd=tmp_path)
+    pf("clone", remote, b, cwd=tmp_path)
     pf("checkout", "main", "--into", tmp_path / "c", cwd=b)
+    return sb, b
+
+
+def test_held_objects_push_on_to_another_remote(tmp_path):
+    sb, b = _pushed_cloned_checked_out(tmp_path)
     assert _held(b) and _store_files(b) == []
     for store in ("git", "file"):
         second = bare(tmp_path / f"second-{store}.git")
@@ -102,12 +108,7 @@ def test_held_objects_push_on_to_another_remote(tmp_path):
 
 
 def test_git_pf_gc_unlists_held_objects_no_image_reaches(tmp_path):
-    a, sb = source_repo(tmp_path)
-    remote = origin_of(a, tmp_path)
-    pf("push", "origin", "main", cwd=a)
-    b = tmp_path / "b"
-    pf("clone", remote, b, cwd=tmp_path)
-    pf("checkout", "main", "--into", tmp_path / "c", cwd=b)
+    _, b = _pushed_cloned_checked_out(tmp_path)
     held = _held(b)
     assert json.loads(pf("gc", "--prune=now", "--json", cwd=b).stdout)["removed"] == []
     assert _held(b) == held  # reached from refs/pf/heads/main

@@ -140,13 +140,8 @@ class _CgiHandler(BaseHTTPRequestHandler):
 @contextmanager
 def http_backend(base: Path):
     handler = type("H", (_CgiHandler,), {"root": str(base)})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    _serve(server)
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _serving(ThreadingHTTPServer(("127.0.0.1", 0), handler)) as url:
+        yield url
 
 
 @contextmanager
@@ -166,7 +161,13 @@ def dulwich_http(base: Path):
             return super().open_repository(path.lstrip("/"))
 
     app = make_wsgi_chain(Backend(str(base)))
-    server = make_server("127.0.0.1", 0, app, handler_class=Quiet, server_class=WSGIServerLogger)
+    with _serving(make_server("127.0.0.1", 0, app, handler_class=Quiet, server_class=WSGIServerLogger)) as url:
+        yield url
+
+
+@contextmanager
+def _serving(server):
+    """Serve ``server`` on a thread; yields its http URL; shut down afterwards."""
     _serve(server)
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
