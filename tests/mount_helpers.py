@@ -55,8 +55,15 @@ class Pf:
         return where
 
     def states(self) -> list[dict]:
+        """The mount records on disk; one a daemon removes while we look is left out."""
         base = self.repo / ".git" / "pf" / "mounts"
-        return [json.loads(p.read_text()) for p in sorted(base.glob("*/mount.json"))] if base.is_dir() else []
+        out = []
+        for p in sorted(base.glob("*/mount.json")) if base.is_dir() else []:
+            try:
+                out.append(json.loads(p.read_text()))
+            except FileNotFoundError:
+                continue
+        return out
 
     def cleanup(self) -> None:
         for rec in self.states():
