@@ -31,7 +31,6 @@ FOPEN_KEEP_CACHE = 1 << 1
 FATTR_MODE, FATTR_UID, FATTR_GID, FATTR_SIZE = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 FATTR_ATIME, FATTR_MTIME, FATTR_FH, FATTR_ATIME_NOW, FATTR_MTIME_NOW = 1 << 4, 1 << 5, 1 << 6, 1 << 7, 1 << 8
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1 << 0, 1 << 1
-GETATTR_FH = 1 << 0
 FSYNC_FDATASYNC = 1 << 0
 ROOT_ID = 1
 
@@ -55,7 +54,6 @@ WRITE_IN = struct.Struct("<QQI")  # fh offset size; data follows the 40-byte rec
 WRITE_IN_SIZE = 40
 FH_IN = struct.Struct("<Q")  # release, releasedir, flush: the fh leads the record
 FSYNC_IN = struct.Struct("<QI")
-GETATTR_IN = struct.Struct("<IIQ")
 SETATTR_IN = struct.Struct("<IIQQQQQQIIIIIIII")
 OPEN_IN = struct.Struct("<II")
 CREATE_IN = struct.Struct("<IIII")  # flags mode umask open_flags

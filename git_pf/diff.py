@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field
 
 import pygit2
 
-from . import effects as effects_mod, image as img, trace
-from .gittree import MODE_TREE, diff_trees, lookup, read_tree
+from . import effects as effects_mod, image as img, tape, trace
+from .gittree import diff_trees
 from .world import attrs as attrs_mod
 from .world.env import Env
 from .world.names import from_tree
@@ -98,13 +98,8 @@ def _trace(git, a, b) -> TraceDiff:
     ma = trace.decode(img.read_file(git, a.tree, img.TRACE_MESSAGES) or b"")
     mb = trace.decode(img.read_file(git, b.tree, img.TRACE_MESSAGES) or b"")
     prefix = trace.is_prefix(ma, mb)
-    ta, tb = _tape_names(git, a), _tape_names(git, b)
+    ta, tb = set(tape.entries(git, a.tree)), set(tape.entries(git, b.tree))
     return TraceDiff(len(ma), len(mb), len(mb) - len(ma) if prefix else 0, not prefix, len(tb - ta), len(ta - tb))
-
-
-def _tape_names(git, image) -> set[bytes]:
-    found = lookup(git, bytes.fromhex(image.tree), img.TRACE_TAPE)
-    return {e[0] for e in read_tree(git, found[1])} if found and found[0] == MODE_TREE else set()
 
 
 def _effects(git, a, b) -> EffectsDiff:

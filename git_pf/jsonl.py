@@ -1,4 +1,4 @@
-"""Reading JSONL files handed to us by users, with line-numbered errors.
+"""Reading JSONL (and single JSON) files handed to us by users, with line-numbered errors.
 
 Each non-blank line must be one JSON object. Bytes that are not valid UTF-8
 are kept through ``surrogateescape`` (canonical JSON then writes them as
@@ -28,13 +28,28 @@ def parse(data: bytes, where: str) -> list[dict]:
     return out
 
 
-def read(path: Path, flag: str) -> list[dict]:
+def read_bytes(path: Path, flag: str) -> bytes:
+    """The bytes of a file a user named with ``flag``; one clear line when it cannot be read."""
     try:
-        data = Path(path).read_bytes()
+        return Path(path).read_bytes()
     except FileNotFoundError:
         raise InputFormatError(f"{flag}: no such file '{path}'") from None
     except IsADirectoryError:
         raise InputFormatError(f"{flag}: '{path}' is a directory") from None
     except PermissionError:
         raise InputFormatError(f"{flag}: cannot read '{path}': permission denied") from None
-    return parse(data, str(path))
+    except OSError as e:
+        raise InputFormatError(f"{flag}: cannot read '{path}': {e.strerror}") from None
+
+
+def read(path: Path, flag: str) -> list[dict]:
+    return parse(read_bytes(path, flag), str(path))
+
+
+def read_json(path: Path, flag: str):
+    """One JSON document from a file a user named with ``flag`` (any JSON value)."""
+    data = read_bytes(path, flag)
+    try:
+        return json.loads(data)
+    except ValueError as e:  # UnicodeDecodeError included
+        raise InputFormatError(f"{flag}: '{path}' is not valid JSON ({e})") from None

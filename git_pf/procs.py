@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from . import canonjson, image as img
+from . import canonjson, image as img, jsonl
 from .errors import InputFormatError, UsageError
 from .gittree import read_blob
 
@@ -98,12 +98,7 @@ def make(root: int | None, processes: list[dict]) -> dict:
 
 def read_input(path: Path, flag: str = "--procs") -> dict:
     """A table from a JSON file: a table as stored, or a bare list of process objects."""
-    try:
-        obj = canonjson.loads(Path(path).read_bytes())
-    except FileNotFoundError:
-        raise InputFormatError(f"{flag}: no such file '{path}'") from None
-    except (OSError, ValueError) as e:
-        raise InputFormatError(f"{flag}: '{path}' is not a readable JSON file ({e})") from None
+    obj = jsonl.read_json(path, flag)
     procs = obj if isinstance(obj, list) else obj.get("processes") if isinstance(obj, dict) else None
     if not isinstance(procs, list) or not all(isinstance(p, dict) and isinstance(p.get("pid"), int) for p in procs):
         raise InputFormatError(f"{flag}: '{path}' must hold a list of processes, each an object with an integer pid")

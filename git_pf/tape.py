@@ -63,23 +63,24 @@ def read_input(path: Path, flag: str = "--tape") -> list[dict]:
         return jsonl.read(path, flag)
     out = []
     for f in sorted(path.glob("*.json")):
-        try:
-            obj = canonjson.loads(f.read_bytes())
-        except (OSError, ValueError) as e:
-            raise InputFormatError(f"{flag}: '{f}' is not a readable JSON file ({e})") from None
+        obj = jsonl.read_json(f, flag)
         if not isinstance(obj, dict):
             raise InputFormatError(f"{flag}: '{f}' must hold one JSON object")
         out.append(obj)
     return out
 
 
-def read(git, tree_hex: str) -> list[dict]:
-    """The exchanges of an image tree, in tape order (empty when it has no tape)."""
+def entries(git, tree_hex: str) -> dict[bytes, bytes]:
+    """File name -> raw blob oid of each exchange of an image tree (empty when it has no tape)."""
     found = lookup(git, bytes.fromhex(tree_hex), PATH)
     if not found or found[0] != MODE_TREE:
-        return []
-    entries = sorted(e for e in read_tree(git, found[1]) if e[1] == MODE_FILE)
-    return [canonjson.loads(read_blob(git, oid)) for _, _, oid in entries]
+        return {}
+    return {name: oid for name, mode, oid in read_tree(git, found[1]) if mode == MODE_FILE}
+
+
+def read(git, tree_hex: str) -> list[dict]:
+    """The exchanges of an image tree, in tape order (empty when it has no tape)."""
+    return [canonjson.loads(read_blob(git, oid)) for _, oid in sorted(entries(git, tree_hex).items())]
 
 
 def summary(exchanges: int) -> dict:
@@ -93,8 +94,7 @@ def merged_summary(git, ours_tree: str, changes: dict) -> dict | None:
     touched = {p: c for p, c in changes.items() if p.startswith(prefix)}
     if not touched:
         return None
-    found = lookup(git, bytes.fromhex(ours_tree), PATH)
-    names = {PATH + b"/" + e[0] for e in read_tree(git, found[1])} if found and found[0] == MODE_TREE else set()
+    names = {prefix + name for name in entries(git, ours_tree)}
     for path, change in touched.items():
         (names.discard if change is None else names.add)(path)
     return summary(len(names))

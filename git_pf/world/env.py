@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import canonjson
+from .. import canonjson, jsonl
 from ..errors import InputFormatError
 
 REDACTED = "<redacted>"
@@ -67,12 +67,7 @@ def from_process() -> Env:
 
 def from_file(path: Path) -> Env:
     """Read ``{"cwd": ..., "env": {...}}`` or a flat ``{"NAME": "value"}`` mapping."""
-    try:
-        obj = canonjson.loads(Path(path).read_bytes())
-    except FileNotFoundError:
-        raise InputFormatError(f"--env: no such file '{path}'") from None
-    except (OSError, ValueError) as e:
-        raise InputFormatError(f"--env: '{path}' is not valid JSON ({e})") from None
+    obj = jsonl.read_json(path, "--env")
     if not isinstance(obj, dict):
         raise InputFormatError(f"--env: '{path}' must hold a JSON object")
     if isinstance(obj.get("env"), dict):
