@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 
 import pygit2
+import pytest
+from dulwich.repo import Repo as DulwichRepo
 
 from git_pf.transport import packread, packwrite
+from pagecache_helpers import direct_io_works, evict, resident_pages
 from transport_helpers import bare, origin_of, pf, rand_bytes, sh, source_repo
 
 
@@ -64,3 +67,39 @@ def test_a_damaged_pack_on_a_local_remote_is_refused_on_checkout(tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "b" / ".git" / "pf" / "objects" / victim[:2] / victim[2:]).exists()
     assert not (tmp_path / "c").exists()
+
+
+
+def test_packs_bypass_the_page_cache_and_are_the_same_valid_packs_either_way(tmp_path, monkeypatch):
+    """A pack is written past the page cache where the filesystem allows it (it is made
+    durable at once anyway) and read back past it when it is not cached: the bytes, the
+    pack's name and git's own check are the same as with ordinary buffered I/O."""
+    if not direct_io_works(tmp_path):
+        pytest.skip("this filesystem refuses O_DIRECT; packs are written through the page cache here")
+    # sizes that cross the 8 MiB staging buffers and leave an unaligned tail
+    blobs = [rand_bytes(n, i) for i, n in enumerate([0, 1, 70_000, 5 * 1024 * 1024 + 3, 9 * 1024 * 1024 + 11, 300_001])]
+    direct, buffered = bare(tmp_path / "direct.git"), bare(tmp_path / "buffered.git")
+    ids = packwrite.write_blobs(direct, blobs)
+    (pack,) = (direct / "objects" / "pack").glob("*.pack")
+    assert resident_pages(pack) <= 16, "the pack went through the page cache"
+    monkeypatch.setenv("GIT_PF_NO_DIRECT_IO", "1")
+    assert packwrite.write_blobs(buffered, blobs) == ids
+    monkeypatch.delenv("GIT_PF_NO_DIRECT_IO")
+    (twin,) = (buffered / "objects" / "pack").glob("*.pack")
+    assert pack.name == twin.name and pack.read_bytes() == twin.read_bytes()
+    evict(pack)
+    sh("git", "verify-pack", str(pack.with_suffix(".idx")), cwd=direct)
+    dul = DulwichRepo(str(direct))  # an independent reader agrees on every object
+    try:
+        assert [dul.object_store[i.encode()].as_raw_string() for i in ids] == blobs
+    finally:
+        dul.close()
+    evict(pack)
+    assert resident_pages(pack) <= 2
+    with packread.PackReader(direct) as reader:
+        assert [reader.read(i) for i in ids] == blobs
+    # the large blobs came past the cache: little more than their entry headers is resident
+    assert resident_pages(pack) <= 16, "the cold read filled the page cache"
+    with packread.PackReader(direct) as reader:  # and a cached pack reads the same
+        pack.read_bytes()
+        assert [reader.read(i) for i in ids] == blobs

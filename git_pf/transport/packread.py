@@ -4,7 +4,10 @@
 and git keeps such entries verbatim when it transfers or copies them. The
 bytes of such an entry are read straight out of the pack file (one
 ``preadv`` that scatters the block headers aside): no inflate, no adler32,
-no mapping, one copy. That skips zlib's own checksum, so callers must check the
+no mapping, one copy. A blob that is not in the page cache (a pack just
+linked in from a push that wrote it past the cache) is read with ``O_DIRECT``
+into a reused aligned buffer instead, so a one-time read does not fill the
+page cache. That skips zlib's own checksum, so callers must check the
 content themselves (side-store frames are decoded and hashed to their name
 before they are used). Anything else (a compressed or delta entry, a loose
 object, an unknown pack layout) gives None and the caller reads the blob
@@ -16,6 +19,8 @@ import mmap
 import os
 import struct
 from pathlib import Path
+
+from .. import directio
 
 from ..packfile import BLOB as _BLOB
 _IDX_MAGIC = b"\xfftOc\x00\x00\x00\x02"
@@ -37,6 +42,13 @@ def _entry_header(head: bytes) -> tuple[int, int, int]:
     return kind, size, pos
 
 
+def _even_block(buf, at: int, i: int, n: int, size: int) -> bool:
+    """Whether the stored-block header at ``buf[at:]`` is block ``i`` of ``n`` even blocks of
+    a ``size``-byte blob."""
+    final, length, inverse = struct.unpack_from("<BHH", buf, at)
+    return final == (i == n - 1) and length == min(_STORED, size - i * _STORED) and length ^ inverse == 0xFFFF
+
+
 class _Pack:
     def __init__(self, idx_path: Path):
         self.path = idx_path
@@ -47,6 +59,8 @@ class _Pack:
             raise ValueError("not a version-2 pack index")
         self.count = struct.unpack_from(">I", self.idx, 8 + 255 * 4)[0]
         self.fd = os.open(idx_path.with_suffix(".pack"), os.O_RDONLY | os.O_CLOEXEC)
+        self.direct: int | None = None  # the O_DIRECT descriptor, opened on first need
+        self._no_direct = not directio.enabled()
 
     def offset(self, sha: bytes) -> int | None:
         idx, n = self.idx, self.count
@@ -77,7 +91,32 @@ class _Pack:
             return None
         out = bytearray(size)
         start = off + pos + 2
+        if size >= directio.MIN_BYTES and not self._no_direct and not directio.cached(self.fd, start + size // 2) \
+                and self._read_direct(start, out):
+            return out
         return out if self._read_even_blocks(start, out) or self._read_blocks(start, out) else None
+
+    def _read_direct(self, start: int, out: bytearray) -> bool:
+        """Even stored blocks read past the page cache: the aligned span holding them in one
+        ``O_DIRECT`` read, then each block's bytes copied out and its header checked."""
+        size = len(out)
+        n = max(1, -(-size // _STORED))
+        if self.direct is None:
+            self.direct = directio.open_direct(self.path.with_suffix(".pack"), os.O_RDONLY)
+            if self.direct is None:
+                self._no_direct = True
+                return False
+        buf = directio.read_span(self.direct, start, size + 5 * n)
+        if buf is None:
+            return False
+        dst, at = memoryview(out), 0
+        for i in range(n):
+            if not _even_block(buf, at, i, n, size):
+                return False
+            length = min(_STORED, size - i * _STORED)
+            dst[i * _STORED : i * _STORED + length] = buf[at + 5 : at + 5 + length]
+            at += 5 + length
+        return True
 
     def _read_even_blocks(self, start: int, out: bytearray) -> bool:
         """Blocks of 65,535 bytes (as packwrite and zlib lay them out): read with one ``preadv``
@@ -96,11 +135,7 @@ class _Pack:
             if os.preadv(self.fd, group, pos) != want:
                 return False
             pos += want
-        for i in range(n):
-            final, length, inverse = struct.unpack_from("<BHH", heads, 5 * i)
-            if final != (i == n - 1) or length != min(_STORED, size - i * _STORED) or length ^ inverse != 0xFFFF:
-                return False
-        return True
+        return all(_even_block(heads, 5 * i, i, n, size) for i in range(n))
 
     def _read_blocks(self, start: int, out: bytearray) -> bool:
         """Any stored-block layout: each block's header, then its bytes into ``out``."""
@@ -121,6 +156,8 @@ class _Pack:
     def close(self) -> None:
         self.idx.close()
         os.close(self.fd)
+        if self.direct is not None:
+            os.close(self.direct)
 
 
 class PackReader:

@@ -9,6 +9,7 @@ verified on read). The caller owns the destination directory's lifecycle
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pygit2
@@ -22,6 +23,7 @@ from .names import from_tree
 from .xattrs import write_user_xattrs
 
 _WRITEBACK_STEP = 8 * 1024 * 1024
+_FILE_WRITERS = 2  # large (side-store) files written at once
 
 
 @dataclass
@@ -78,14 +80,22 @@ def _restore_pointers(store, dest, pending, attrs, stats) -> None:
         rel, oid = lacking[0]
         raise DataError(f"cannot restore '{os.fsdecode(rel)}': side-store object {oid} is missing "
                         f"(not local, and no remote has it)", e.code) from None
-    for rel, mode, ptr in pending:
+
+    def write(item) -> None:
+        rel, mode, ptr = item
         try:
             _write_file(os.path.join(dest, rel), store.iter_large(ptr.oid, ptr.size, ptr.chunks), mode, attrs.get(rel))
         except DataError as e:
             raise DataError(f"cannot restore '{os.fsdecode(rel)}' (oid {ptr.oid}): {e}") from None
-        stats.files += 1
-        stats.pointers += 1
-        stats.bytes += ptr.size
+
+    # Two large files are written at once: on a virtual machine, taking fresh page-cache
+    # pages is most of a large write's CPU time, and two writers share it between cores.
+    with ThreadPoolExecutor(_FILE_WRITERS) as pool:
+        for _ in pool.map(write, pending):
+            pass
+    stats.files += len(pending)
+    stats.pointers += len(pending)
+    stats.bytes += sum(ptr.size for _, _, ptr in pending)
 
 
 def _write_file(path: bytes, parts, mode: int, entry: PathAttrs | None) -> None:
