@@ -27,7 +27,7 @@ from typing import Callable, Iterable, Iterator, Protocol
 
 import zstandard
 
-from . import writeback
+from . import directio, writeback
 from .chunking import chunk_spans
 from .errors import CorruptObject, MissingObject, WriteFailed
 
@@ -92,6 +92,33 @@ def sync_files(root: Path, paths: list[str]) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def _read_file(path: Path, transient: bool):
+    """A whole object file. With ``transient``, a large file that is not in the page cache is
+    read past it, into this thread's ``directio`` buffer (a view valid until the next read)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        if transient and size >= directio.MIN_BYTES and not directio.cached(fd, size // 2):
+            direct = directio.open_direct(path, os.O_RDONLY)
+            if direct is not None:
+                try:
+                    view = directio.read_span(direct, 0, size)
+                finally:
+                    os.close(direct)
+                if view is not None:
+                    return view
+        out = bytearray(size)
+        view, got = memoryview(out), 0
+        while got < size:
+            n = os.readv(fd, [view[got:]])
+            if n == 0:
+                break
+            got += n
+        return out if got == size else out[:got]
+    finally:
+        os.close(fd)
 
 
 def sha256_hex(data) -> str:
@@ -194,15 +221,17 @@ class SideStore:
             return Path(pending[oid][0])
         return self.path_for(oid)
 
-    def put(self, data, oid: str | None = None, level: int = ZSTD_LEVEL) -> str:
+    def put(self, data, oid: str | None = None, level: int = ZSTD_LEVEL, direct: bool = False) -> str:
         """Store ``data``; returns its oid. A no-op when the object exists.
 
-        ``level`` is the zstd level of the frame (any level reads back the same)."""
+        ``level`` is the zstd level of the frame (any level reads back the same).
+        ``direct`` writes a large frame past the page cache (``directio``): for bulk
+        data that is not read back soon."""
         if oid is None:
             oid = sha256_hex(data)
         if self.has(oid):
             return oid
-        self._write_atomic(oid, _compressor(level).compress(data))
+        self._write_atomic(oid, _compressor(level).compress(data), direct)
         return oid
 
     def put_compressed(self, oid: str, frame: bytes) -> None:
@@ -214,10 +243,10 @@ class SideStore:
     def get(self, oid: str) -> bytes:
         """The verified raw bytes of ``oid``; raises MissingObject / CorruptObject."""
         try:
-            frame, held = self._frame(oid)
+            frame, held = self._frame(oid, transient=True)
         except MissingObject:
             self.ensure([oid])  # fetched, else MissingObject
-            frame, held = self._frame(oid)
+            frame, held = self._frame(oid, transient=True)
         try:
             data = _decompressor().decompress(frame)
             if sha256_hex(data) != oid:
@@ -230,14 +259,17 @@ class SideStore:
             raise CorruptObject(f"side-store object {oid} is corrupt (not a zstd frame)") from None
         return data
 
-    def _frame(self, oid: str) -> tuple[bytes, bool]:
-        """``(stored frame, whether held)``: what ``held`` keeps, else the file."""
+    def _frame(self, oid: str, transient: bool = False) -> tuple[bytes, bool]:
+        """``(stored frame, whether held)``: what ``held`` keeps, else the file.
+
+        With ``transient`` the frame may be a view of this thread's ``directio``
+        buffer (a large file not in the page cache is read past it), valid until
+        the thread's next read."""
         found = self.held.frame(oid) if self.held is not None else None
         if found is not None:
             return found, True
         try:
-            with open(self._readable_path(oid), "rb") as f:
-                return f.read(), False
+            return _read_file(self._readable_path(oid), transient), False
         except FileNotFoundError:
             raise MissingObject(f"side-store object {oid} is missing") from None
 
@@ -287,7 +319,7 @@ class SideStore:
     def remove(self, oid: str) -> None:
         self.path_for(oid).unlink(missing_ok=True)
 
-    def _write_atomic(self, oid: str, frame: bytes) -> None:
+    def _write_atomic(self, oid: str, frame: bytes, direct: bool = False) -> None:
         """Write one object: temp file, then (outside a batch) fsync and rename."""
         path = self.path_for(oid)
         tmpdir = self.root / "tmp"
@@ -295,16 +327,19 @@ class SideStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=tmpdir, prefix="obj-")
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(frame)
+            try:
+                if direct:
+                    directio.write_new(fd, tmp, frame)
+                else:
+                    directio.pwrite_all(fd, frame, 0)
                 if self._pending is not None:
                     self._pending[oid] = (tmp, path)
-                    if len(frame) >= _EARLY_WRITEBACK:
-                        f.flush()
-                        writeback.start(f.fileno())  # the disk works meanwhile: the batch's sync waits less
+                    if not direct and len(frame) >= _EARLY_WRITEBACK:
+                        writeback.start(fd)  # the disk works meanwhile: the batch's sync waits less
                     return
-                f.flush()
-                os.fsync(f.fileno())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
             os.chmod(tmp, 0o444)
             os.replace(tmp, path)
         except BaseException as e:

@@ -1,23 +1,28 @@
 """The snapshot side of the KV layer: a ``LayerInput`` writing ``cache/pages.json``.
 
 Page bytes go to the side store, one object per page named by the sha256 of
-its bytes, so a page a fork shares with its parent is stored once. The
-manifest summary records tokens, pages and bytes (``git pf show`` adds
-the pages shared with the parent). Writes no refs.
+its bytes, so a page a fork shares with its parent is stored once. A cache
+given as tensors is paged while the snapshot is written: each job cuts a few
+pages into a buffer its thread reuses, hashes them while they are in the CPU
+cache, compresses them and writes them past the page cache, so capturing a
+cache copies none of it whole. The manifest summary records tokens, pages and
+bytes (``git pf show`` adds the pages shared with the parent). Writes no refs.
 """
 from __future__ import annotations
 
+import hashlib
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import image as img
 from ..errors import UsageError
-from .pages import DEFAULT_PAGE_TOKENS, IO_WORKERS, batches
-from .table import PATH
+from .pages import DEFAULT_PAGE_TOKENS, IO_WORKERS, WORKERS, batches, spans as page_spans
+from .table import PATH, PageTable
 
 if TYPE_CHECKING:
-    from .paging import Captured
+    from .paging import Captured, Plan
 
 NAME = "cache"
 # zstd level of page objects: fp16/fp32 activations gain ~8% from entropy coding,
@@ -25,12 +30,26 @@ NAME = "cache"
 PAGE_ZSTD_LEVEL = 1
 
 
+_PAGING_THREADS = WORKERS + 2  # one or two more than cores: a thread may wait on its write
+_pool: ThreadPoolExecutor | None = None  # kept, so its threads' buffers are reused by the next snapshot
+_pool_lock = threading.Lock()
+_scratch = threading.local()
+
+
+def _paging_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(_PAGING_THREADS, thread_name_prefix="pf-kv")
+        return _pool
+
+
 def store_pages(store, captured: "Captured") -> int:
-    """Put every page into ``store``; returns how many objects were new."""
+    """Put every page of a capture into ``store``; returns how many objects were new."""
     def job(items) -> int:
         new = [(oid, data) for oid, data in items if not store.has(oid)]
         for oid, data in new:
-            store.put(data, oid, level=PAGE_ZSTD_LEVEL)
+            store.put(data, oid, level=PAGE_ZSTD_LEVEL, direct=True)
         return len(new)
 
     unique = {p.sha256: d for p, d in zip(captured.table.pages, captured.data)}
@@ -38,20 +57,60 @@ def store_pages(store, captured: "Captured") -> int:
         return sum(pool.map(job, batches(list(unique.items()))))
 
 
+def page_into_store(store, plan: "Plan") -> tuple[PageTable, int]:
+    """Page the tensors of ``plan`` straight into ``store``: the page table, and how many
+    objects were new. Two pages with the same bytes are stored once."""
+    import numpy as np
+
+    from . import tensors
+
+    srcs, layout = tensors.sources(plan.layers), plan.layout
+    spans = page_spans(len(plan.tokens), layout.page_tokens)
+    claimed: set[str] = set()
+    lock = threading.Lock()
+
+    def job(group: tuple[int, int]) -> tuple[list[str], int]:
+        first, last = group
+        size = (spans[first][1] - spans[first][0]) * layout.token_bytes  # bytes of each page here
+        buf = getattr(_scratch, "buf", None)
+        if buf is None or buf.size < size * (last - first):
+            buf = _scratch.buf = np.empty(size * (last - first), dtype=np.uint8)
+        tensors.cut_to(srcs, layout, spans, first, last, buf)
+        digests, new = [], 0
+        for i in range(last - first):
+            page = memoryview(buf[i * size : (i + 1) * size])
+            digest = hashlib.sha256(page).hexdigest()
+            with lock:
+                mine = digest not in claimed
+                claimed.add(digest)
+            if mine and not store.has(digest):
+                store.put(page, digest, level=PAGE_ZSTD_LEVEL, direct=True)
+                new += 1
+            digests.append(digest)
+        return digests, new
+
+    done = list(_paging_pool().map(job, plan.groups()))
+    return plan.table([d for digests, _ in done for d in digests]), sum(n for _, n in done)
+
+
 class CacheInput:
-    """A captured KV cache to write into the next snapshot."""
+    """A KV cache to write into the next snapshot: a capture (bytes already copied out), or
+    a plan whose tensors are paged when the snapshot is written (``from_cache``; the tensors
+    must not change in between, as files must not change while a snapshot reads them)."""
 
     name = NAME
 
-    def __init__(self, captured: "Captured"):
-        self.captured = captured
+    def __init__(self, captured: "Captured | None" = None, plan: "Plan | None" = None):
+        if (captured is None) == (plan is None):
+            raise ValueError("give a capture or a plan")
+        self.captured, self.plan = captured, plan
         self.new_objects = 0
 
     @classmethod
     def from_cache(cls, cache, token_ids, *, model, adapter=None, page_tokens=DEFAULT_PAGE_TOKENS) -> "CacheInput":
-        from .paging import capture
+        from .paging import plan
 
-        return cls(capture(cache, token_ids, model=model, adapter=adapter, page_tokens=page_tokens))
+        return cls(plan=plan(cache, token_ids, model=model, adapter=adapter, page_tokens=page_tokens))
 
     @classmethod
     def from_file(cls, path: Path, model: str | None = None, adapter: str | None = None,
@@ -69,7 +128,10 @@ class CacheInput:
                               page_tokens=page_tokens)
 
     def write(self, repo, edit: img.TreeEdit, parent: img.ImageInfo | None) -> dict:
-        self.new_objects = store_pages(repo.store, self.captured)
-        table = self.captured.table
+        if self.plan is not None:
+            table, self.new_objects = page_into_store(repo.store, self.plan)
+        else:
+            self.new_objects = store_pages(repo.store, self.captured)
+            table = self.captured.table
         edit.put_file(PATH, table.encode())
         return table.summary()

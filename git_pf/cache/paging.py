@@ -62,29 +62,57 @@ def _token_list(token_ids) -> list[int]:
     return out
 
 
+@dataclass(frozen=True)
+class Plan:
+    """A cache checked and laid out for paging, its tensors referenced (not copied): what
+    ``capture`` copies at once and ``layer.CacheInput`` pages while the snapshot is written."""
+
+    layers: tensors.KV
+    tokens: tuple[int, ...]
+    layout: pg.Layout
+    model: str
+    adapter: str | None
+    ids: tuple[str, ...]
+
+    def groups(self) -> list[tuple[int, int]]:
+        return _groups(len(self.tokens), self.layout.page_tokens)
+
+    def table(self, digests: list[str]) -> PageTable:
+        """The page table once every page's bytes are hashed (``digests`` in page order)."""
+        spans = pg.spans(len(self.tokens), self.layout.page_tokens)
+        pages = tuple(Page(pid, digest, (b - a) * self.layout.token_bytes)
+                      for pid, digest, (a, b) in zip(self.ids, digests, spans))
+        return PageTable(self.layout, self.model, self.adapter, self.tokens, pages)
+
+
+def plan(cache, token_ids, *, model, adapter: str | None = None, page_tokens: int = DEFAULT_PAGE_TOKENS) -> Plan:
+    """Check a DynamicCache (or a dict / list of per-layer (K, V) tensors) against
+    ``token_ids`` and work out its layout and page ids; copies nothing."""
+    tokens = _token_list(token_ids)
+    layers = tensors.as_layers(cache)
+    layout = tensors.layout_of(layers, len(tokens), page_tokens)
+    model_id = fingerprint(model)
+    return Plan(layers, tuple(tokens), layout, model_id, adapter, tuple(pg.chain(tokens, model_id, adapter, layout)))
+
+
 def capture(cache, token_ids, *, model, adapter: str | None = None,
             page_tokens: int = DEFAULT_PAGE_TOKENS) -> Captured:
     """Page a DynamicCache (or a dict / list of per-layer (K, V) tensors) for ``token_ids``.
 
     ``model`` is a fingerprint string (weights sha256 or ``name@revision``)
-    or the torch module itself; ``adapter`` names the adapter in use, if any."""
-    tokens = _token_list(token_ids)
-    layers = tensors.as_layers(cache)
-    layout = tensors.layout_of(layers, len(tokens), page_tokens)
-    model_id = fingerprint(model)
-    ids = pg.chain(tokens, model_id, adapter, layout)
-
-    cut = tensors.Cut(layers, len(tokens), layout)
-    data = [cut.view(i) for i in range(len(ids))]
+    or the torch module itself; ``adapter`` names the adapter in use, if any.
+    The page bytes are copied out of the cache at once."""
+    p = plan(cache, token_ids, model=model, adapter=adapter, page_tokens=page_tokens)
+    cut = tensors.Cut(p.layers, len(p.tokens), p.layout)
+    data = [cut.view(i) for i in range(len(p.ids))]
 
     def group(span: tuple[int, int]) -> list[str]:
         cut.cut(*span)  # then hash the group's pages while their bytes are still in cache
         return [hashlib.sha256(data[i]).hexdigest() for i in range(*span)]
 
     with ThreadPoolExecutor(WORKERS) as pool:
-        digests = [d for part in pool.map(group, _groups(len(tokens), page_tokens)) for d in part]
-    pages = tuple(Page(pid, digest, len(d)) for pid, digest, d in zip(ids, digests, data))
-    return Captured(PageTable(layout, model_id, adapter, tuple(tokens), pages), tuple(data))
+        digests = [d for part in pool.map(group, p.groups()) for d in part]
+    return Captured(p.table(digests), tuple(data))
 
 
 def _groups(n_tokens: int, page_tokens: int) -> list[tuple[int, int]]:

@@ -118,25 +118,39 @@ class Cut:
         self.spans = pg.spans(n_tokens, layout.page_tokens)
         self.buffer = torch.empty(n_tokens * layout.token_bytes, dtype=torch.uint8)
         self._flat = self.buffer.numpy()
-        self._sources = [_bytes_of(t) for pair in layers for t in pair]
+        self._sources = sources(layers)
 
     def view(self, i: int) -> memoryview:
         a, b = self.spans[i]
         return memoryview(self._flat[a * self.layout.token_bytes : b * self.layout.token_bytes])
 
     def cut(self, first: int, last: int) -> None:
-        a, b = self.spans[first]
-        count, size = last - first, b - a
-        rows = self._flat[a * self.layout.token_bytes : (a + count * size) * self.layout.token_bytes]
+        a = self.spans[first][0]
+        b = a + (last - first) * (self.spans[first][1] - a)
+        rows = self._flat[a * self.layout.token_bytes : b * self.layout.token_bytes]
         prefault.map_in(rows.ctypes.data, rows.nbytes)
-        rows = rows.reshape(count, size * self.layout.token_bytes)
-        offset = 0
-        for src in self._sources:
-            part = src[..., a : a + count * size, :]
-            part = np.moveaxis(part.reshape(part.shape[:-2] + (count, size, part.shape[-1])), -3, 0)
-            nbytes = math.prod(part.shape[1:])
-            np.copyto(rows[:, offset : offset + nbytes].reshape(part.shape), part)
-            offset += nbytes
+        cut_to(self._sources, self.layout, self.spans, first, last, rows)
+
+
+def sources(layers: KV) -> list[np.ndarray]:
+    """Every K and V tensor of ``layers`` as bytes (views, no copy), in page order."""
+    return [_bytes_of(t) for pair in layers for t in pair]
+
+
+def cut_to(srcs: list[np.ndarray], layout: pg.Layout, spans: list[tuple[int, int]], first: int, last: int,
+           dest: np.ndarray) -> None:
+    """Copy pages [first, last), all of the same size, into the flat uint8 array ``dest``
+    (their bytes back to back), with one strided copy per tensor (the copies release the GIL)."""
+    a, b = spans[first]
+    count, size = last - first, b - a
+    rows = dest[: count * size * layout.token_bytes].reshape(count, size * layout.token_bytes)
+    offset = 0
+    for src in srcs:
+        part = src[..., a : a + count * size, :]
+        part = np.moveaxis(part.reshape(part.shape[:-2] + (count, size, part.shape[-1])), -3, 0)
+        nbytes = math.prod(part.shape[1:])
+        np.copyto(rows[:, offset : offset + nbytes].reshape(part.shape), part)
+        offset += nbytes
 
 
 class Canvas:
