@@ -134,6 +134,7 @@ class Daemon:
 
             self.ops.prefill = Prefill(self.session.fd)
             self.session.helpers.append(self.ops.prefill)
+            self.session.after = self.ops.prefill.release
         self.state.pid = os.getpid()
         self.state.save()
         self.listen()

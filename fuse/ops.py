@@ -34,6 +34,8 @@ LIST_AHEAD = 8  # listings of subdirectories built ahead of a walk, while no req
 AHEAD_QUEUE = 4096  # directories remembered as likely next
 PREFILL_FILE = 64 * 1024  # files up to this size are stored ahead of their read ...
 PREFILL_DIR = 8 * 1024 * 1024  # ... up to this much of one directory
+PREFILL_SIBLINGS = 8  # directories after it, in its parent's order, stored ahead with it
+PREFILL_LISTINGS = 4  # after that, directories listed whole are stored as soon as listed, this many in a row
 
 
 def _no(code: int) -> OSError:
@@ -130,6 +132,8 @@ class Operations:
         self.built_ahead: set[int] = set()  # ... whose listing is built and not asked for yet
         self.listed_ahead = 0  # listings built ahead so far
         self.served: set[int] = set()  # inodes whose content went to the kernel (read-only mounts)
+        self.told: set[int] = set()  # inodes the kernel was given (lookup, readdirplus): what can be stored into
+        self._listing_credit = 0  # listings still to prefill at once (renewed while files are read whole)
         self.prefilled: set[bytes] = set()  # directories handed to the prefill
         self._dir, self._dir_reads = None, 0  # the directory of the last read, and reads in a row there
         self.last_read = 0  # the inode of the last small file read whole
@@ -199,7 +203,9 @@ class Operations:
             if self.readonly:  # cache the negative answer: nothing can appear
                 return P.negative_entry(LOWER_TIMEOUT)
             raise _no(errno.ENOENT)
-        return self._entry_of(self.inodes.of(rel), node)
+        ino = self.inodes.of(rel)
+        self.told.add(ino)
+        return self._entry_of(ino, node)
 
     def getattr(self, inode, body):
         rel = self.inodes.path.get(inode)
@@ -269,7 +275,14 @@ class Operations:
 
     def _readdir(self, inode, body, plus: bool):
         fh, off, size = P.READ_IN.unpack_from(body)
-        return P.dirents(self._listing(inode, fh, off), off, size, plus, LOWER_TIMEOUT)
+        listing = self._listing(inode, fh, off)
+        out, end = P.dirents(listing, off, size, plus, LOWER_TIMEOUT)
+        if plus:  # the kernel now holds an inode for each of these entries
+            self.told.update(attr[0] for _, _, attr in listing[off:end])
+            if end == len(listing) and self._listing_credit > 0 and self.prefill is not None:
+                self._listing_credit -= 1  # a program reading whole files lists this one next: store it now
+                self._prefill_dir(self.inodes.rel(inode))
+        return out
 
     def readdir(self, inode, body):
         return self._readdir(inode, body, False)
@@ -350,16 +363,37 @@ class Operations:
         if parent != self._dir:
             self._dir, self._dir_reads = parent, 0
         self._dir_reads += 1
-        if self._dir_reads == 2 and self.prefill is not None and parent not in self.prefilled:
-            self.prefilled.add(parent)
-            self.prefill.push(self._small_files(parent), self.served, lambda: self.last_read)
+        if self._dir_reads == 2 and self.prefill is not None:
+            self._listing_credit = PREFILL_LISTINGS
+            self._prefill_from(parent)
+
+    def _prefill_from(self, parent: bytes) -> None:
+        """Hand ``parent``'s small files to the prefill, then those of the directories after
+        it in its own parent's order (a walk goes there next), as far as the kernel knows them."""
+        grand, _, _ = parent.rpartition(b"/")
+        siblings = list((self.view.lower.listdir(grand) or {}).items()) if parent else []
+        names = [name for name, e in siblings if e.is_dir]
+        here = parent.rpartition(b"/")[2]
+        after = names[names.index(here) + 1:][:PREFILL_SIBLINGS] if here in names else []
+        for d in [parent, *(join(grand, n) for n in after)]:
+            self._prefill_dir(d, always=d == parent)
+
+    def _prefill_dir(self, d: bytes, always: bool = True) -> None:
+        """Hand the small files of ``d`` the kernel knows to the prefill, once per directory
+        (a directory whose files the kernel does not know yet is not marked, unless ``always``)."""
+        if d in self.prefilled:
+            return
+        files = self._small_files(d)
+        if files or always:
+            self.prefilled.add(d)
+            self.prefill.push(files, self.served, lambda: self.last_read)
 
     def _small_files(self, parent: bytes) -> list:
         """(inode, content function) of the small files of ``parent`` the kernel knows and has not read."""
-        lower, known, out, total = self.view.lower, self.inodes.ino, [], 0
+        lower, known, told, out, total = self.view.lower, self.inodes.ino, self.told, [], 0
         for name, e in (lower.listdir(parent) or {}).items():
             ino = known.get(join(parent, name))
-            if ino is None or ino in self.served or e.pointer or not stat.S_ISREG(e.mode):
+            if ino is None or ino not in told or ino in self.served or e.pointer or not stat.S_ISREG(e.mode):
                 continue
             size = lower.size(e)
             if 0 < size <= PREFILL_FILE:

@@ -8,10 +8,11 @@ their reads never reach the daemon. A store into a page the kernel is
 reading at that moment waits for that read's answer, which only the request
 loop can give: hence a thread of its own, writing through its own duplicate
 of the FUSE device, and a session that keeps serving until the worker has
-stopped. A reader faster than the worker is not raced for the same files:
-once it gets ahead, the worker gives that directory up (storing ahead of
-such a reader only takes time from the request loop that serves it). Gets
-(inode, content function) pairs; knows nothing of git or paths.
+stopped. A reader is not raced for the same files: when it catches up, the
+worker skips past it and stores on from there, so a reader that reads
+faster than files are stored meets stored files again soon, instead of
+asking for every file after the first one it missed. Gets (inode, content
+function) pairs; knows nothing of git or paths.
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ from . import protocol as P
 
 log = logging.getLogger("git_pf.fuse")
 
+_LEAD = 1  # files left to a reader that caught up (it is asking for the next one already)
+
 
 class Prefill:
     def __init__(self, fd: int):
@@ -32,14 +35,25 @@ class Prefill:
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.stopping = False
         self.stored = 0  # files stored so far
+        self._working = False  # a job is being stored
+        self._held: list = []  # jobs pushed while the current request is served
         self.thread = threading.Thread(target=self._run, daemon=True, name="prefill")
         self.thread.start()
 
     def push(self, files: list, skip: set, latest) -> None:
         """Store ``files`` ([(inode, content function)]) in order, except inodes in ``skip`` by
-        then; ``latest()`` is the inode the reader read last."""
+        then; ``latest()`` is the inode the reader read last. Held until ``release``: the
+        request being served may be the one that shows the kernel these inodes, and a
+        store into an inode the kernel does not hold yet is lost."""
         if files:
-            self.jobs.put((files, skip, latest))
+            self._held.append((files, skip, latest))
+
+    def release(self) -> None:
+        """Start on what was pushed (called by the request loop once a request is answered)."""
+        if self._held:
+            for job in self._held:
+                self.jobs.put(job)
+            self._held.clear()
 
     def stop(self) -> None:
         """Stop after the file being stored (does not wait)."""
@@ -49,24 +63,36 @@ class Prefill:
     def busy(self) -> bool:
         return self.thread.is_alive()
 
+    def working(self) -> bool:
+        """Whether files are being stored now or wait to be."""
+        return self._working or not self.jobs.empty()
+
     def _run(self) -> None:
         try:
             while not self.stopping:
                 job = self.jobs.get()
                 if job is None:
                     break
-                self._store_all(*job)
+                self._working = True
+                try:
+                    self._store_all(*job)
+                finally:
+                    self._working = False
         finally:
             os.close(self.fd)
 
     def _store_all(self, files: list, skip: set, latest) -> None:
         where = {ino: i for i, (ino, _) in enumerate(files)}
-        for i, (ino, content) in enumerate(files):
+        i = 0
+        while i < len(files):
             if self.stopping:
                 return
             ahead = where.get(latest())
-            if ahead is not None and ahead >= i:  # the reader is faster than storing ahead of it
-                return
+            if ahead is not None and ahead >= i:  # the reader caught up: get ahead of it again
+                i = ahead + 1 + _LEAD
+                continue
+            ino, content = files[i]
+            i += 1
             if ino in skip:  # read meanwhile: already in the page cache
                 continue
             try:

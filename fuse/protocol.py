@@ -93,14 +93,17 @@ def open_out(fh: int, keep_cache: bool = False) -> bytes:
     return OPEN_OUT.pack(fh, FOPEN_KEEP_CACHE if keep_cache else 0, 0)
 
 
-def dirents(listing: list, start: int, size: int, plus: bool, entry_valid: tuple[int, int]) -> memoryview:
+def dirents(listing: list, start: int, size: int, plus: bool, entry_valid: tuple[int, int]) -> tuple[memoryview, int]:
     """Readdir (or readdirplus) records of ``listing[start:]`` ([(name, attr_valid, attr)]) that fit
-    in ``size`` bytes; each record's offset is where the listing continues after it."""
+    in ``size`` bytes, and the index after the last one; each record's offset is where the
+    listing continues after it."""
     out = bytearray(size)  # zeroed: the padding of each record
     fixed, head = (DIRENTPLUS.size, DIRENTPLUS.pack_into) if plus else (DIRENT.size, DIRENT.pack_into)
     ev, evn = entry_valid
-    pos = 0
-    for i in range(start, len(listing)):
+    pos, i = 0, start
+    for i in range(start, len(listing) + 1):
+        if i == len(listing):
+            break
         name, (av, avn), attr = listing[i]
         end = pos + fixed + len(name)
         if end > size:
@@ -112,7 +115,7 @@ def dirents(listing: list, start: int, size: int, plus: bool, entry_valid: tuple
             head(out, pos, attr[0], i + 1, len(name), kind)
         out[pos + fixed:end] = name
         pos = (end + 7) & ~7
-    return memoryview(out)[:min(pos, size)]
+    return memoryview(out)[:min(pos, size)], i
 
 
 def statfs_out(sv) -> bytes:

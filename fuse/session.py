@@ -50,7 +50,8 @@ class Session:
         self.lock = threading.Lock()
         self.stopping = False
         self._waiting = False
-        self.helpers: list = []  # objects with stop() and busy(), stopped with the session
+        self.helpers: list = []  # objects with stop(), busy() and working(), stopped with the session
+        self.after = None  # called once each request is answered: work that must follow the reply
         self.counts: dict[int, int] = {}  # requests served, by opcode
 
     # -- mount ----------------------------------------------------------
@@ -121,7 +122,8 @@ class Session:
                 continue
             if self.idle is not None:
                 self._idle()
-            self._spin()
+            if not any(helper.working() for helper in self.helpers):
+                self._spin()  # not while a helper has work: it needs the CPU (and the GIL) more
             try:
                 self._waiting = True
                 n = os.readv(fd, [buf])
@@ -140,6 +142,8 @@ class Session:
             counts[opcode] = counts.get(opcode, 0) + 1
             with lock:
                 self._answer(opcode, unique, nodeid, handlers.get(opcode), view[P.IN_HEADER.size:n])
+            if self.after is not None:
+                self.after()
             if opcode == P.DESTROY:
                 break
 
@@ -148,7 +152,9 @@ class Session:
 
         A program walking files sends its next request a few microseconds after an
         answer; a daemon asleep on the device is woken by the kernel, which on an idle
-        virtual machine costs tens of microseconds per request (docs/mount.md)."""
+        virtual machine costs tens of microseconds per request (docs/mount.md). Skipped
+        while a helper works: storing files ahead of a reader saves it more than the
+        spin would, and the spin would take the core and the GIL from the helper."""
         end = time.perf_counter() + SPIN_S
         while time.perf_counter() < end:
             if self._poll(0):
