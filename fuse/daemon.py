@@ -28,7 +28,7 @@ from git_pf.mounts import MountState
 
 READY_TIMEOUT = 60.0
 FREEZE_TIMEOUT = 120.0  # a snapshot that has not answered by then is abandoned; the mount carries on
-MAX_READ = 1024 * 1024  # kernel read-ahead window of a mount
+READ_AHEAD = 8 * 1024 * 1024  # kernel read-ahead window of a mount (requests stay at most 1 MiB)
 MAX_BACKGROUND = 64  # read-ahead requests the kernel may have in flight at once
 SIGNALS = (signal.SIGTERM, signal.SIGINT)  # end the session cleanly
 
@@ -178,14 +178,14 @@ def _attach_lazy_fetch(repo) -> None:
 
 
 def _raise_readahead(mountpoint: str) -> None:
-    """Let the kernel read ahead 1 MiB at a time (one FUSE request per MiB, not per 128 KiB);
-    only after the handshake, which sets the default (the INIT reply can only lower it)."""
+    """Let the kernel read ahead READ_AHEAD at a time (up to 8 requests of 1 MiB queued, not one
+    of 128 KiB); only after the handshake, which sets the default (the INIT reply can only lower it)."""
     try:
         with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
             devs = [line.split()[2] for line in f if mounts.unescape(line.split()[4]) == mountpoint]
         if devs:
             with open(f"/sys/class/bdi/{devs[-1]}/read_ahead_kb", "w") as f:
-                f.write(str(MAX_READ // 1024))
+                f.write(str(READ_AHEAD // 1024))
     except OSError:
         pass  # not allowed here: the kernel's default applies
 

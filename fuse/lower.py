@@ -28,7 +28,7 @@ from git_pf.world.names import from_tree
 CHUNK_CACHE_BYTES = 64 * 1024 * 1024
 BLOB_CACHE_BYTES = 32 * 1024 * 1024
 BLOB_CACHE_ITEM = 64 * 1024
-PREFETCH_AHEAD = 8  # chunks decoded ahead of a sequential reader (both workers stay busy)
+PREFETCH_AHEAD = 16  # chunks decoded ahead of a sequential reader: the 8 MiB kernel read-ahead window and more
 PREFETCH_RANDOM = 1  # ... and ahead of a read that does not continue the previous one
 PREFETCH_WORKERS = 2
 
