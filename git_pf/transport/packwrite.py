@@ -48,13 +48,14 @@ def blob_id(data) -> str:
     return object_id(BLOB, data).hex()
 
 
-def _entry_tail(view: memoryview, head: list) -> tuple[bytes, int]:
-    """The adler32 trailer of one entry's zlib stream, and the CRC-32 of the whole entry."""
+def _entry_sums(view: memoryview, head: list) -> tuple[str, bytes, int]:
+    """One entry's blob id, the adler32 trailer of its zlib stream and the CRC-32 of the
+    whole entry (one job: a pool works on several entries at once)."""
     trailer = struct.pack(">I", zlib.adler32(view))
     crc = 0
     for piece in head:
         crc = zlib.crc32(piece, crc)
-    return trailer, zlib.crc32(trailer, crc)
+    return blob_id(view), trailer, zlib.crc32(trailer, crc)
 
 
 class _PackFile:
@@ -159,7 +160,7 @@ def write_blobs(git_dir: Path, blobs: Iterable[bytes], count: int | None = None)
             def start(data) -> tuple:
                 view = memoryview(data)
                 head = [entry_header(BLOB, len(view)), b"\x78\x01", *_stored_blocks(view)]
-                return head, pool.submit(blob_id, view), pool.submit(_entry_tail, view, head)
+                return head, pool.submit(_entry_sums, view, head)
 
             ahead: deque = deque()
             source = iter(blobs)
@@ -168,12 +169,11 @@ def write_blobs(git_dir: Path, blobs: Iterable[bytes], count: int | None = None)
                     ahead.append(start(data))
                 if not ahead:
                     break
-                head, blob_sha, tail = ahead.popleft()
+                head, sums = ahead.popleft()
                 offset = pack.offset
                 pack.write(head)
-                trailer, crc = tail.result()
+                oid, trailer, crc = sums.result()
                 pack.write([trailer])
-                oid = blob_sha.result()
                 ids.append(oid)
                 sha = bytes.fromhex(oid)
                 if sha not in entries:  # a pack may hold duplicates; the index names each once
