@@ -34,9 +34,18 @@ def buffer(nbytes: int) -> mmap.mmap:
     buf = getattr(_local, "buf", None)
     if buf is None or len(buf) < nbytes:
         if buf is not None:
-            buf.close()
+            release(buf)
         buf = _local.buf = mmap.mmap(-1, max(-(-nbytes // ALIGN) * ALIGN, 8 << 20))
     return buf
+
+
+def release(buf: mmap.mmap) -> None:
+    """Unmap ``buf`` now, or, while a view of it is still alive (an exception's traceback can
+    hold one), when the last reference goes."""
+    try:
+        buf.close()
+    except BufferError:
+        pass
 
 
 def open_direct(path, flags: int) -> int | None:

@@ -103,8 +103,12 @@ class _PackFile:
 
     def _pwrite(self, view: memoryview, at: int) -> None:
         if self.direct is not None:
-            directio.pwrite_all(self.direct, view, at)
-            return
+            try:
+                directio.pwrite_all(self.direct, view, at)
+                return
+            except OSError:  # refused after all (a block size above ALIGN): buffered from here on
+                os.close(self.direct)
+                self.direct = None
         directio.pwrite_all(self.fd, view, at)
         writeback.start(self.fd, at, len(view))  # the disk works meanwhile
 
@@ -120,7 +124,7 @@ class _PackFile:
         n += len(pack_sum)
         aligned = n // directio.ALIGN * directio.ALIGN if self.direct is not None else 0
         if aligned:
-            directio.pwrite_all(self.direct, memoryview(buf)[:aligned], at)
+            self._pwrite(memoryview(buf)[:aligned], at)
         directio.pwrite_all(self.fd, memoryview(buf)[aligned:n], at + aligned)
         os.fsync(self.fd)
         return pack_sum
@@ -132,7 +136,7 @@ class _PackFile:
             os.close(self.direct)
             self.direct = None
         for buf in self._ring:
-            buf.close()
+            directio.release(buf)
 
 
 def write_blobs(git_dir: Path, blobs: Iterable[bytes], count: int | None = None) -> list[str]:
