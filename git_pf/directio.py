@@ -29,13 +29,14 @@ def enabled() -> bool:
 
 
 def buffer(nbytes: int) -> mmap.mmap:
-    """This thread's page-aligned scratch buffer, grown to at least ``nbytes``; its contents
-    last until the thread's next call."""
+    """This thread's page-aligned scratch buffer, grown to at least ``nbytes`` (a power of two,
+    1 MiB or more, so that sizes a little apart do not remap it); its contents last until the
+    thread's next call."""
     buf = getattr(_local, "buf", None)
     if buf is None or len(buf) < nbytes:
         if buf is not None:
             release(buf)
-        buf = _local.buf = mmap.mmap(-1, max(-(-nbytes // ALIGN) * ALIGN, 8 << 20))
+        buf = _local.buf = mmap.mmap(-1, max(1 << max(0, nbytes - 1).bit_length(), 1 << 20))  # a power of two
     return buf
 
 

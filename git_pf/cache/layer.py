@@ -31,6 +31,8 @@ PAGE_ZSTD_LEVEL = 1
 
 
 _PAGING_THREADS = WORKERS + 2  # one or two more than cores: a thread may wait on its write
+JOB_BYTES = 4 * 1024 * 1024  # pages per job while paging at snapshot: at most this much (one page at least),
+# which bounds the buffer each paging thread keeps and keeps a job's pages in the CPU cache
 _pool: ThreadPoolExecutor | None = None  # kept, so its threads' buffers are reused by the next snapshot
 _pool_lock = threading.Lock()
 _scratch = threading.local()
@@ -89,7 +91,7 @@ def page_into_store(store, plan: "Plan") -> tuple[PageTable, int]:
             digests.append(digest)
         return digests, new
 
-    done = list(_paging_pool().map(job, plan.groups()))
+    done = list(_paging_pool().map(job, plan.groups(JOB_BYTES)))
     return plan.table([d for digests, _ in done for d in digests]), sum(n for _, n in done)
 
 

@@ -74,8 +74,13 @@ class Plan:
     adapter: str | None
     ids: tuple[str, ...]
 
-    def groups(self) -> list[tuple[int, int]]:
-        return _groups(len(self.tokens), self.layout.page_tokens)
+    def groups(self, max_bytes: int | None = None) -> list[tuple[int, int]]:
+        """Page ranges [first, last) for one job each: up to JOB_PAGES full pages (fewer when
+        ``max_bytes`` caps a job's bytes; at least one), the partial last page alone."""
+        per_job = pg.JOB_PAGES
+        if max_bytes is not None:
+            per_job = max(1, min(per_job, max_bytes // (self.layout.page_tokens * self.layout.token_bytes)))
+        return _groups(len(self.tokens), self.layout.page_tokens, per_job)
 
     def table(self, digests: list[str]) -> PageTable:
         """The page table once every page's bytes are hashed (``digests`` in page order)."""
@@ -115,10 +120,10 @@ def capture(cache, token_ids, *, model, adapter: str | None = None,
     return Captured(p.table(digests), tuple(data))
 
 
-def _groups(n_tokens: int, page_tokens: int) -> list[tuple[int, int]]:
-    """Page ranges [first, last) cut and hashed as one job: JOB_PAGES full pages, the partial last page alone."""
+def _groups(n_tokens: int, page_tokens: int, per_job: int = pg.JOB_PAGES) -> list[tuple[int, int]]:
+    """Page ranges [first, last) cut and hashed as one job: ``per_job`` full pages, the partial last page alone."""
     full, total = n_tokens // page_tokens, -(-n_tokens // page_tokens)
-    out = [(i, min(i + pg.JOB_PAGES, full)) for i in range(0, full, pg.JOB_PAGES)]
+    out = [(i, min(i + per_job, full)) for i in range(0, full, per_job)]
     return out + [(full, total)] if total > full else out
 
 
