@@ -36,6 +36,7 @@ ZSTD_LEVEL = 3
 _WORKERS = max(2, min(8, os.cpu_count() or 2))
 _EARLY_WRITEBACK = 1 << 20  # frames this large start their writeback as soon as written in a batch
 _READ_AHEAD = 4  # chunks iter_large decodes ahead of its caller
+_MAP_MIN = 64 * 1024  # stored frames this large are mapped, not read, by ``frame``
 _local = threading.local()
 
 
@@ -109,16 +110,35 @@ def _read_file(path: Path, transient: bool):
                     os.close(direct)
                 if view is not None:
                     return view
-        out = bytearray(size)
-        view, got = memoryview(out), 0
-        while got < size:
-            n = os.readv(fd, [view[got:]])
-            if n == 0:
-                break
-            got += n
-        return out if got == size else out[:got]
+        return _read_fd(fd, size)
     finally:
         os.close(fd)
+
+
+def _read_fd(fd: int, size: int) -> bytearray:
+    """Up to ``size`` bytes from the start of ``fd`` (fewer when the file is shorter)."""
+    out = bytearray(size)
+    view, got = memoryview(out), 0
+    while got < size:
+        n = os.preadv(fd, [view[got:]], got)
+        if n == 0:
+            break
+        got += n
+    return out if got == size else out[:got]
+
+
+def _read_ahead(fn: Callable, items: list) -> Iterator:
+    """``fn(item)`` for each item, in order, computed ``_READ_AHEAD`` items ahead of the
+    caller on worker threads (``fn`` should release the GIL for most of its work)."""
+    with ThreadPoolExecutor(_WORKERS) as pool:
+        ahead = deque(pool.submit(fn, item) for item in items[:_READ_AHEAD])
+        rest = iter(items[_READ_AHEAD:])
+        while ahead:
+            result = ahead.popleft().result()
+            nxt = next(rest, None)
+            if nxt is not None:
+                ahead.append(pool.submit(fn, nxt))
+            yield result
 
 
 def sha256_hex(data) -> str:
@@ -274,16 +294,30 @@ class SideStore:
             raise MissingObject(f"side-store object {oid} is missing") from None
 
     def frame(self, oid: str):
-        """The stored zstd frame of ``oid`` as is (not verified): a file of 1 MiB or more is
-        mapped read-only rather than read."""
+        """The stored zstd frame of ``oid`` as is (not verified): a file of ``_MAP_MIN`` bytes
+        or more is mapped read-only rather than read (no copy; readers such as the push's
+        hashing threads read the page cache in place)."""
         self.ensure([oid])
+        return self._stored_frame(oid)
+
+    def iter_frames(self, oids: list[str]) -> Iterator[memoryview]:
+        """The stored frames of ``oids`` in order, as ``frame`` gives them, read a few ahead of
+        the caller on worker threads (fetched first in one batch where missing)."""
+        self.ensure(oids)
+        yield from _read_ahead(self._stored_frame, oids)
+
+    def _stored_frame(self, oid: str) -> memoryview:
         try:
-            with open(self._readable_path(oid), "rb") as f:
-                if os.fstat(f.fileno()).st_size < 1 << 20:
-                    return memoryview(f.read())
-                return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+            fd = os.open(self._readable_path(oid), os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return memoryview(self._frame(oid)[0])
+        try:
+            size = os.fstat(fd).st_size
+            if size < _MAP_MIN:
+                return memoryview(_read_fd(fd, size))
+            return memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
+        finally:
+            os.close(fd)
 
     def frame_size(self, oid: str) -> int | None:
         """Bytes of the stored frame of ``oid``; None when it is not here."""
@@ -395,15 +429,8 @@ class SideStore:
         total = 0
         # Chunks are read, decoded and verified a few ahead on other threads (all of
         # that releases the GIL) while the caller writes the current one.
-        with ThreadPoolExecutor(_WORKERS) as pool:
-            ahead = deque(pool.submit(load, c) for c in chunks[:_READ_AHEAD])
-            rest = iter(chunks[_READ_AHEAD:])
-            while ahead:
-                data = ahead.popleft().result()
-                nxt = next(rest, None)
-                if nxt is not None:
-                    ahead.append(pool.submit(load, nxt))
-                total += len(data)
-                yield data
+        for data in _read_ahead(load, chunks):
+            total += len(data)
+            yield data
         if total != size:
             raise CorruptObject(f"large object {oid} does not reassemble to its recorded size")

@@ -154,9 +154,8 @@ class GitAdapter:
         sizes = {oid: store.frame_size(oid) for oid in batch}
         shapes = [(oid, sizes[oid], max(1, -(-sizes[oid] // idx.MAX_BLOB))) for oid in batch]
 
-        def pieces():  # one frame at a time, mapped rather than copied: a 1 GiB batch never sits in memory
-            for oid, size, n in shapes:
-                frame = store.frame(oid)
+        def pieces():  # a few frames at a time, read ahead: a 1 GiB batch never sits in memory
+            for (oid, size, n), frame in zip(shapes, store.iter_frames([oid for oid, _, _ in shapes])):
                 if len(frame) != size:
                     raise PfError(f"side-store object {oid} changed while it was being pushed")
                 for i in range(n):
