@@ -2,6 +2,7 @@
 else, and a damaged pack still refused (checkout verifies what it slices out)."""
 from __future__ import annotations
 
+import hashlib
 import os
 
 import pygit2
@@ -103,3 +104,18 @@ def test_packs_bypass_the_page_cache_and_are_the_same_valid_packs_either_way(tmp
     with packread.PackReader(direct) as reader:  # and a cached pack reads the same
         pack.read_bytes()
         assert [reader.read(i) for i in ids] == blobs
+
+
+def test_packs_whose_data_ends_anywhere_in_a_staging_buffer_are_valid(tmp_path, monkeypatch):
+    """The pack's checksum follows its last byte wherever that falls: with room for it in the
+    last staging buffer, without room, and on a buffer's edge."""
+    monkeypatch.setattr(packwrite, "_STAGE", 2 * 4096)  # small buffers, so every case occurs
+    for n in range(8130, 8200):
+        repo = bare(tmp_path / f"r{n}.git")
+        blob = rand_bytes(n, n)
+        (oid,) = packwrite.write_blobs(repo, [blob])
+        (pack,) = (repo / "objects" / "pack").glob("*.pack")
+        data = pack.read_bytes()
+        assert hashlib.sha1(data[:-20]).digest() == data[-20:] and pack.name == f"pack-{data[-20:].hex()}.pack"
+        assert pygit2.Repository(str(repo))[oid].data == blob
+    sh("git", "verify-pack", str(pack.with_suffix(".idx")), cwd=repo)

@@ -120,12 +120,14 @@ class _PackFile:
             for f in pending:
                 f.result()
         pack_sum = self.digest.digest()
-        buf[n : n + len(pack_sum)] = pack_sum
-        n += len(pack_sum)
+        room = min(len(pack_sum), _STAGE - n)  # the checksum goes after the data, in the buffer if it fits
+        buf[n : n + room] = pack_sum[:room]
+        n += room
         aligned = n // directio.ALIGN * directio.ALIGN if self.direct is not None else 0
         if aligned:
             self._pwrite(memoryview(buf)[:aligned], at)
         directio.pwrite_all(self.fd, memoryview(buf)[aligned:n], at + aligned)
+        directio.pwrite_all(self.fd, pack_sum[room:], at + n)
         os.fsync(self.fd)
         return pack_sum
 
