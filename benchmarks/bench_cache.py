@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import git_pf.cache as kc
-from git_pf import Repo
+from git_pf import Repo, directio
 
 from .common import report, verdict, workdir
 
@@ -70,12 +70,7 @@ def du(path) -> int:
 def evict(paths) -> None:
     """Write back and drop these files from the page cache, so the next read comes from disk."""
     for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+        directio.evict(path)
 
 
 def store_files(repo) -> list:

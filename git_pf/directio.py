@@ -87,6 +87,17 @@ def write_new(fd: int, path, data) -> None:
     pwrite_all(fd, data[aligned:], aligned)
 
 
+def evict(path) -> None:
+    """Make ``path`` durable and drop its pages from the page cache, so the next read comes
+    from the disk (benchmarks and tests of cold reads use it)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def cached(fd: int, pos: int) -> bool:
     """Whether the page at ``pos`` of ``fd`` is in the page cache (True where that cannot be
     asked). Ask about a page a header read has not just brought in."""

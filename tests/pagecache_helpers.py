@@ -1,4 +1,5 @@
-"""Looking at and dropping the page cache of a file, for tests of I/O that goes past it."""
+"""Looking at the page cache of a file, for tests of I/O that goes past it (dropping it:
+``git_pf.directio.evict``)."""
 from __future__ import annotations
 
 import ctypes
@@ -23,17 +24,8 @@ def resident_pages(path) -> int:
             m.close()
 
 
-def evict(path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 def direct_io_works(where) -> bool:
-    """Whether files under ``where`` can be opened with O_DIRECT (tmpfs cannot)."""
+    """Whether files under ``where`` can be opened with O_DIRECT (some filesystems refuse it)."""
     probe = where / "direct-probe"
     probe.write_bytes(b"")
     try:

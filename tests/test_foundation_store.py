@@ -155,7 +155,8 @@ def test_a_snapshot_waits_for_a_branch_lock_held_for_a_moment(repo, tmp_path):
 def test_objects_written_past_the_page_cache_read_back_verified_when_cold(tmp_path):
     """``put(direct=True)`` (the KV layer's pages) writes a large frame past the page cache,
     in a batch as alone; a cold read goes past it too, and is verified like any read."""
-    from pagecache_helpers import direct_io_works, evict, resident_pages
+    from git_pf.directio import evict
+    from pagecache_helpers import direct_io_works, resident_pages
 
     if not direct_io_works(tmp_path):
         pytest.skip("this filesystem refuses O_DIRECT; the side store writes through the page cache here")
