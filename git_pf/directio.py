@@ -112,6 +112,21 @@ def cached(fd: int, pos: int) -> bool:
         return True
 
 
+def read_uncached(fd: int, path, start: int, nbytes: int) -> memoryview | None:
+    """Bytes [start, start + nbytes) of the file ``fd`` (opened on ``path``) read past the page
+    cache into this thread's buffer (valid until the thread's next call), when they are large
+    enough and not cached (asked about their middle page); None means "read them as usual"."""
+    if nbytes < MIN_BYTES or cached(fd, start + nbytes // 2):
+        return None
+    direct = open_direct(path, os.O_RDONLY)
+    if direct is None:
+        return None
+    try:
+        return read_span(direct, start, nbytes)
+    finally:
+        os.close(direct)
+
+
 def read_span(direct: int, start: int, nbytes: int) -> memoryview | None:
     """Bytes [start, start + nbytes) read through the ``O_DIRECT`` descriptor ``direct`` into
     this thread's buffer (valid until the thread's next call); None when that fails."""

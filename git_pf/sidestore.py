@@ -101,16 +101,8 @@ def _read_file(path: Path, transient: bool):
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         size = os.fstat(fd).st_size
-        if transient and size >= directio.MIN_BYTES and not directio.cached(fd, size // 2):
-            direct = directio.open_direct(path, os.O_RDONLY)
-            if direct is not None:
-                try:
-                    view = directio.read_span(direct, 0, size)
-                finally:
-                    os.close(direct)
-                if view is not None:
-                    return view
-        return _read_fd(fd, size)
+        view = directio.read_uncached(fd, path, 0, size) if transient else None
+        return view if view is not None else _read_fd(fd, size)
     finally:
         os.close(fd)
 

@@ -31,8 +31,9 @@ PAGE_ZSTD_LEVEL = 1
 
 
 _PAGING_THREADS = WORKERS + 2  # one or two more than cores: a thread may wait on its write
-JOB_BYTES = 4 * 1024 * 1024  # pages per job while paging at snapshot: at most this much (one page at least),
-# which bounds the buffer each paging thread keeps and keeps a job's pages in the CPU cache
+# Pages per job while paging at snapshot time: at most this many bytes (one page at least). It
+# bounds the buffer each paging thread keeps, and keeps a job's pages in the CPU cache.
+JOB_BYTES = 4 * 1024 * 1024
 _pool: ThreadPoolExecutor | None = None  # kept, so its threads' buffers are reused by the next snapshot
 _pool_lock = threading.Lock()
 _scratch = threading.local()
@@ -46,13 +47,18 @@ def _paging_pool() -> ThreadPoolExecutor:
         return _pool
 
 
+def _put_page(store, digest: str, data) -> bool:
+    """Store one page unless the store has it (written past the page cache); whether it was new."""
+    if store.has(digest):
+        return False
+    store.put(data, digest, level=PAGE_ZSTD_LEVEL, direct=True)
+    return True
+
+
 def store_pages(store, captured: "Captured") -> int:
     """Put every page of a capture into ``store``; returns how many objects were new."""
     def job(items) -> int:
-        new = [(oid, data) for oid, data in items if not store.has(oid)]
-        for oid, data in new:
-            store.put(data, oid, level=PAGE_ZSTD_LEVEL, direct=True)
-        return len(new)
+        return sum(_put_page(store, oid, data) for oid, data in items)
 
     unique = {p.sha256: d for p, d in zip(captured.table.pages, captured.data)}
     with ThreadPoolExecutor(IO_WORKERS) as pool:
@@ -85,9 +91,7 @@ def page_into_store(store, plan: "Plan") -> tuple[PageTable, int]:
             with lock:
                 mine = digest not in claimed
                 claimed.add(digest)
-            if mine and not store.has(digest):
-                store.put(page, digest, level=PAGE_ZSTD_LEVEL, direct=True)
-                new += 1
+            new += mine and _put_page(store, digest, page)
             digests.append(digest)
         return digests, new
 

@@ -59,8 +59,6 @@ class _Pack:
             raise ValueError("not a version-2 pack index")
         self.count = struct.unpack_from(">I", self.idx, 8 + 255 * 4)[0]
         self.fd = os.open(idx_path.with_suffix(".pack"), os.O_RDONLY | os.O_CLOEXEC)
-        self.direct: int | None = None  # the O_DIRECT descriptor, opened on first need
-        self._no_direct = not directio.enabled()
 
     def offset(self, sha: bytes) -> int | None:
         idx, n = self.idx, self.count
@@ -91,22 +89,17 @@ class _Pack:
             return None
         out = bytearray(size)
         start = off + pos + 2
-        if size >= directio.MIN_BYTES and not self._no_direct and not directio.cached(self.fd, start + size // 2) \
-                and self._read_direct(start, out):
+        if self._read_uncached(start, out):
             return out
         return out if self._read_even_blocks(start, out) or self._read_blocks(start, out) else None
 
-    def _read_direct(self, start: int, out: bytearray) -> bool:
-        """Even stored blocks read past the page cache: the aligned span holding them in one
-        ``O_DIRECT`` read, then each block's bytes copied out and its header checked."""
+    def _read_uncached(self, start: int, out: bytearray) -> bool:
+        """Even stored blocks not in the page cache, read past it (``directio.read_uncached``):
+        the span holding them in one read, then each block's bytes copied out and its header
+        checked. False: read them as usual."""
         size = len(out)
         n = max(1, -(-size // _STORED))
-        if self.direct is None:
-            self.direct = directio.open_direct(self.path.with_suffix(".pack"), os.O_RDONLY)
-            if self.direct is None:
-                self._no_direct = True
-                return False
-        buf = directio.read_span(self.direct, start, size + 5 * n)
+        buf = directio.read_uncached(self.fd, self.path.with_suffix(".pack"), start, size + 5 * n)
         if buf is None:
             return False
         dst, at = memoryview(out), 0
@@ -156,8 +149,6 @@ class _Pack:
     def close(self) -> None:
         self.idx.close()
         os.close(self.fd)
-        if self.direct is not None:
-            os.close(self.direct)
 
 
 class PackReader:

@@ -17,7 +17,6 @@ import os
 import stat
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pygit2
 
@@ -78,7 +77,7 @@ class _Reader:
         warning, for anything else."""
         if stat.S_ISREG(mode):
             blob, is_pointer = self._read_file(path, rel, size)
-            return blob, tuple(sorted(self._xattrs(path, rel).items())), is_pointer
+            return blob, self.xattr_items(path, rel), is_pointer
         if stat.S_ISLNK(mode):
             return self.writer.write_blob(os.readlink(path)), (), False
         self.stats.skipped.append(f"skipped '{_display(rel)}': {_kind(mode)} files are not captured")
