@@ -2,7 +2,8 @@
 
 Reads K/V out of a transformers ``DynamicCache`` (``cache.layers[i].keys /
 .values``), a dict or a list of per-layer (K, V) pairs; cuts them into page
-buffers (``Cut``) and writes page buffers back into tensors (``Canvas``),
+bytes (``cut_to`` a few pages into any buffer, ``Cut`` every page into one)
+and writes page bytes back into tensors (``Canvas``),
 with numpy copies that release the GIL so worker threads share the work. The
 sequence axis is the second to last. Knows nothing of repositories or the
 side store.
