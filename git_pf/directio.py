@@ -13,6 +13,7 @@ the same either way. Knows nothing of git, packs or the side store.
 """
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 import threading
@@ -20,7 +21,6 @@ import threading
 ALIGN = 4096  # offsets, lengths and memory of O_DIRECT transfers are multiples of this
 MIN_BYTES = 64 * 1024  # smaller transfers are not worth the detour
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
-_NOWAIT = getattr(os, "RWF_NOWAIT", 0)
 _local = threading.local()
 
 
@@ -100,16 +100,38 @@ def evict(path) -> None:
 
 def cached(fd: int, pos: int) -> bool:
     """Whether the page at ``pos`` of ``fd`` is in the page cache (True where that cannot be
-    asked). Ask about a page a header read has not just brought in."""
-    if not enabled() or not _NOWAIT:
+    asked). Ask about a page a header read has not just brought in.
+
+    Asked with ``mincore`` on a one-page mapping, which reads nothing: a read with
+    ``RWF_NOWAIT`` also answers, but starts readahead of the page it asks about, so the
+    next reader of the file found it cached and read the whole file through the cache."""
+    if not enabled() or _MINCORE is None:
         return True
     try:
-        os.preadv(fd, [bytearray(1)], pos, _NOWAIT)
+        view = mmap.mmap(fd, mmap.PAGESIZE, access=mmap.ACCESS_COPY, offset=pos // mmap.PAGESIZE * mmap.PAGESIZE)
+    except (OSError, ValueError):
         return True
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
+    try:
+        anchor = ctypes.c_char.from_buffer(view)
+        vec = ctypes.c_ubyte(1)
+        rc = _MINCORE(ctypes.addressof(anchor), mmap.PAGESIZE, ctypes.byref(vec))
+        del anchor
+        return rc != 0 or bool(vec.value & 1)
+    finally:
+        view.close()
+
+
+def _mincore():
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).mincore
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_MINCORE = _mincore()
 
 
 def read_uncached(fd: int, path, start: int, nbytes: int) -> memoryview | None:

@@ -40,13 +40,19 @@ _MAP_MIN = 64 * 1024  # stored frames this large are mapped, not read, by ``fram
 _local = threading.local()
 
 
-def _compressor(level: int = ZSTD_LEVEL) -> zstandard.ZstdCompressor:
+def _compressor(level: int = ZSTD_LEVEL, window_log: int | None = None) -> zstandard.ZstdCompressor:
     cache = getattr(_local, "cctx", None)
     if cache is None:
         cache = _local.cctx = {}
-    c = cache.get(level)
+    c = cache.get((level, window_log))
     if c is None:
-        c = cache[level] = zstandard.ZstdCompressor(level=level, write_content_size=True)
+        if window_log is None:
+            c = zstandard.ZstdCompressor(level=level, write_content_size=True)
+        else:
+            params = zstandard.ZstdCompressionParameters.from_level(level, window_log=window_log,
+                                                                     write_content_size=1)
+            c = zstandard.ZstdCompressor(compression_params=params)
+        cache[(level, window_log)] = c
     return c
 
 
@@ -233,17 +239,19 @@ class SideStore:
             return Path(pending[oid][0])
         return self.path_for(oid)
 
-    def put(self, data, oid: str | None = None, level: int = ZSTD_LEVEL, direct: bool = False) -> str:
+    def put(self, data, oid: str | None = None, level: int = ZSTD_LEVEL, direct: bool = False,
+            window_log: int | None = None) -> str:
         """Store ``data``; returns its oid. A no-op when the object exists.
 
-        ``level`` is the zstd level of the frame (any level reads back the same).
-        ``direct`` writes a large frame past the page cache (``directio``): for bulk
-        data that is not read back soon."""
+        ``level`` is the zstd level of the frame and ``window_log`` its window (blocks
+        are at most that size, each with its own entropy tables); any choice reads
+        back the same. ``direct`` writes a large frame past the page cache
+        (``directio``): for bulk data that is not read back soon."""
         if oid is None:
             oid = sha256_hex(data)
         if self.has(oid):
             return oid
-        self._write_atomic(oid, _compressor(level).compress(data), direct)
+        self._write_atomic(oid, _compressor(level, window_log).compress(data), direct)
         return oid
 
     def put_compressed(self, oid: str, frame: bytes) -> None:

@@ -171,6 +171,9 @@ def test_objects_written_past_the_page_cache_read_back_verified_when_cold(tmp_pa
         evict(store.path_for(oid))
         assert store.get(oid) == want
     assert resident_pages(big) <= 2, "the cold read filled the page cache"
+    for _ in range(2):  # asking whether a frame is cached must not bring any of it in
+        assert store.get(oids[0]) == data[0]
+    assert resident_pages(big) <= 2, "a second read went through the page cache"
     # a flipped byte in a cold frame is caught on the read that goes past the cache
     os.chmod(big, 0o644)
     with open(big, "r+b") as f:

@@ -1,11 +1,11 @@
 """The snapshot side of the KV layer: a ``LayerInput`` writing ``cache/pages.json``.
 
-Page bytes go to the side store, one object per page named by the sha256 of
-its bytes, so a page a fork shares with its parent is stored once. A cache
-given as tensors is paged while the snapshot is written: each job cuts a few
-pages into a buffer its thread reuses, hashes them while they are in the CPU
-cache, compresses them and writes them past the page cache, so capturing a
-cache copies none of it whole. The manifest summary records tokens, pages and
+Pages go to the side store as byte planes (``planes``), one object per page
+named by the sha256 of those bytes, so a page a fork shares with its parent is
+stored once. A cache given as tensors is paged while the snapshot is written:
+each job cuts a few pages into a buffer its thread reuses, splits each into
+planes, hashes and compresses them while they are in the CPU cache and writes
+them past the page cache, so capturing a cache copies none of it whole. The manifest summary records tokens, pages and
 bytes (``git pf show`` adds the pages shared with the parent). Writes no refs.
 """
 from __future__ import annotations
@@ -18,16 +18,32 @@ from typing import TYPE_CHECKING
 
 from .. import image as img
 from ..errors import UsageError
-from .pages import DEFAULT_PAGE_TOKENS, IO_WORKERS, WORKERS, batches, spans as page_spans
+from . import planes
+from .pages import DEFAULT_PAGE_TOKENS, DTYPES, IO_WORKERS, WORKERS, batches, spans as page_spans
 from .table import PATH, PageTable
 
 if TYPE_CHECKING:
     from .paging import Captured, Plan
 
 NAME = "cache"
-# zstd level of page objects: fp16/fp32 activations gain ~8% from entropy coding,
-# which level 1 gets at twice the speed of the store's default (docs/cache.md).
+# zstd level of page objects: the sign-and-exponent planes of fp16/fp32 activations
+# gain ~30% from entropy coding, which level 1 gets at the speed of higher levels
+# (docs/cache.md).
 PAGE_ZSTD_LEVEL = 1
+# zstd codes a frame in blocks of at most its window (128 KiB at most), each block with its
+# own entropy tables: a block that straddles two planes codes both with one table and loses
+# most of the gain. Blocks are made as large as divides a plane, down to 4 KiB.
+_MAX_WINDOW_LOG, _MIN_WINDOW_LOG = 17, 12
+
+
+def page_window_log(page_bytes: int, itemsize: int) -> int | None:
+    """The zstd window (log2) whose blocks never straddle two byte planes of a page, or None
+    (the default) when no block of 4 KiB or more does (a partial page of odd length)."""
+    plane = page_bytes // itemsize
+    if itemsize == 1 or plane == 0:
+        return None
+    log = min(_MAX_WINDOW_LOG, (plane & -plane).bit_length() - 1)
+    return log if log >= _MIN_WINDOW_LOG else None
 
 
 _PAGING_THREADS = WORKERS + 2  # one or two more than cores: a thread may wait on its write
@@ -47,18 +63,20 @@ def _paging_pool() -> ThreadPoolExecutor:
         return _pool
 
 
-def _put_page(store, digest: str, data) -> bool:
-    """Store one page unless the store has it (written past the page cache); whether it was new."""
+def _put_page(store, digest: str, data, itemsize: int) -> bool:
+    """Store one page object unless the store has it (written past the page cache); whether it was new."""
     if store.has(digest):
         return False
-    store.put(data, digest, level=PAGE_ZSTD_LEVEL, direct=True)
+    store.put(data, digest, level=PAGE_ZSTD_LEVEL, direct=True, window_log=page_window_log(len(data), itemsize))
     return True
 
 
 def store_pages(store, captured: "Captured") -> int:
     """Put every page of a capture into ``store``; returns how many objects were new."""
+    itemsize = DTYPES[captured.table.layout.dtype]
+
     def job(items) -> int:
-        return sum(_put_page(store, oid, data) for oid, data in items)
+        return sum(_put_page(store, oid, planes.encode(data, itemsize), itemsize) for oid, data in items)
 
     unique = {p.sha256: d for p, d in zip(captured.table.pages, captured.data)}
     with ThreadPoolExecutor(IO_WORKERS) as pool:
@@ -74,6 +92,7 @@ def page_into_store(store, plan: "Plan") -> tuple[PageTable, int]:
 
     srcs, layout = tensors.sources(plan.layers), plan.layout
     spans = page_spans(len(plan.tokens), layout.page_tokens)
+    itemsize = DTYPES[layout.dtype]
     claimed: set[str] = set()
     lock = threading.Lock()
 
@@ -86,12 +105,12 @@ def page_into_store(store, plan: "Plan") -> tuple[PageTable, int]:
         tensors.cut_to(srcs, layout, spans, first, last, buf)
         digests, new = [], 0
         for i in range(last - first):
-            page = memoryview(buf[i * size : (i + 1) * size])
+            page = planes.encode(buf[i * size : (i + 1) * size], itemsize)
             digest = hashlib.sha256(page).hexdigest()
             with lock:
                 mine = digest not in claimed
                 claimed.add(digest)
-            new += mine and _put_page(store, digest, page)
+            new += mine and _put_page(store, digest, page, itemsize)
             digests.append(digest)
         return digests, new
 

@@ -1,6 +1,6 @@
 """Capturing a KV cache as pages: ``capture``, ``fingerprint`` and ``compare``.
 
-``capture`` cuts the cache into pages, hashes every page's bytes and builds
+``capture`` cuts the cache into pages, hashes every page as stored and builds
 the page table; it writes nothing (``layer.CacheInput`` stores the pages).
 Does not touch repositories.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import UsageError
-from . import pages as pg, tensors
+from . import pages as pg, planes, tensors
 from .table import Page, PageTable
 
 DEFAULT_PAGE_TOKENS, WORKERS = pg.DEFAULT_PAGE_TOKENS, pg.WORKERS
@@ -21,7 +21,8 @@ DEFAULT_PAGE_TOKENS, WORKERS = pg.DEFAULT_PAGE_TOKENS, pg.WORKERS
 
 @dataclass(frozen=True)
 class Captured:
-    """A cache cut into pages: the table and every page's bytes (in table order)."""
+    """A cache cut into pages: the table and every page's bytes (in table order; the
+    bytes of docs/cache.md §2, which the side store holds as byte planes)."""
 
     table: PageTable
     data: tuple[memoryview, ...]
@@ -110,10 +111,11 @@ def capture(cache, token_ids, *, model, adapter: str | None = None,
     p = plan(cache, token_ids, model=model, adapter=adapter, page_tokens=page_tokens)
     cut = tensors.Cut(p.layers, len(p.tokens), p.layout)
     data = [cut.view(i) for i in range(len(p.ids))]
+    itemsize = pg.DTYPES[p.layout.dtype]
 
     def group(span: tuple[int, int]) -> list[str]:
-        cut.cut(*span)  # then hash the group's pages while their bytes are still in cache
-        return [hashlib.sha256(data[i]).hexdigest() for i in range(*span)]
+        cut.cut(*span)  # then hash the group's pages (as stored) while their bytes are still in cache
+        return [hashlib.sha256(planes.encode(data[i], itemsize)).hexdigest() for i in range(*span)]
 
     with ThreadPoolExecutor(WORKERS) as pool:
         digests = [d for part in pool.map(group, p.groups()) for d in part]
@@ -131,13 +133,16 @@ def compare(a: PageTable, b: PageTable) -> dict:
     """How two page tables differ: same-token pages whose bytes differ, and where tokens part.
 
     A cache rebuilt by re-prefilling has the same page ids (same tokens) but
-    different bytes; this is how that shows."""
+    different bytes; this is how that shows. ``pages_with_different_bytes`` is None
+    when the tables store their pages in different encodings (``PageTable.encoding``)."""
     same_tokens = 0
     for pa, pb in zip(a.pages, b.pages):
         if pa.id != pb.id:
             break
         same_tokens += 1
-    differing = [i for i in range(same_tokens) if a.pages[i].sha256 != b.pages[i].sha256]
+    differing = None  # tables of two versions hash differently encoded objects: not comparable by hash
+    if a.encoding == b.encoding:
+        differing = [i for i in range(same_tokens) if a.pages[i].sha256 != b.pages[i].sha256]
     return {
         "identical": a.to_json() == b.to_json(),
         "common_pages": same_tokens,

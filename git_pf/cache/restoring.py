@@ -2,18 +2,18 @@
 
 Refuses (``CacheMismatch``) when the caller's model fingerprint, adapter or
 layout differs from the recorded one; every page is checked against the
-sha256 in ``cache/pages.json`` (the side store verifies it on read). Writes
-nothing.
+sha256 in ``cache/pages.json`` (the side store verifies it on read), then
+joined from its byte planes (``planes``) into place. Writes nothing.
 """
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import CorruptObject, UsageError
-from . import tensors
-from .pages import WORKERS, batches
+from . import planes, tensors
+from .pages import DTYPES, WORKERS, batches
 from .paging import fingerprint
-from .table import PageTable, read
+from .table import BYTE_PLANES, PageTable, read
 
 _UNSET = object()
 
@@ -79,13 +79,14 @@ def read_layers(repo, table: PageTable, device=None) -> tensors.KV:
     store = repo.store
     store.ensure(table.oids())  # one batch for a lazy fetch
     canvas = tensors.Canvas(table.layout, len(table.tokens))
+    itemsize, in_planes = DTYPES[table.layout.dtype], table.encoding == BYTE_PLANES
 
     def job(items) -> None:
         for (a, b), page in items:
             data = store.get(page.sha256)  # verified: the bytes hash to the recorded sha256
             if len(data) != page.size:
                 raise CorruptObject(f"KV page {page.id[:12]} has {len(data)} bytes, the table says {page.size}")
-            canvas.fill(a, b, data)
+            canvas.fill(a, b, planes.decode(data, itemsize) if in_planes else data)
 
     with ThreadPoolExecutor(WORKERS) as pool:
         list(pool.map(canvas.map_in, canvas.parts()))

@@ -2,7 +2,9 @@
 
 Holds the layout tag (with dtype and shapes spelled out), the model
 fingerprint and adapter id, the token ids, and per page its chain id, the
-sha256 of its bytes (which is also its side-store object name) and its size.
+sha256 of its stored bytes (which is also its side-store object name) and its
+size. The table's version says how a page object holds the page bytes:
+``pf-kv/2`` as byte planes (``planes``), ``pf-kv/1`` (older images) as they are.
 Encodes as canonical JSON and decodes with full validation: a table that
 does not agree with itself is a ``DataError``. No torch, no side-store I/O.
 """
@@ -16,13 +18,16 @@ from ..errors import DataError
 from . import pages as pg
 
 PATH = b"cache/pages.json"
+RAW, BYTE_PLANES = "raw", "byte-planes"  # how a page object holds the page bytes
+VERSIONS = {"pf-kv/1": RAW, "pf-kv/2": BYTE_PLANES}  # pages.json version -> page objects
+WRITTEN = {encoding: version for version, encoding in VERSIONS.items()}
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
 class Page:
     id: str  # chain id (pages.page_id)
-    sha256: str  # hash of the page bytes = side-store object name
+    sha256: str  # hash of the stored page (see PageTable.encoding) = side-store object name
     size: int  # bytes
 
 
@@ -33,6 +38,7 @@ class PageTable:
     adapter: str | None
     tokens: tuple[int, ...]
     pages: tuple[Page, ...]
+    encoding: str = BYTE_PLANES  # how each page object holds the page bytes (RAW for pf-kv/1 tables)
 
     @property
     def nbytes(self) -> int:
@@ -48,7 +54,7 @@ class PageTable:
     def to_json(self) -> dict:
         lay = self.layout
         return {
-            "version": pg.VERSION,
+            "version": WRITTEN[self.encoding],
             "layout": lay.tag(),
             "dtype": lay.dtype,
             "page_tokens": lay.page_tokens,
@@ -90,8 +96,10 @@ def decode(data: bytes) -> PageTable:
 
 
 def _from_json(doc: dict) -> PageTable:
-    if doc.get("version") != pg.VERSION:
-        raise ValueError(f"unsupported KV cache format {doc.get('version')!r} (this git-pf reads {pg.VERSION})")
+    encoding = VERSIONS.get(doc.get("version"))
+    if encoding is None:
+        raise ValueError(f"unsupported KV cache format {doc.get('version')!r} "
+                         f"(this git-pf reads {', '.join(VERSIONS)})")
     layout = pg.Layout.parse(doc["layout"])
     tokens = tuple(doc["tokens"])
     pg.encode_tokens(tokens)  # range check
@@ -99,7 +107,7 @@ def _from_json(doc: dict) -> PageTable:
     adapter = doc["adapter"]
     if not isinstance(doc["model"], str) or not (adapter is None or isinstance(adapter, str)):
         raise ValueError("model and adapter must be strings")
-    return PageTable(layout, doc["model"], adapter, tokens, pages)
+    return PageTable(layout, doc["model"], adapter, tokens, pages, encoding)
 
 
 def _check(table: PageTable, doc: dict) -> None:
