@@ -37,6 +37,7 @@ _WORKERS = max(2, min(8, os.cpu_count() or 2))
 _EARLY_WRITEBACK = 1 << 20  # frames this large start their writeback as soon as written in a batch
 _READ_AHEAD = 4  # chunks iter_large decodes ahead of its caller
 _MAP_MIN = 64 * 1024  # stored frames this large are mapped, not read, by ``frame``
+_REUSE_MAX = 16 << 20  # frames up to this size are read into a buffer their thread reuses
 _local = threading.local()
 
 
@@ -102,20 +103,27 @@ def sync_files(root: Path, paths: list[str]) -> None:
 
 
 def _read_file(path: Path, transient: bool):
-    """A whole object file. With ``transient``, a large file that is not in the page cache is
-    read past it, into this thread's ``directio`` buffer (a view valid until the next read)."""
+    """A whole object file. With ``transient`` a file of up to ``_REUSE_MAX`` bytes is read
+    into this thread's ``directio`` buffer (a view valid until the thread's next read: no new
+    memory to zero and fault in per object), past the page cache when it is large and not
+    cached there."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         size = os.fstat(fd).st_size
-        view = directio.read_uncached(fd, path, 0, size) if transient else None
-        return view if view is not None else _read_fd(fd, size)
+        if not transient:
+            return _read_fd(fd, size, bytearray(size))
+        view = directio.read_uncached(fd, path, 0, size)
+        if view is not None:
+            return view
+        out = memoryview(directio.buffer(size))[:size] if size <= _REUSE_MAX else bytearray(size)
+        return _read_fd(fd, size, out)
     finally:
         os.close(fd)
 
 
-def _read_fd(fd: int, size: int) -> bytearray:
-    """Up to ``size`` bytes from the start of ``fd`` (fewer when the file is shorter)."""
-    out = bytearray(size)
+def _read_fd(fd: int, size: int, out):
+    """Up to ``size`` bytes from the start of ``fd`` into ``out`` (a writable buffer of ``size``
+    bytes); ``out`` itself, or its first bytes when the file is shorter."""
     view, got = memoryview(out), 0
     while got < size:
         n = os.preadv(fd, [view[got:]], got)
@@ -314,7 +322,7 @@ class SideStore:
         try:
             size = os.fstat(fd).st_size
             if size < _MAP_MIN:
-                return memoryview(_read_fd(fd, size))
+                return memoryview(_read_fd(fd, size, bytearray(size)))
             return memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
         finally:
             os.close(fd)
