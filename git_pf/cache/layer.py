@@ -5,8 +5,9 @@ named by the sha256 of those bytes, so a page a fork shares with its parent is
 stored once. A cache given as tensors is paged while the snapshot is written:
 each job cuts a few pages into a buffer its thread reuses, splits each into
 planes, hashes and compresses them while they are in the CPU cache and writes
-them past the page cache, so capturing a cache copies none of it whole. The manifest summary records tokens, pages and
-bytes (``git pf show`` adds the pages shared with the parent). Writes no refs.
+them past the page cache, so capturing a cache copies none of it whole. The
+manifest summary records tokens, pages and bytes (``git pf show`` adds the
+pages shared with the parent). Writes no refs.
 """
 from __future__ import annotations
 

@@ -20,12 +20,11 @@ import numpy as np
 _local = threading.local()
 
 
-def scratch(nbytes: int, slot: str = "planes") -> np.ndarray:
-    """A uint8 buffer of at least ``nbytes`` that this thread reuses (one per ``slot``)."""
-    buf = getattr(_local, slot, None)
+def scratch(nbytes: int) -> np.ndarray:
+    """``nbytes`` of a uint8 buffer that this thread reuses (grown when too small)."""
+    buf = getattr(_local, "buf", None)
     if buf is None or buf.size < nbytes:
-        buf = np.empty(max(nbytes, 1), dtype=np.uint8)
-        setattr(_local, slot, buf)
+        buf = _local.buf = np.empty(max(nbytes, 1), dtype=np.uint8)
     return buf[:nbytes]
 
 
