@@ -33,21 +33,19 @@ _WORDS = {2: "<u2", 4: "<u4", 8: "<u8"}  # element sizes split and joined with v
 
 def split(page: np.ndarray, itemsize: int, out: np.ndarray) -> np.ndarray:
     """The byte planes of ``page`` (flat uint8, little-endian elements) in ``out``; returns ``out``."""
-    n = _elements(page, itemsize, out)
-    word = _WORDS.get(itemsize)
+    n, word = _shape(page, itemsize, out)
     if word is None:
         np.copyto(out.reshape(itemsize, n), page.reshape(n, itemsize).T)
-        return out
-    words = page.view(word)  # one vector pass per plane: about 3x faster than a transposing copy
-    for j in range(itemsize):
-        np.right_shift(words, 8 * j, out=out[j * n : (j + 1) * n], casting="unsafe")
+    else:  # one vector pass per plane: about 3x faster than the transposing copy
+        words = page.view(word)
+        for j in range(itemsize):
+            np.right_shift(words, 8 * j, out=out[j * n : (j + 1) * n], casting="unsafe")
     return out
 
 
 def join(planes: np.ndarray, itemsize: int, out: np.ndarray) -> np.ndarray:
     """The page whose byte planes are ``planes``, in ``out``; returns ``out``."""
-    n = _elements(planes, itemsize, out)
-    word = _WORDS.get(itemsize)
+    n, word = _shape(planes, itemsize, out)
     if word is None:
         np.copyto(out.reshape(n, itemsize), planes.reshape(itemsize, n).T)
         return out
@@ -71,8 +69,9 @@ def decode(stored, itemsize: int) -> np.ndarray:
     return join(stored, itemsize, scratch(stored.size))
 
 
-def _elements(data: np.ndarray, itemsize: int, out: np.ndarray) -> int:
+def _shape(data: np.ndarray, itemsize: int, out: np.ndarray) -> tuple[int, str | None]:
+    """(elements, the numpy word type that shifts them, or None for the transposing copy)."""
     n = data.size // itemsize
     if data.size != n * itemsize or out.size != data.size:
         raise ValueError(f"{data.size} bytes are not whole {itemsize}-byte elements, or the output differs in size")
-    return n
+    return n, _WORDS.get(itemsize)
