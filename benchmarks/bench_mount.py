@@ -20,10 +20,10 @@ import argparse
 import hashlib
 import os
 import random
-import statistics
 import subprocess
 import time
 from pathlib import Path
+from statistics import median
 
 from git_pf import Repo, mounts as mount_states
 from git_pf.fuse import manage, protocol
@@ -144,10 +144,6 @@ def served(repo: Repo, mp: Path) -> str:
 
 def ratio(native: float, mounted: float) -> str:
     return f"{mounted / native:.1f}x native" if native > 0 else "-"
-
-
-def median(values: list[float]) -> float:
-    return statistics.median(values)
 
 
 def read_round(co: Path, mounts: Mounts, repo: Repo) -> dict:

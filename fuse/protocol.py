@@ -101,9 +101,7 @@ def dirents(listing: list, start: int, size: int, plus: bool, entry_valid: tuple
     fixed, head = (DIRENTPLUS.size, DIRENTPLUS.pack_into) if plus else (DIRENT.size, DIRENT.pack_into)
     ev, evn = entry_valid
     pos, i = 0, start
-    for i in range(start, len(listing) + 1):
-        if i == len(listing):
-            break
+    while i < len(listing):
         name, (av, avn), attr = listing[i]
         end = pos + fixed + len(name)
         if end > size:
@@ -115,6 +113,7 @@ def dirents(listing: list, start: int, size: int, plus: bool, entry_valid: tuple
             head(out, pos, attr[0], i + 1, len(name), kind)
         out[pos + fixed:end] = name
         pos = (end + 7) & ~7
+        i += 1
     return memoryview(out)[:min(pos, size)], i
 
 

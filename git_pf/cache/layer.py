@@ -53,7 +53,6 @@ _PAGING_THREADS = WORKERS + 2  # one or two more than cores: a thread may wait o
 JOB_BYTES = 4 * 1024 * 1024
 _pool: ThreadPoolExecutor | None = None  # kept, so its threads' buffers are reused by the next snapshot
 _pool_lock = threading.Lock()
-_scratch = threading.local()
 
 
 def _paging_pool() -> ThreadPoolExecutor:
@@ -87,8 +86,6 @@ def store_pages(store, captured: "Captured") -> int:
 def page_into_store(store, plan: "Plan") -> tuple[PageTable, int]:
     """Page the tensors of ``plan`` straight into ``store``: the page table, and how many
     objects were new. Two pages with the same bytes are stored once."""
-    import numpy as np
-
     from . import tensors
 
     srcs, layout = tensors.sources(plan.layers), plan.layout
@@ -100,9 +97,7 @@ def page_into_store(store, plan: "Plan") -> tuple[PageTable, int]:
     def job(group: tuple[int, int]) -> tuple[list[str], int]:
         first, last = group
         size = (spans[first][1] - spans[first][0]) * layout.token_bytes  # bytes of each page here
-        buf = getattr(_scratch, "buf", None)
-        if buf is None or buf.size < size * (last - first):
-            buf = _scratch.buf = np.empty(size * (last - first), dtype=np.uint8)
+        buf = planes.scratch(size * (last - first), "cut")
         tensors.cut_to(srcs, layout, spans, first, last, buf)
         digests, new = [], 0
         for i in range(last - first):

@@ -20,11 +20,13 @@ import numpy as np
 _local = threading.local()
 
 
-def scratch(nbytes: int) -> np.ndarray:
-    """``nbytes`` of a uint8 buffer that this thread reuses (grown when too small)."""
-    buf = getattr(_local, "buf", None)
+def scratch(nbytes: int, slot: str = "planes") -> np.ndarray:
+    """``nbytes`` of a uint8 buffer that this thread reuses (grown when too small); one buffer
+    per ``slot``, so a caller can hold two at once (the paging jobs cut pages into ``"cut"``)."""
+    buf = getattr(_local, slot, None)
     if buf is None or buf.size < nbytes:
-        buf = _local.buf = np.empty(max(nbytes, 1), dtype=np.uint8)
+        buf = np.empty(max(nbytes, 1), dtype=np.uint8)
+        setattr(_local, slot, buf)
     return buf[:nbytes]
 
 

@@ -21,8 +21,8 @@ import struct
 from pathlib import Path
 
 from .. import directio
-
 from ..packfile import BLOB as _BLOB
+
 _IDX_MAGIC = b"\xfftOc\x00\x00\x00\x02"
 
 
