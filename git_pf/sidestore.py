@@ -14,10 +14,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import hashlib
+import itertools
 import mmap
 import os
 import re
-import tempfile
 import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -39,6 +39,7 @@ _READ_AHEAD = 4  # chunks iter_large decodes ahead of its caller
 _MAP_MIN = 64 * 1024  # stored frames this large are mapped, not read, by ``frame``
 _REUSE_MAX = 16 << 20  # frames up to this size are read into a buffer their thread reuses
 _local = threading.local()
+_temp_ids = itertools.count()  # temp file names: unique within the process
 
 
 def _compressor(level: int = ZSTD_LEVEL, window_log: int | None = None) -> zstandard.ZstdCompressor:
@@ -151,6 +152,34 @@ def sha256_hex(data) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _frame_writer(frame: bytes) -> Callable[[int, str], bool]:
+    """A ``_write_atomic`` writer of a frame through the page cache; a large one's writeback
+    may start as soon as it is written."""
+    def write(fd: int, tmp: str) -> bool:
+        directio.pwrite_all(fd, frame, 0)
+        return len(frame) >= _EARLY_WRITEBACK
+    return write
+
+
+def _compress_into_buffer(data, level: int, window_log: int | None) -> int:
+    """Compress ``data`` (any contiguous buffer) into this thread's ``directio`` buffer; the
+    frame's length. The frame is the one ``compress`` makes, content size included."""
+    src = memoryview(data).cast("B")
+    bound = len(src) + (len(src) >> 7) + (1 << 16)  # above zstd's worst case (compressBound)
+    out, got = memoryview(directio.buffer(bound))[:bound], 0
+    if len(src) < directio.MIN_BYTES:  # written buffered anyway; and a stream of nothing never ends
+        frame = _compressor(level, window_log).compress(src)
+        out[: len(frame)] = frame
+        return len(frame)
+    with _compressor(level, window_log).stream_reader(src, size=len(src)) as reader:
+        while got < bound:
+            n = reader.readinto(out[got:])
+            if not n:
+                return got
+            got += n
+    raise WriteFailed(f"a frame of {len(src)} bytes compressed past its bound")
+
+
 class Held(Protocol):
     """Objects kept outside the store's directory (a transport's: docs/transport.md)."""
 
@@ -204,6 +233,7 @@ class SideStore:
         # Objects kept outside the directory (read-only here); a transport sets this.
         self.held: Held | None = None
         self._pending: dict[str, tuple[str, Path]] | None = None  # oid -> (temp file, final path) in a batch
+        self._dirs: set[Path] = set()  # directories made by this store object
 
     @contextlib.contextmanager
     def batch(self):
@@ -259,14 +289,23 @@ class SideStore:
             oid = sha256_hex(data)
         if self.has(oid):
             return oid
-        self._write_atomic(oid, _compressor(level, window_log).compress(data), direct)
+        if direct:  # compressed straight into the aligned buffer the write goes out from
+            self._write_atomic(oid, lambda fd, tmp: directio.write_new_from_buffer(
+                fd, tmp, _compress_into_buffer(data, level, window_log)))
+        else:
+            self._write_atomic(oid, _frame_writer(_compressor(level, window_log).compress(data)))
         return oid
 
     def put_compressed(self, oid: str, frame: bytes) -> None:
         """Store a zstd frame received from elsewhere after checking it decodes to ``oid``."""
         verify_frame(oid, frame)
         if not self.has(oid):
-            self._write_atomic(oid, frame)
+            self._write_atomic(oid, _frame_writer(frame))
+
+    def copy_frame(self, oid: str, frame) -> None:
+        """Store the frame of ``oid`` as another store holds it, unchecked (every read checks it)."""
+        if not self.has(oid):
+            self._write_atomic(oid, _frame_writer(bytes(frame)))
 
     def get(self, oid: str) -> bytes:
         """The verified raw bytes of ``oid``; raises MissingObject / CorruptObject."""
@@ -361,22 +400,18 @@ class SideStore:
     def remove(self, oid: str) -> None:
         self.path_for(oid).unlink(missing_ok=True)
 
-    def _write_atomic(self, oid: str, frame: bytes, direct: bool = False) -> None:
-        """Write one object: temp file, then (outside a batch) fsync and rename."""
+    def _write_atomic(self, oid: str, write: Callable[[int, str], bool | None]) -> None:
+        """Write one object: ``write(fd, temp path)`` fills a new temp file (and answers whether
+        its writeback may start at once), then (outside a batch) fsync and rename."""
         path = self.path_for(oid)
-        tmpdir = self.root / "tmp"
-        tmpdir.mkdir(parents=True, exist_ok=True)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=tmpdir, prefix="obj-")
+        self._ensure_dir(path.parent)
+        fd, tmp = self._new_temp()
         try:
             try:
-                if direct:
-                    directio.write_new(fd, tmp, frame)
-                else:
-                    directio.pwrite_all(fd, frame, 0)
+                early = write(fd, tmp)
                 if self._pending is not None:
                     self._pending[oid] = (tmp, path)
-                    if not direct and len(frame) >= _EARLY_WRITEBACK:
+                    if early:
                         writeback.start(fd)  # the disk works meanwhile: the batch's sync waits less
                     return
                 os.fsync(fd)
@@ -392,6 +427,24 @@ class SideStore:
             if isinstance(e, OSError):
                 raise WriteFailed(f"cannot write to the side store: {e.strerror or e}") from None
             raise
+
+    def _ensure_dir(self, path: Path) -> None:
+        """``path`` made once per store (a fan-out directory, ``tmp``); not asked again."""
+        if path not in self._dirs:
+            path.mkdir(parents=True, exist_ok=True)
+            self._dirs.add(path)
+
+    def _new_temp(self) -> tuple[int, str]:
+        """A new, empty temp file under ``tmp/`` (named by process and a counter, so no two
+        writers share one; a name a crashed writer left is skipped): its fd and path."""
+        tmpdir = self.root / "tmp"
+        self._ensure_dir(tmpdir)
+        while True:
+            tmp = f"{tmpdir}/obj-{os.getpid()}-{next(_temp_ids)}"
+            try:
+                return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), tmp
+            except FileExistsError:
+                continue
 
     # -- large content --------------------------------------------------
     def put_large(self, buf) -> LargeObject:

@@ -52,7 +52,7 @@ class FileAdapter:
                 if not dst.is_file():
                     src = store.path_for(oid)
                     if not _link(src, dst):  # another filesystem, or held as a git blob
-                        self.remote._write_atomic(oid, bytes(store.frame(oid)))
+                        self.remote.copy_frame(oid, store.frame(oid))
                     sent += dst.stat().st_size
                 advance(1)
         return sent
