@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 from .. import image as img
 from ..errors import UsageError
-from . import planes
-from .pages import DEFAULT_PAGE_TOKENS, DTYPES, IO_WORKERS, WORKERS, batches, spans as page_spans
+from . import planes, threads
+from .pages import DEFAULT_PAGE_TOKENS, DTYPES, IO_WORKERS, batches, spans as page_spans
 from .table import PATH, PageTable
 
 if TYPE_CHECKING:
@@ -47,20 +47,9 @@ def page_window_log(page_bytes: int, itemsize: int) -> int | None:
     return log if log >= _MIN_WINDOW_LOG else None
 
 
-_PAGING_THREADS = WORKERS + 2  # one or two more than cores: a thread may wait on its write
 # Pages per job while paging at snapshot time: at most this many bytes (one page at least). It
 # bounds the buffer each paging thread keeps, and keeps a job's pages in the CPU cache.
 JOB_BYTES = 4 * 1024 * 1024
-_pool: ThreadPoolExecutor | None = None  # kept, so its threads' buffers are reused by the next snapshot
-_pool_lock = threading.Lock()
-
-
-def _paging_pool() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(_PAGING_THREADS, thread_name_prefix="pf-kv")
-        return _pool
 
 
 def _put_page(store, digest: str, data, itemsize: int) -> bool:
@@ -110,7 +99,7 @@ def page_into_store(store, plan: "Plan") -> tuple[PageTable, int]:
             digests.append(digest)
         return digests, new
 
-    done = list(_paging_pool().map(job, plan.groups(JOB_BYTES)))
+    done = list(threads.pool().map(job, plan.groups(JOB_BYTES)))
     return plan.table([d for digests, _ in done for d in digests]), sum(n for _, n in done)
 
 

@@ -7,11 +7,9 @@ joined from its byte planes (``planes``) into place. Writes nothing.
 """
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 from ..errors import CorruptObject, UsageError
-from . import planes, tensors
-from .pages import DTYPES, WORKERS, batches
+from . import planes, tensors, threads
+from .pages import DTYPES, batches
 from .paging import fingerprint
 from .table import BYTE_PLANES, PageTable, read
 
@@ -75,7 +73,8 @@ def read_layers(repo, table: PageTable, device=None) -> tensors.KV:
 
     The buffer that becomes the K/V tensors (``tensors.Canvas``) is mapped
     in first, then pages are read, decoded, hashed and copied into place, all
-    on ``WORKERS`` threads (every step releases the GIL)."""
+    on the page threads (every step releases the GIL; a thread waiting on its read leaves
+    the cores to the others)."""
     store = repo.store
     store.ensure(table.oids())  # one batch for a lazy fetch
     canvas = tensors.Canvas(table.layout, len(table.tokens))
@@ -88,9 +87,9 @@ def read_layers(repo, table: PageTable, device=None) -> tensors.KV:
                 raise CorruptObject(f"KV page {page.id[:12]} has {len(data)} bytes, the table says {page.size}")
             canvas.fill(a, b, planes.decode(data, itemsize) if in_planes else data)
 
-    with ThreadPoolExecutor(WORKERS) as pool:
-        list(pool.map(canvas.map_in, canvas.parts()))
-        list(pool.map(job, batches(list(zip(table.spans(), table.pages)))))
+    pool = threads.pool()
+    list(pool.map(canvas.map_in, canvas.parts()))
+    list(pool.map(job, batches(list(zip(table.spans(), table.pages)))))
     return canvas.layers(device)
 
 
