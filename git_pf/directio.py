@@ -66,56 +66,28 @@ def pwrite_all(fd: int, view, at: int) -> None:
         view, at = view[done:], at + done
 
 
-def write_new(fd: int, path, data) -> None:
-    """Write ``data`` at offset 0 of the new, empty file ``fd`` (opened on ``path``): the
-    aligned part past the page cache when possible (through this thread's buffer), the rest
-    through ``fd``."""
-    data = memoryview(data).cast("B")
-    aligned = _direct_part(len(data))
-    if not aligned:
-        pwrite_all(fd, data, 0)
-        return
-    buf = buffer(aligned)
-    buf[:aligned] = data[:aligned]
-    _write_split(fd, path, memoryview(buf)[:aligned], data)
-
-
 def write_new_from_buffer(fd: int, path, nbytes: int) -> None:
-    """``write_new`` of the first ``nbytes`` of this thread's buffer, which the caller has
-    filled (``buffer(n)`` with ``n >= nbytes``): the aligned part is written from where it is,
-    with no copy."""
+    """Write the first ``nbytes`` of this thread's buffer, which the caller has filled
+    (``buffer(n)`` with ``n >= nbytes``), at offset 0 of the new, empty file ``fd`` (opened on
+    ``path``): the aligned part past the page cache when possible, straight from the buffer
+    (no copy), the rest through ``fd``."""
     buf = getattr(_local, "buf", None)
     if buf is None or len(buf) < nbytes:
         raise ValueError(f"this thread's buffer holds fewer than {nbytes} bytes")
     data = memoryview(buf)[:nbytes]
-    aligned = _direct_part(nbytes)
-    if not aligned:
-        pwrite_all(fd, data, 0)
-        return
-    _write_split(fd, path, data[:aligned], data)
-
-
-def _direct_part(nbytes: int) -> int:
-    """How many leading bytes of a write of ``nbytes`` go past the page cache (0: none)."""
-    return nbytes // ALIGN * ALIGN if nbytes >= MIN_BYTES and enabled() else 0
-
-
-def _write_split(fd: int, path, head: memoryview, data: memoryview) -> None:
-    """Write ``data`` to the new file ``fd``: its first ``len(head)`` bytes from the aligned
-    memory ``head`` (which holds them) through an ``O_DIRECT`` descriptor, the rest through
-    ``fd``; all of it through ``fd`` where direct I/O is refused."""
-    direct = open_direct(path, os.O_WRONLY)
+    aligned = nbytes // ALIGN * ALIGN if nbytes >= MIN_BYTES else 0
+    direct = open_direct(path, os.O_WRONLY) if aligned else None
     if direct is None:
         pwrite_all(fd, data, 0)
         return
     try:
-        pwrite_all(direct, head, 0)
+        pwrite_all(direct, data[:aligned], 0)
     except OSError:
         os.close(direct)
         pwrite_all(fd, data, 0)  # refused after all (some filesystems only say so on write)
         return
     os.close(direct)
-    pwrite_all(fd, data[len(head):], len(head))
+    pwrite_all(fd, data[aligned:], aligned)
 
 
 def evict(path) -> None:
