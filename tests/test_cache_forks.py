@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import subprocess
 import sys
+
+import torch
 
 from transformers import DynamicCache
 
@@ -70,3 +73,43 @@ def test_core_commands_on_a_cache_image_never_import_torch(repo, tmp_path):
     proc = subprocess.run([sys.executable, "-c", CORE_ONLY, image.id, str(sandbox)], cwd=tmp_path / "repo",
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def _restore_and_snapshot_in_child(repo_dir, rev, sandbox, out):
+    """A forked worker: restore the parent's cache, grow it by one token, snapshot it."""
+    from git_pf import Repo
+
+    repo = Repo.open(repo_dir)
+    cache, tokens = kc.restore(rev, repo=repo, model="fork-worker@1")
+    grown = [(torch.cat([layer.keys, layer.keys[..., -1:, :]], -2), torch.cat([layer.values, layer.values[..., -1:, :]], -2))
+             for layer in cache.layers]
+    image = repo.snapshot(sandbox, name="child", layers=(kc.CacheInput.from_cache(grown, tokens + [7], model="fork-worker@1"),)).image
+    out.put((tokens, [layer.keys.numpy().tobytes() for layer in cache.layers], image.id))  # bytes: no shared memory
+
+
+def test_a_worker_forked_after_its_parent_used_the_cache_restores_and_snapshots(repo, tmp_path):
+    """Agents fork worker processes from a parent that has already captured and restored caches.
+    The page threads do not survive ``fork``; the child must start its own instead of handing
+    work to threads that are not there (it waited for ever)."""
+    sandbox = tmp_path / "sb"
+    sandbox.mkdir()
+    g = torch.Generator().manual_seed(3)
+    layers = [(torch.randn(1, 2, 40, 8, generator=g), torch.randn(1, 2, 40, 8, generator=g)) for _ in range(2)]
+    parent = repo.snapshot(sandbox, name="main", layers=(kc.CacheInput.from_cache(layers, list(range(40)), model="fork-worker@1"),)).image
+    kc.restore(parent.id, repo=repo, model="fork-worker@1")  # the parent's page threads now exist
+
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=_restore_and_snapshot_in_child, args=(repo.git_dir, parent.id, sandbox, out))
+    child.start()
+    try:
+        tokens, keys, child_image = out.get(timeout=60)
+    finally:
+        child.join(30)
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0
+    assert tokens == list(range(40))
+    assert keys == [k.numpy().tobytes() for k, _ in layers]
+    grown, ids = kc.restore(child_image, repo=repo, model="fork-worker@1")
+    assert ids == list(range(40)) + [7] and grown.layers[0].keys.shape[-2] == 41
