@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from .. import image as img
 from ..errors import UsageError
 from . import planes, threads
-from .pages import DEFAULT_PAGE_TOKENS, DTYPES, IO_WORKERS, batches, spans as page_spans
+from .pages import DEFAULT_PAGE_TOKENS, DTYPES, IO_WORKERS, batches
 from .table import PATH, PageTable
 
 if TYPE_CHECKING:
@@ -77,8 +77,9 @@ def page_into_store(store, plan: "Plan") -> tuple[PageTable, int]:
     objects were new. Two pages with the same bytes are stored once."""
     from . import tensors
 
-    srcs, layout = tensors.sources(plan.layers), plan.layout
-    spans = page_spans(len(plan.tokens), layout.page_tokens)
+    layout = plan.layout
+    pages = tensors.Pages(plan.layers, len(plan.tokens), layout)
+    spans = pages.spans
     itemsize = DTYPES[layout.dtype]
     claimed: set[str] = set()
     lock = threading.Lock()
@@ -87,7 +88,7 @@ def page_into_store(store, plan: "Plan") -> tuple[PageTable, int]:
         first, last = group
         size = (spans[first][1] - spans[first][0]) * layout.token_bytes  # bytes of each page here
         buf = planes.scratch(size * (last - first), "cut")
-        tensors.cut_to(srcs, layout, spans, first, last, buf)
+        pages.cut_to(first, last, buf)
         digests, new = [], 0
         for i in range(last - first):
             page = planes.encode(buf[i * size : (i + 1) * size], itemsize)

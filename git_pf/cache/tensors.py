@@ -2,7 +2,7 @@
 
 Reads K/V out of a transformers ``DynamicCache`` (``cache.layers[i].keys /
 .values``), a dict or a list of per-layer (K, V) pairs; cuts them into page
-bytes (``cut_to`` a few pages into any buffer, ``Cut`` every page into one)
+bytes (``Pages.cut_to`` a few pages into any buffer, ``Cut`` every page into one)
 and writes page bytes back into tensors (``Canvas``),
 with numpy copies that release the GIL so worker threads share the work. The
 sequence axis is the second to last. Knows nothing of repositories or the
@@ -106,20 +106,61 @@ def _bytes_of(t: torch.Tensor) -> np.ndarray:
     return t.view(torch.uint8).numpy()
 
 
+class Pages:
+    """The pages of a cache's K/V tensors, for copying groups of them out (``cut_to``).
+
+    Every tensor is viewed once (no copy) as ``[full pages, ..., page tokens,
+    row bytes]``, so a group of full pages is one strided copy per tensor with
+    nothing worked out per call; the partial last page is sliced as it comes.
+    The copies release the GIL, so groups can be cut from several threads at
+    once."""
+
+    def __init__(self, layers: KV, n_tokens: int, layout: pg.Layout):
+        self.layout = layout
+        self.spans = pg.spans(n_tokens, layout.page_tokens)
+        self._sources = sources(layers)
+        self._full = n_tokens // layout.page_tokens
+        self._views = [_paged(src, self._full, layout.page_tokens) for src in self._sources]
+
+    def cut_to(self, first: int, last: int, dest: np.ndarray) -> None:
+        """Copy pages [first, last), all of the same size, into the flat uint8 array ``dest``
+        (their bytes back to back, in page order)."""
+        a, b = self.spans[first]
+        count, size = last - first, b - a
+        rows = dest[: count * size * self.layout.token_bytes].reshape(count, size * self.layout.token_bytes)
+        offset = 0
+        for src, view in zip(self._sources, self._views):
+            if view is not None and last <= self._full:
+                part = view[first:last]
+            else:
+                part = src[..., a : a + count * size, :]
+                part = np.moveaxis(part.reshape(part.shape[:-2] + (count, size, part.shape[-1])), -3, 0)
+            nbytes = math.prod(part.shape[1:])
+            np.copyto(rows[:, offset : offset + nbytes].reshape(part.shape), part)
+            offset += nbytes
+
+
+def _paged(src: np.ndarray, full: int, page_tokens: int) -> np.ndarray | None:
+    """``src`` ([..., seq, row bytes]) as a view ``[full pages, ..., page tokens, row bytes]`` of
+    its full pages; None where its strides allow no such view."""
+    part = src[..., : full * page_tokens, :]
+    view = np.moveaxis(part.reshape(part.shape[:-2] + (full, page_tokens, part.shape[-1])), -3, 0)
+    return view if full and np.may_share_memory(view, src) else None  # a reshape that copied: none
+
+
 class Cut:
     """The pages of a cache, cut into one buffer in page order.
 
     Page i (tokens [a, b)) is ``view(i)``, bytes ``[a, b) * token_bytes`` of
     the buffer. ``cut(first, last)`` copies pages [first, last), all of the
-    same size, with one strided copy per tensor; the copies release the GIL,
-    so groups of pages can be cut from several threads at once."""
+    same size (``Pages.cut_to``), from any thread."""
 
     def __init__(self, layers: KV, n_tokens: int, layout: pg.Layout):
         self.layout = layout
-        self.spans = pg.spans(n_tokens, layout.page_tokens)
+        self._pages = Pages(layers, n_tokens, layout)
+        self.spans = self._pages.spans
         self.buffer = torch.empty(n_tokens * layout.token_bytes, dtype=torch.uint8)
         self._flat = self.buffer.numpy()
-        self._sources = sources(layers)
 
     def view(self, i: int) -> memoryview:
         a, b = self.spans[i]
@@ -130,28 +171,12 @@ class Cut:
         b = a + (last - first) * (self.spans[first][1] - a)
         rows = self._flat[a * self.layout.token_bytes : b * self.layout.token_bytes]
         prefault.map_in(rows.ctypes.data, rows.nbytes)
-        cut_to(self._sources, self.layout, self.spans, first, last, rows)
+        self._pages.cut_to(first, last, rows)
 
 
 def sources(layers: KV) -> list[np.ndarray]:
     """Every K and V tensor of ``layers`` as bytes (views, no copy), in page order."""
     return [_bytes_of(t) for pair in layers for t in pair]
-
-
-def cut_to(srcs: list[np.ndarray], layout: pg.Layout, spans: list[tuple[int, int]], first: int, last: int,
-           dest: np.ndarray) -> None:
-    """Copy pages [first, last), all of the same size, into the flat uint8 array ``dest``
-    (their bytes back to back), with one strided copy per tensor (the copies release the GIL)."""
-    a, b = spans[first]
-    count, size = last - first, b - a
-    rows = dest[: count * size * layout.token_bytes].reshape(count, size * layout.token_bytes)
-    offset = 0
-    for src in srcs:
-        part = src[..., a : a + count * size, :]
-        part = np.moveaxis(part.reshape(part.shape[:-2] + (count, size, part.shape[-1])), -3, 0)
-        nbytes = math.prod(part.shape[1:])
-        np.copyto(rows[:, offset : offset + nbytes].reshape(part.shape), part)
-        offset += nbytes
 
 
 class Canvas:
