@@ -133,8 +133,7 @@ class Pages:
             if view is not None and last <= self._full:
                 part = view[first:last]
             else:
-                part = src[..., a : a + count * size, :]
-                part = np.moveaxis(part.reshape(part.shape[:-2] + (count, size, part.shape[-1])), -3, 0)
+                part = _as_pages(src[..., a : a + count * size, :], count, size)
             nbytes = math.prod(part.shape[1:])
             np.copyto(rows[:, offset : offset + nbytes].reshape(part.shape), part)
             offset += nbytes
@@ -143,9 +142,13 @@ class Pages:
 def _paged(src: np.ndarray, full: int, page_tokens: int) -> np.ndarray | None:
     """``src`` ([..., seq, row bytes]) as a view ``[full pages, ..., page tokens, row bytes]`` of
     its full pages; None where its strides allow no such view."""
-    part = src[..., : full * page_tokens, :]
-    view = np.moveaxis(part.reshape(part.shape[:-2] + (full, page_tokens, part.shape[-1])), -3, 0)
+    view = _as_pages(src[..., : full * page_tokens, :], full, page_tokens)
     return view if full and np.may_share_memory(view, src) else None  # a reshape that copied: none
+
+
+def _as_pages(part: np.ndarray, pages: int, page_tokens: int) -> np.ndarray:
+    """``part`` ([..., pages * page_tokens, row]) as ``[pages, ..., page_tokens, row]``."""
+    return np.moveaxis(part.reshape(part.shape[:-2] + (pages, page_tokens, part.shape[-1])), -3, 0)
 
 
 class Cut:
