@@ -152,7 +152,7 @@ def sha256_hex(data) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _frame_writer(frame: bytes) -> Callable[[int, str], bool]:
+def _frame_writer(frame) -> Callable[[int, str], bool]:
     """A ``_write_atomic`` writer of a frame through the page cache; a large one's writeback
     may start as soon as it is written."""
     def write(fd: int, tmp: str) -> bool:
@@ -233,7 +233,6 @@ class SideStore:
         # Objects kept outside the directory (read-only here); a transport sets this.
         self.held: Held | None = None
         self._pending: dict[str, tuple[str, Path]] | None = None  # oid -> (temp file, final path) in a batch
-        self._dirs: set[Path] = set()  # directories made by this store object
 
     @contextlib.contextmanager
     def batch(self):
@@ -305,7 +304,7 @@ class SideStore:
     def copy_frame(self, oid: str, frame) -> None:
         """Store the frame of ``oid`` as another store holds it, unchecked (every read checks it)."""
         if not self.has(oid):
-            self._write_atomic(oid, _frame_writer(bytes(frame)))
+            self._write_atomic(oid, _frame_writer(frame))
 
     def get(self, oid: str) -> bytes:
         """The verified raw bytes of ``oid``; raises MissingObject / CorruptObject."""
@@ -404,7 +403,7 @@ class SideStore:
         """Write one object: ``write(fd, temp path)`` fills a new temp file (and answers whether
         its writeback may start at once), then (outside a batch) fsync and rename."""
         path = self.path_for(oid)
-        self._ensure_dir(path.parent)
+        path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = self._new_temp()
         try:
             try:
@@ -428,17 +427,11 @@ class SideStore:
                 raise WriteFailed(f"cannot write to the side store: {e.strerror or e}") from None
             raise
 
-    def _ensure_dir(self, path: Path) -> None:
-        """``path`` made once per store (a fan-out directory, ``tmp``); not asked again."""
-        if path not in self._dirs:
-            path.mkdir(parents=True, exist_ok=True)
-            self._dirs.add(path)
-
     def _new_temp(self) -> tuple[int, str]:
         """A new, empty temp file under ``tmp/`` (named by process and a counter, so no two
         writers share one; a name a crashed writer left is skipped): its fd and path."""
         tmpdir = self.root / "tmp"
-        self._ensure_dir(tmpdir)
+        tmpdir.mkdir(parents=True, exist_ok=True)
         while True:
             tmp = f"{tmpdir}/obj-{os.getpid()}-{next(_temp_ids)}"
             try:
