@@ -26,6 +26,17 @@ def large_file_threshold(repo: pygit2.Repository) -> int:
     return value
 
 
+def rehash_reads(repo: pygit2.Repository) -> bool:
+    """``pf.rehashReads``: re-hash every side-store read with sha256 (default false: a frame
+    in the repository's own store is checked by its content checksum)."""
+    try:
+        return repo.config.get_bool("pf.rehashReads")
+    except KeyError:
+        return False
+    except (ValueError, pygit2.GitError):
+        raise UsageError("pf.rehashReads must be a boolean (true/false)") from None
+
+
 def get_str(repo: pygit2.Repository, key: str) -> str | None:
     try:
         return repo.config[key]

@@ -128,7 +128,7 @@ def fsck(git: pygit2.Repository, store: SideStore) -> FsckReport:
     for oid in store.iter_oids():
         report.objects += 1
         try:
-            store.get(oid)
+            store.get(oid, rehash=True)  # the name itself, not only the frame
         except PfError as e:
             report.problems.append(str(e))
     return report

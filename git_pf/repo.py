@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pygit2
 
-from . import checkout as checkout_mod, diff as diff_mod, fork as fork_mod, fsck as fsck_mod, history, image as img, refs
+from . import checkout as checkout_mod, config, diff as diff_mod, fork as fork_mod, fsck as fsck_mod, history, image as img, refs
 from .errors import NotARepository, UsageError
 from .sidestore import SideStore
 from .snapshot import SnapshotRequest, SnapshotResult, take
@@ -23,6 +23,7 @@ class Repo:
         self.git = git
         self.git_dir = Path(git.path).resolve()
         self.store = SideStore(self.git_dir / "pf" / "objects")
+        self.store.rehash_reads = config.rehash_reads(git)
         from .transport.lazy import attach  # missing side-store objects come from remotes, lazily
 
         attach(self)

@@ -1,8 +1,11 @@
 """The local side store: content-addressed, zstd-compressed objects outside git's odb.
 
 Objects live at ``$GIT_DIR/pf/objects/<2 hex>/<62 hex>``, named by the sha256
-of their raw bytes, each a single zstd frame, written atomically (temp file,
-fsync, rename) and verified on every read. Large content is split into
+of their raw bytes, each a single zstd frame with a content checksum, written
+atomically (temp file, fsync, rename) and checked on every read: every way in
+checks an object's name, so a read of a file here checks the frame's checksum
+(a sha256 where the frame has none, or ``rehash_reads`` asks), and objects held
+elsewhere are re-hashed. Large content is split into
 FastCDC chunks, one object per chunk, plus a chunk-index object when there is
 more than one chunk (docs/sidestore.md). This module knows nothing of images,
 refs or transport; a transport plugs in through ``SideStore.fetcher`` (fetch
@@ -49,10 +52,10 @@ def _compressor(level: int = ZSTD_LEVEL, window_log: int | None = None) -> zstan
     c = cache.get((level, window_log))
     if c is None:
         if window_log is None:
-            c = zstandard.ZstdCompressor(level=level, write_content_size=True)
+            c = zstandard.ZstdCompressor(level=level, write_content_size=True, write_checksum=True)
         else:
             params = zstandard.ZstdCompressionParameters.from_level(level, window_log=window_log,
-                                                                     write_content_size=1)
+                                                                     write_content_size=1, write_checksum=1)
             c = zstandard.ZstdCompressor(compression_params=params)
         cache[(level, window_log)] = c
     return c
@@ -76,6 +79,10 @@ def syncfs(path: Path) -> bool:
         return getattr(libc, "syncfs", None) is not None and libc.syncfs(fd) == 0
     finally:
         os.close(fd)
+
+
+def _zstd_problem(e: zstandard.ZstdError) -> str:
+    return "its content checksum does not match" if "checksum" in str(e) else "it does not decode as a zstd frame"
 
 
 def verify_frame(oid: str, frame: bytes) -> bytes:
@@ -150,6 +157,12 @@ def _read_ahead(fn: Callable, items: list) -> Iterator:
 
 def sha256_hex(data) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def has_checksum(frame) -> bool:
+    """Whether a zstd frame (one that decoded) carries a content checksum, which the decoder
+    then checks (the frame header descriptor's bit 2)."""
+    return bool(frame[4] & 0x04)
 
 
 def _frame_writer(frame) -> Callable[[int, str], bool]:
@@ -233,6 +246,8 @@ class SideStore:
         # Objects kept outside the directory (read-only here); a transport sets this.
         self.held: Held | None = None
         self._pending: dict[str, tuple[str, Path]] | None = None  # oid -> (temp file, final path) in a batch
+        # Re-hash every read with sha256, even a checksummed frame in the directory (pf.rehashReads).
+        self.rehash_reads = False
 
     @contextlib.contextmanager
     def batch(self):
@@ -302,12 +317,20 @@ class SideStore:
             self._write_atomic(oid, _frame_writer(frame))
 
     def copy_frame(self, oid: str, frame) -> None:
-        """Store the frame of ``oid`` as another store holds it, unchecked (every read checks it)."""
+        """Store the frame of ``oid`` as another store's directory holds it, unchecked: only for
+        a frame whose name that store checked on its way in (held frames go through
+        ``put_compressed``)."""
         if not self.has(oid):
             self._write_atomic(oid, _frame_writer(frame))
 
-    def get(self, oid: str) -> bytes:
-        """The verified raw bytes of ``oid``; raises MissingObject / CorruptObject."""
+    def get(self, oid: str, rehash: bool = False) -> bytes:
+        """The checked raw bytes of ``oid``; raises MissingObject / CorruptObject.
+
+        A frame in the directory got there under a checked name (``put`` hashes what it
+        stores, received frames are verified first), so its read checks the frame: the
+        decoder checks its content checksum, and a frame without one is re-hashed. An object
+        held elsewhere (fetched by git under a name a remote gave), ``rehash``, or
+        ``rehash_reads`` re-hash with sha256 (docs/sidestore.md)."""
         try:
             frame, held = self._frame(oid, transient=True)
         except MissingObject:
@@ -315,14 +338,15 @@ class SideStore:
             frame, held = self._frame(oid, transient=True)
         try:
             data = _decompressor().decompress(frame)
-            if sha256_hex(data) != oid:
+            full = held or rehash or self.rehash_reads or not has_checksum(frame)
+            if full and sha256_hex(data) != oid:
                 raise CorruptObject(f"side-store object {oid} is corrupt (content does not hash to its name)")
         except (zstandard.ZstdError, CorruptObject) as e:
             if held:
                 self.held.discard(oid)  # unlisted: the next read fetches it again
             if isinstance(e, CorruptObject):
                 raise
-            raise CorruptObject(f"side-store object {oid} is corrupt (not a zstd frame)") from None
+            raise CorruptObject(f"side-store object {oid} is corrupt ({_zstd_problem(e)})") from None
         return data
 
     def _frame(self, oid: str, transient: bool = False) -> tuple[bytes, bool]:

@@ -71,6 +71,26 @@ def test_flipped_bit_in_stored_page_is_caught_on_restore(repo, tmp_path, run_pf)
     repo.store.remove(table.pages[1].sha256)  # leave the repository sound for the fixture's git fsck
 
 
+def test_a_bit_flipped_on_disk_in_a_stored_page_is_caught_on_restore(repo, tmp_path):
+    """Damage as a disk does it: one bit of the stored frame, not a frame made again."""
+    model = tiny_llama()
+    cache, tokens = _decoded_cache(model)
+    image = _snapshot(repo, tmp_path, cache, tokens, model)
+    table = read(repo, image.tree)
+    for page in table.pages[:3]:
+        path = repo.store.path_for(page.sha256)
+        sound = path.read_bytes()
+        assert zstandard.get_frame_parameters(sound).has_checksum
+        frame = bytearray(sound)
+        frame[len(frame) * 3 // 4] ^= 0x04  # in the last planes: low mantissa bytes, kept raw
+        os.chmod(path, 0o644)
+        path.write_bytes(frame)
+        with pytest.raises(CorruptObject, match=page.sha256):
+            kc.restore(image.id, repo=repo, model=model)
+        path.write_bytes(sound)
+    kc.restore(image.id, repo=repo, model=model)
+
+
 def test_restore_refuses_other_model_adapter_or_layout(repo, tmp_path):
     model = tiny_llama()
     cache, tokens = _decoded_cache(model, steps=2)

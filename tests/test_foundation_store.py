@@ -80,6 +80,47 @@ def test_corrupt_object_is_a_clear_error_and_leaves_no_checkout(repo, tmp_path, 
     os.remove(path)  # leave the repository consistent for git fsck
 
 
+@pytest.mark.parametrize("direct", [False, True], ids=["buffered", "direct"])
+def test_a_bit_flipped_in_a_stored_frame_is_caught_by_its_checksum(tmp_path, direct):
+    store = SideStore(tmp_path / "objects")
+    data = os.urandom((1 << 20) + 123)  # incompressible: stored as raw blocks, decoded without a look
+    oid = store.put(data, direct=direct)
+    path = store.path_for(oid)
+    frame = bytearray(path.read_bytes())
+    assert zstandard.get_frame_parameters(bytes(frame)).has_checksum
+    assert store.get(oid) == data
+    frame[len(frame) // 2] ^= 0x10
+    os.chmod(path, 0o644)
+    path.write_bytes(frame)
+    with pytest.raises(CorruptObject, match="checksum"):
+        store.get(oid)
+    with pytest.raises(CorruptObject):
+        store.get(oid, rehash=True)
+
+
+def test_a_frame_under_another_name_is_caught_by_fsck_and_by_rehash_reads(repo, tmp_path, run_pf):
+    """A read trusts the name of a file in the store (every way in checks it) and checks the frame;
+    `git pf fsck`, and every read under pf.rehashReads, check the name too."""
+    sb = tmp_path / "sb"
+    sb.mkdir()
+    (sb / "big.bin").write_bytes(os.urandom(2 * 1024 * 1024))
+    repo.snapshot(sb, name="main")
+    victim = max(repo.store.iter_oids(), key=lambda o: repo.store.path_for(o).stat().st_size)
+    path = repo.store.path_for(victim)
+    os.chmod(path, 0o644)
+    path.write_bytes(zstandard.ZstdCompressor(write_checksum=True).compress(b"a sound frame, of other bytes"))
+    fsck = run_pf("fsck", cwd=tmp_path / "repo", check=False)
+    assert fsck.returncode == 1 and victim in fsck.stdout
+    subprocess.run(["git", "config", "pf.rehashReads", "true"], cwd=tmp_path / "repo", check=True)
+    proc = run_pf("checkout", "main", "--into", tmp_path / "out", cwd=tmp_path / "repo", check=False)
+    assert proc.returncode == 3 and "big.bin" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+    subprocess.run(["git", "config", "pf.rehashReads", "sometimes"], cwd=tmp_path / "repo", check=True)
+    proc = run_pf("checkout", "main", "--into", tmp_path / "out", cwd=tmp_path / "repo", check=False)
+    assert proc.returncode == 2 and "pf.rehashReads" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    os.remove(path)  # leave the repository consistent for git fsck
+
+
 def test_store_refuses_corrupt_incoming_objects(tmp_path):
     store = SideStore(tmp_path / "objects")
     oid = store.put(b"hello")

@@ -1,8 +1,10 @@
 """Restoring an image's KV cache: verified page bytes back into tensors, bit for bit.
 
 Refuses (``CacheMismatch``) when the caller's model fingerprint, adapter or
-layout differs from the recorded one; every page is checked against the
-sha256 in ``cache/pages.json`` (the side store verifies it on read), then
+layout differs from the recorded one; every page is read by its sha256 in
+``cache/pages.json`` and checked by the side store (its frame's content
+checksum where the object is in the repository's own store, which checked its
+name on the way in; a sha256 of its bytes where it is held elsewhere), then
 joined from its byte planes (``planes``) into place. Writes nothing.
 """
 from __future__ import annotations
@@ -72,7 +74,7 @@ def read_layers(repo, table: PageTable, device=None) -> tensors.KV:
     """Every page of ``table`` read from the side store, verified, in fresh tensors.
 
     The buffer that becomes the K/V tensors (``tensors.Canvas``) is mapped
-    in first, then pages are read, decoded, hashed and copied into place, all
+    in first, then pages are read, decoded, checked and copied into place, all
     on the page threads (every step releases the GIL; a thread waiting on its read leaves
     the cores to the others)."""
     store = repo.store
@@ -82,7 +84,7 @@ def read_layers(repo, table: PageTable, device=None) -> tensors.KV:
 
     def job(items) -> None:
         for (a, b), page in items:
-            data = store.get(page.sha256)  # verified: the bytes hash to the recorded sha256
+            data = store.get(page.sha256)  # checked: the frame's checksum, or a sha256 of the bytes
             if len(data) != page.size:
                 raise CorruptObject(f"KV page {page.id[:12]} has {len(data)} bytes, the table says {page.size}")
             canvas.fill(a, b, planes.decode(data, itemsize) if in_planes else data)
