@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from statistics import median
 
+import zstandard
+
 from git_pf import Repo, mounts as mount_states
 from git_pf.fuse import manage, protocol
 from git_pf.mount_snapshot import snapshot_mount
@@ -223,11 +225,17 @@ def run(files: int, big_mib: int, write_mib: int, rounds: int) -> None:
             rows.append(("first mount in a process", f"{t_first * 1000:.0f} ms", "includes loading the daemon's modules"))
             rows.append(("mount via CLI (incl. start-up)", f"{t_cli * 1000:.0f} ms", ""))
 
-            # calibration: what one core verifies right now (a mount must sha256 every chunk it serves)
+            # calibration: what one core decodes and checks right now (every chunk a mount serves
+            # from the repository's own store); sha256 is paid on top for chunks held as git blobs
             sample = os.urandom(64 * BLOCK)
+            frame = zstandard.ZstdCompressor(write_checksum=True).compress(sample)
+            t_dec, _ = timed(zstandard.ZstdDecompressor().decompress, frame)
             t_sha, _ = timed(hashlib.sha256, sample)
-            rows.append(("sha256 in this process (calibration)", f"{len(sample) / t_sha / 1e9:.2f} GB/s",
-                         "the mount's first read cannot beat its decode + verify"))
+            rows.append(("zstd decode + checksum (calibration)", f"{len(sample) / t_dec / 1e9:.2f} GB/s",
+                         "one core; every chunk the mount serves is decoded and checked"))
+            rows.append(("sha256 (calibration)", f"{len(sample) / t_sha / 1e9:.2f} GB/s",
+                         "one core; paid on top only for chunks held as git blobs (or pf.rehashReads)"))
+            del frame
             del sample
 
             rows += read_rounds(co, mounts, repo, files, big_mib, rounds)
