@@ -5,7 +5,7 @@ of their raw bytes, each a single zstd frame with a content checksum, written
 atomically (temp file, fsync, rename) and checked on every read: every way in
 checks an object's name, so a read of a file here checks the frame's checksum
 (a sha256 where the frame has none, or ``rehash_reads`` asks), and objects held
-elsewhere are re-hashed. Large content is split into
+elsewhere are re-hashed (once per process and place they are read from). Large content is split into
 FastCDC chunks, one object per chunk, plus a chunk-index object when there is
 more than one chunk (docs/sidestore.md). This module knows nothing of images,
 refs or transport; a transport plugs in through ``SideStore.fetcher`` (fetch
@@ -26,7 +26,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Protocol
+from typing import Callable, Hashable, Iterable, Iterator, Protocol
 
 import zstandard
 
@@ -202,6 +202,12 @@ class Held(Protocol):
 
     def frame(self, oid: str) -> bytes | None: ...  # the stored zstd frame, unverified (no I/O when not held)
 
+    def read(self, oid: str) -> tuple[bytes, Hashable] | None: ...  # the frame and what it was read from
+
+    def rehashed(self, source: Hashable) -> bool: ...  # a frame read from there was re-hashed before
+
+    def mark_rehashed(self, source: Hashable) -> None: ...
+
     def oids(self) -> Iterator[str]: ...
 
     def discard(self, oid: str) -> None: ...  # found corrupt: no longer held
@@ -329,16 +335,19 @@ class SideStore:
         A frame in the directory got there under a checked name (``put`` hashes what it
         stores, received frames are verified first), so its read checks the frame: the
         decoder checks its content checksum, and a frame without one is re-hashed. An object
-        held elsewhere (fetched by git under a name a remote gave), ``rehash``, or
-        ``rehash_reads`` re-hash with sha256 (docs/sidestore.md)."""
+        held elsewhere (fetched by git under a name a remote gave) is re-hashed the first
+        time this process reads it from where it is held, and checked like the directory's
+        after that; ``rehash`` and ``rehash_reads`` re-hash every read (docs/sidestore.md)."""
         try:
-            frame, held = self._frame(oid, transient=True)
+            frame, source = self._frame(oid, transient=True)
         except MissingObject:
             self.ensure([oid])  # fetched, else MissingObject
-            frame, held = self._frame(oid, transient=True)
+            frame, source = self._frame(oid, transient=True)
+        held = source is not None
         try:
             data = _decompressor().decompress(frame)
-            full = held or rehash or self.rehash_reads or not has_checksum(frame)
+            full = rehash or self.rehash_reads or not has_checksum(frame) or \
+                (held and not self.held.rehashed(source))
             if full and sha256_hex(data) != oid:
                 raise CorruptObject(f"side-store object {oid} is corrupt (content does not hash to its name)")
         except (zstandard.ZstdError, CorruptObject) as e:
@@ -347,19 +356,22 @@ class SideStore:
             if isinstance(e, CorruptObject):
                 raise
             raise CorruptObject(f"side-store object {oid} is corrupt ({_zstd_problem(e)})") from None
+        if held and full:
+            self.held.mark_rehashed(source)
         return data
 
-    def _frame(self, oid: str, transient: bool = False) -> tuple[bytes, bool]:
-        """``(stored frame, whether held)``: what ``held`` keeps, else the file.
+    def _frame(self, oid: str, transient: bool = False) -> tuple[bytes, Hashable | None]:
+        """``(stored frame, where held)``: what ``held`` keeps (and where it read it from),
+        else the file (None).
 
         With ``transient`` the frame may be a view of this thread's ``directio``
         buffer (a large file not in the page cache is read past it), valid until
         the thread's next read."""
-        found = self.held.frame(oid) if self.held is not None else None
+        found = self.held.read(oid) if self.held is not None else None
         if found is not None:
-            return found, True
+            return found
         try:
-            return _read_file(self._readable_path(oid), transient), False
+            return _read_file(self._readable_path(oid), transient), None
         except FileNotFoundError:
             raise MissingObject(f"side-store object {oid} is missing") from None
 

@@ -5,8 +5,8 @@ wrote, or in a local remote's pack linked in. They are not copied into
 ``pf/objects``: ``receive`` records them in this repository's objects index,
 in the same format v1 a remote uses (docs/transport.md), which also keeps
 the blobs reachable for git's gc. The side store reads them through
-``HeldObjects`` (``SideStore.held``) and, as for its own files, decodes and
-hashes every frame it reads: blobs stored as plain deflate blocks are read
+``HeldObjects`` (``SideStore.held``) and decodes and checks every frame it
+reads, re-hashing it the first time this process reads it from its blobs: blobs stored as plain deflate blocks are read
 straight out of the pack file, anything else through libgit2. Writes git
 objects and the one ref ``refs/pf/objects``; never the side-store directory.
 """
@@ -27,6 +27,7 @@ OBJECTS_REF = "refs/pf/objects"
 _RETRIES = 5
 _RECHECK = 0.1  # seconds between looks at the ref for other processes' writes
 _ZERO = "0" * 40
+_REHASHED_MAX = 1 << 16  # (oid, blobs) remembered as re-hashed, per process
 
 
 def _tip(git: pygit2.Repository) -> str | None:
@@ -74,6 +75,7 @@ class HeldObjects:
         self._packs = packread.PackReader(None)
         self._retired: list[packread.PackReader] = []
         self._pack_state: frozenset[str] = frozenset()
+        self._rehashed: set[tuple[str, tuple[str, ...]]] = set()  # (oid, blobs) that hashed to the oid
 
     # -- the index --------------------------------------------------------
     def _ref_stamp(self) -> tuple:
@@ -153,8 +155,31 @@ class HeldObjects:
     def frame(self, oid: str) -> bytes | bytearray | None:
         """The zstd frame of ``oid`` as stored (not verified); None when it is not held (or
         its blobs are gone). Looks at the index as last loaded (``has`` reloads it)."""
+        found = self.read(oid)
+        return found[0] if found is not None else None
+
+    def read(self, oid: str) -> tuple[bytes | bytearray, tuple[str, tuple[str, ...]]] | None:
+        """``frame`` and where it was read from: ``(oid, its blobs)``, what ``rehashed`` and
+        ``mark_rehashed`` take (git blobs are immutable, so a frame read from the same
+        blobs again is the same frame, bar damage that its checksum catches)."""
         entry = self._index.get(oid)
-        return self._join(entry) if entry is not None else None
+        if entry is None:
+            return None
+        try:
+            frame = self._join(entry)
+        except pygit2.GitError as e:  # a damaged git object (libgit2 checks what it inflates)
+            self.discard(oid)
+            raise CorruptObject(f"side-store object {oid} is corrupt (git object: {e})") from None
+        return (frame, (oid, tuple(entry.blobs))) if frame is not None else None
+
+    def rehashed(self, source: tuple[str, tuple[str, ...]]) -> bool:
+        """Whether a frame read from ``source`` hashed to its name earlier in this process."""
+        return source in self._rehashed
+
+    def mark_rehashed(self, source: tuple[str, tuple[str, ...]]) -> None:
+        if len(self._rehashed) >= _REHASHED_MAX:
+            self._rehashed.clear()  # a bound on memory: the next read of each re-hashes it
+        self._rehashed.add(source)
 
     # -- receiving and dropping ---------------------------------------------
     def receive(self, wanted: idx.Index, source: str) -> None:
