@@ -5,6 +5,7 @@ import os
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import zstandard
@@ -58,7 +59,9 @@ def test_an_insert_restores_only_nearby_chunks(repo, tmp_path):
     assert 1 <= len(new) <= 4  # the chunk(s) around the insert, the new index
 
 
-def test_corrupt_object_is_a_clear_error_and_leaves_no_checkout(repo, tmp_path, run_pf):
+def _image_with_replaced_object(repo, tmp_path, frame: bytes) -> tuple[str, Path]:
+    """An image "main" of one 2 MiB file whose largest side-store object's file now holds
+    ``frame``: (that object's oid, its path)."""
     sb = tmp_path / "sb"
     sb.mkdir()
     (sb / "big.bin").write_bytes(os.urandom(2 * 1024 * 1024))
@@ -66,8 +69,13 @@ def test_corrupt_object_is_a_clear_error_and_leaves_no_checkout(repo, tmp_path, 
     victim = max(repo.store.iter_oids(), key=lambda o: repo.store.path_for(o).stat().st_size)
     path = repo.store.path_for(victim)
     os.chmod(path, 0o644)
-    frame = zstandard.ZstdCompressor().compress(b"not the original bytes")
     path.write_bytes(frame)
+    return victim, path
+
+
+def test_corrupt_object_is_a_clear_error_and_leaves_no_checkout(repo, tmp_path, run_pf):
+    victim, path = _image_with_replaced_object(  # a frame without a checksum, as earlier writers made
+        repo, tmp_path, zstandard.ZstdCompressor().compress(b"not the original bytes"))
     with pytest.raises(DataError, match="big.bin"):
         repo.checkout("main", tmp_path / "out")
     assert not (tmp_path / "out").exists()
@@ -101,14 +109,8 @@ def test_a_bit_flipped_in_a_stored_frame_is_caught_by_its_checksum(tmp_path, dir
 def test_a_frame_under_another_name_is_caught_by_fsck_and_by_rehash_reads(repo, tmp_path, run_pf):
     """A read trusts the name of a file in the store (every way in checks it) and checks the frame;
     `git pf fsck`, and every read under pf.rehashReads, check the name too."""
-    sb = tmp_path / "sb"
-    sb.mkdir()
-    (sb / "big.bin").write_bytes(os.urandom(2 * 1024 * 1024))
-    repo.snapshot(sb, name="main")
-    victim = max(repo.store.iter_oids(), key=lambda o: repo.store.path_for(o).stat().st_size)
-    path = repo.store.path_for(victim)
-    os.chmod(path, 0o644)
-    path.write_bytes(zstandard.ZstdCompressor(write_checksum=True).compress(b"a sound frame, of other bytes"))
+    victim, path = _image_with_replaced_object(
+        repo, tmp_path, zstandard.ZstdCompressor(write_checksum=True).compress(b"a sound frame, of other bytes"))
     fsck = run_pf("fsck", cwd=tmp_path / "repo", check=False)
     assert fsck.returncode == 1 and victim in fsck.stdout
     subprocess.run(["git", "config", "pf.rehashReads", "true"], cwd=tmp_path / "repo", check=True)

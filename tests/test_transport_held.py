@@ -82,14 +82,14 @@ def test_corrupt_blob_is_refused_on_read_and_unlisted(tmp_path):
         assert pf("fsck", cwd=b).returncode == 0
 
 
-def _pushed_cloned_checked_out(tmp_path):
+def _pushed_cloned_checked_out(tmp_path, env=None):
     """A source repo pushed to a bare origin, cloned into b and checked out into c: (sb, b)."""
     a, sb = source_repo(tmp_path)
     remote = origin_of(a, tmp_path)
-    pf("push", "origin", "main", cwd=a)
+    pf("push", "origin", "main", cwd=a, env=env)
     b = tmp_path / "b"
-    pf("clone", remote, b, cwd=tmp_path)
-    pf("checkout", "main", "--into", tmp_path / "c", cwd=b)
+    pf("clone", remote, b, cwd=tmp_path, env=env)
+    pf("checkout", "main", "--into", tmp_path / "c", cwd=b, env=env)
     return sb, b
 
 
@@ -138,13 +138,8 @@ def test_a_held_object_is_rehashed_once_per_process_and_damage_in_its_pack_is_st
     from git_pf import Repo
     from git_pf.errors import CorruptObject
 
-    a, _ = source_repo(tmp_path)
-    remote = origin_of(a, tmp_path)
     env = None if shortcut else NO_SHORTCUT
-    pf("push", "origin", "main", cwd=a, env=env)
-    b = tmp_path / "b"
-    pf("clone", f"file://{remote}", b, cwd=tmp_path, env=env)
-    pf("checkout", "main", "--into", tmp_path / "c", cwd=b, env=env)  # brings the objects (in another process)
+    _, b = _pushed_cloned_checked_out(tmp_path, env)  # the checkout brings the objects, in another process
     store = Repo.open(b).store
     oid = max(store.held.oids(), key=store.held.size)
     frame, source = store.held.read(oid)
