@@ -4,13 +4,13 @@ Objects live at ``$GIT_DIR/pf/objects/<2 hex>/<62 hex>``, named by the sha256
 of their raw bytes, each a single zstd frame with a content checksum, written
 atomically (temp file, fsync, rename) and checked on every read: every way in
 checks an object's name, so a read of a file here checks the frame's checksum
-(a sha256 where the frame has none, or ``rehash_reads`` asks), and objects held
-elsewhere are re-hashed (once per process and place they are read from). Large content is split into
-FastCDC chunks, one object per chunk, plus a chunk-index object when there is
-more than one chunk (docs/sidestore.md). This module knows nothing of images,
-refs or transport; a transport plugs in through ``SideStore.fetcher`` (fetch
-missing objects) and ``SideStore.held`` (objects it keeps elsewhere, looked
-up before the directory, verified on read like the rest).
+(a sha256 where the frame has none, or ``rehash_reads`` asks), and objects
+held elsewhere are re-hashed (once per process and place they are read from).
+Large content is split into FastCDC chunks, one object per chunk, plus a
+chunk-index object when there is more than one chunk (docs/sidestore.md).
+This module knows nothing of images, refs or transport; a transport plugs in
+through ``SideStore.fetcher`` (fetch missing objects) and ``SideStore.held``
+(objects it keeps elsewhere, looked up before the directory).
 """
 from __future__ import annotations
 
