@@ -159,7 +159,7 @@ def sha256_hex(data) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def has_checksum(frame) -> bool:
+def _has_checksum(frame) -> bool:
     """Whether a zstd frame (one that decoded) carries a content checksum, which the decoder
     then checks (the frame header descriptor's bit 2)."""
     return bool(frame[4] & 0x04)
@@ -346,7 +346,7 @@ class SideStore:
         held = source is not None
         try:
             data = _decompressor().decompress(frame)
-            full = rehash or self.rehash_reads or not has_checksum(frame) or \
+            full = rehash or self.rehash_reads or not _has_checksum(frame) or \
                 (held and not self.held.rehashed(source))
             if full and sha256_hex(data) != oid:
                 raise CorruptObject(f"side-store object {oid} is corrupt (content does not hash to its name)")

@@ -82,7 +82,7 @@ def test_a_bit_flipped_on_disk_in_a_stored_page_is_caught_on_restore(repo, tmp_p
         sound = path.read_bytes()
         assert zstandard.get_frame_parameters(sound).has_checksum
         frame = bytearray(sound)
-        frame[len(frame) * 3 // 4] ^= 0x04  # in the last planes: low mantissa bytes, kept raw
+        frame[len(frame) // 4] ^= 0x04  # in the first plane: the low mantissa bytes, stored raw
         os.chmod(path, 0o644)
         path.write_bytes(frame)
         with pytest.raises(CorruptObject, match=page.sha256):

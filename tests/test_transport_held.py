@@ -4,11 +4,18 @@ refs/pf/objects, never copied into pf/objects; they survive git gc, serve furthe
 git pf gc unlists them once no image reaches them."""
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
 
+import pygit2
 import pytest
+import zstandard
 
+from git_pf import Repo
+from git_pf.errors import CorruptObject
+from git_pf.transport import index as idx
 from transport_helpers import bare, origin_of, pf, sh, source_repo, tree_files
 
 NO_SHORTCUT = {"GIT_PF_NO_LOCAL_SHORTCUT": "1"}
@@ -19,8 +26,6 @@ def _store_files(repo):
 
 
 def _held(repo) -> set[str]:
-    from git_pf import Repo
-
     return set(Repo.open(repo).store.held.oids())
 
 
@@ -55,11 +60,6 @@ def test_checkout_reads_objects_from_git_and_pf_objects_stays_empty(tmp_path, sh
 
 
 def test_corrupt_blob_is_refused_on_read_and_unlisted(tmp_path):
-    import pygit2
-    import zstandard
-
-    from git_pf.transport import index as idx
-
     a, _ = source_repo(tmp_path)
     remote = origin_of(a, tmp_path)
     pf("push", "origin", "main", cwd=a)
@@ -130,14 +130,6 @@ def test_git_pf_gc_unlists_held_objects_no_image_reaches(tmp_path):
 
 @pytest.mark.parametrize("shortcut", [True, False], ids=["linked", "fetched"])
 def test_a_held_object_is_rehashed_once_per_process_and_damage_in_its_pack_is_still_caught(tmp_path, shortcut):
-    import hashlib
-    import os
-
-    import zstandard
-
-    from git_pf import Repo
-    from git_pf.errors import CorruptObject
-
     env = None if shortcut else NO_SHORTCUT
     _, b = _pushed_cloned_checked_out(tmp_path, env)  # the checkout brings the objects, in another process
     store = Repo.open(b).store

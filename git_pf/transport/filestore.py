@@ -51,10 +51,10 @@ class FileAdapter:
                 dst = self.remote.path_for(oid)
                 if not dst.is_file():
                     src = store.path_for(oid)
-                    if src.is_file() and not _link(src, dst):  # another filesystem: checked here
-                        self.remote.copy_frame(oid, store.frame(oid))
-                    elif not src.is_file():  # held as a git blob: its name is checked on the way
+                    if not src.is_file():  # held as a git blob: its name is checked on the way
                         self.remote.put_compressed(oid, bytes(store.frame(oid)))
+                    elif not _link(src, dst):  # another filesystem: a name checked here already
+                        self.remote.copy_frame(oid, store.frame(oid))
                     sent += dst.stat().st_size
                 advance(1)
         return sent

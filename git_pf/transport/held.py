@@ -6,9 +6,10 @@ wrote, or in a local remote's pack linked in. They are not copied into
 in the same format v1 a remote uses (docs/transport.md), which also keeps
 the blobs reachable for git's gc. The side store reads them through
 ``HeldObjects`` (``SideStore.held``) and decodes and checks every frame it
-reads, re-hashing it the first time this process reads it from its blobs: blobs stored as plain deflate blocks are read
-straight out of the pack file, anything else through libgit2. Writes git
-objects and the one ref ``refs/pf/objects``; never the side-store directory.
+reads, re-hashing it the first time this process reads it from its blobs.
+Blobs stored as plain deflate blocks are read straight out of the pack file,
+anything else through libgit2. Writes git objects and the one ref
+``refs/pf/objects``; never the side-store directory.
 """
 from __future__ import annotations
 
