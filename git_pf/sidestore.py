@@ -30,13 +30,13 @@ from typing import Callable, Hashable, Iterable, Iterator, Protocol
 
 import zstandard
 
-from . import directio, writeback
+from . import cores, directio, writeback
 from .chunking import chunk_spans
 from .errors import CorruptObject, MissingObject, WriteFailed
 
 OID_RE = re.compile(r"^[0-9a-f]{64}$")
 ZSTD_LEVEL = 3
-_WORKERS = max(2, min(8, os.cpu_count() or 2))
+_WORKERS = max(2, min(8, cores.usable()))
 _EARLY_WRITEBACK = 1 << 20  # frames this large start their writeback as soon as written in a batch
 _READ_AHEAD = 4  # chunks iter_large decodes ahead of its caller
 _MAP_MIN = 64 * 1024  # stored frames this large are mapped, not read, by ``frame``

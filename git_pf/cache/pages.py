@@ -11,14 +11,16 @@ torch, no I/O.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import struct
 from dataclasses import dataclass
 
+from .. import cores
+
 VERSION = "pf-kv/1"
 DEFAULT_PAGE_TOKENS = 16
-WORKERS = max(2, min(8, os.cpu_count() or 2))  # threads for CPU-bound page work (hashing)
+# threads for CPU-bound page work (hashing, compressing, copying): one per core this process may use
+WORKERS = max(2, min(64, cores.usable()))
 IO_WORKERS = 2 * WORKERS + 4  # threads for page work that also waits on files and fsync
 JOB_PAGES = 8  # pages per thread-pool job: a few MiB of work each, and few jobs to hand out
 ID_DOMAIN = b"pf-kv-page/1\x00"

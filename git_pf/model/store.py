@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from .. import canonjson
+from .. import canonjson, cores
 from ..errors import CorruptObject, DataError, UsageError
 from ..sidestore import OID_RE, SideStore
 from . import stfile
@@ -26,7 +26,7 @@ from . import stfile
 INDEX_VERSION = 1
 # Threads: hashing and zstd release the GIL, and each object's fsync waits on the disk,
 # so more threads than cores overlap those waits.
-_WORKERS = max(4, min(16, 4 * (os.cpu_count() or 1)))
+_WORKERS = max(4, min(16, 4 * cores.usable()))
 _WINDOW_BYTES = 256 << 20  # tensor bytes read ahead while restoring (at least one tensor)
 
 
