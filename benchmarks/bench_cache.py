@@ -24,7 +24,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import git_pf.cache as kc
-from git_pf import Repo, directio
+from git_pf import Repo, cores, directio
 
 from .common import report, verdict, workdir
 
@@ -210,7 +210,7 @@ def ratios(runs: list[Round]) -> list:
         ("ratio of CPU time, warm, fastest rounds",
          f"{cpu_ours / min(r.cpu('ref') for r in runs):.2f}x", ""),
         ("cores the warm goal needs at this CPU cost", f">= {cpu_ours / (1.5 * ref_wall):.1f}",
-         f"git-pf CPU / (1.5 x safetensors wall); this machine has {os.cpu_count()}"),
+         f"git-pf CPU / (1.5 x safetensors wall); this process may use {cores.usable()}"),
     ]
 
 
