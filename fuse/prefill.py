@@ -11,8 +11,10 @@ of the FUSE device, and a session that keeps serving until the worker has
 stopped. A reader is not raced for the same files: when it catches up, the
 worker skips past it and stores on from there, so a reader that reads
 faster than files are stored meets stored files again soon, instead of
-asking for every file after the first one it missed. Gets (inode, content
-function) pairs; knows nothing of git or paths.
+asking for every file after the first one it missed. A file whose inode the
+kernel does not hold yet (the listing that names it is answered, but the
+program that asked has not run since) is stored again after short pauses.
+Gets (inode, content function) pairs; knows nothing of git or paths.
 """
 from __future__ import annotations
 
@@ -21,12 +23,17 @@ import logging
 import os
 import queue
 import threading
+import time
 
 from . import protocol as P
 
 log = logging.getLogger("git_pf.fuse")
 
 _LEAD = 1  # files left to a reader that caught up (it is asking for the next one already)
+# A listing's reply is answered before the kernel takes in the inodes it names: that happens
+# when the listing program runs again, which on a busy machine can be later than the store.
+# Files the kernel did not hold yet are stored again after these pauses (seconds).
+_RETRY_DELAYS = (0.005, 0.02, 0.1, 0.5)
 
 
 class Prefill:
@@ -83,6 +90,7 @@ class Prefill:
 
     def _store_all(self, files: list, skip: set, latest) -> None:
         where = {ino: i for i, (ino, _) in enumerate(files)}
+        missed = []  # files whose inode the kernel did not hold yet
         i = 0
         while i < len(files):
             if self.stopping:
@@ -93,15 +101,27 @@ class Prefill:
                 continue
             ino, content = files[i]
             i += 1
-            if ino in skip:  # read meanwhile: already in the page cache
-                continue
-            try:
-                P.store(self.fd, ino, content())
-                self.stored += 1
-            except OSError as e:
-                if e.errno in (errno.ENODEV, errno.EBADF, errno.ECONNABORTED):  # the mount is gone
-                    self.stopping = True
-                    return
-                # ENOENT: the kernel no longer holds that inode; nothing to store into
-            except Exception as e:  # a damaged blob: its own read will report it
-                log.debug("prefill of inode %d skipped: %s", ino, e)
+            if ino not in skip and self._store(ino, content) is False:  # skipped: read meanwhile
+                missed.append((ino, content))
+        for delay in _RETRY_DELAYS:
+            if not missed or self.stopping:
+                return
+            time.sleep(delay)
+            missed = [(ino, content) for ino, content in missed
+                      if ino not in skip and self._store(ino, content) is False]
+
+    def _store(self, ino: int, content) -> bool | None:
+        """Store one file: True once stored, False when the kernel holds no such inode (yet),
+        None when it cannot be stored (the mount is gone, or its content does not read)."""
+        try:
+            P.store(self.fd, ino, content())
+        except OSError as e:
+            if e.errno in (errno.ENODEV, errno.EBADF, errno.ECONNABORTED):  # the mount is gone
+                self.stopping = True
+                return None
+            return False if e.errno == errno.ENOENT else None
+        except Exception as e:  # a damaged blob: its own read will report it
+            log.debug("prefill of inode %d skipped: %s", ino, e)
+            return None
+        self.stored += 1
+        return True
