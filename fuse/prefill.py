@@ -23,7 +23,6 @@ import logging
 import os
 import queue
 import threading
-import time
 
 from . import protocol as P
 
@@ -44,6 +43,7 @@ class Prefill:
         self.stored = 0  # files stored so far
         self._working = False  # a job is being stored
         self._held: list = []  # jobs pushed while the current request is served
+        self._stopped = threading.Event()  # cuts a pause before storing again short
         self.thread = threading.Thread(target=self._run, daemon=True, name="prefill")
         self.thread.start()
 
@@ -65,6 +65,7 @@ class Prefill:
     def stop(self) -> None:
         """Stop after the file being stored (does not wait)."""
         self.stopping = True
+        self._stopped.set()
         self.jobs.put(None)
 
     def busy(self) -> bool:
@@ -101,12 +102,13 @@ class Prefill:
                 continue
             ino, content = files[i]
             i += 1
-            if ino not in skip and self._store(ino, content) is False:  # skipped: read meanwhile
+            if ino in skip:  # read meanwhile: already in the page cache
+                continue
+            if self._store(ino, content) is False:
                 missed.append((ino, content))
         for delay in _RETRY_DELAYS:
-            if not missed or self.stopping:
+            if not missed or self._stopped.wait(delay):
                 return
-            time.sleep(delay)
             missed = [(ino, content) for ino, content in missed
                       if ino not in skip and self._store(ino, content) is False]
 
@@ -118,6 +120,7 @@ class Prefill:
         except OSError as e:
             if e.errno in (errno.ENODEV, errno.EBADF, errno.ECONNABORTED):  # the mount is gone
                 self.stopping = True
+                self._stopped.set()
                 return None
             return False if e.errno == errno.ENOENT else None
         except Exception as e:  # a damaged blob: its own read will report it
