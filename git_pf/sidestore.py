@@ -5,7 +5,8 @@ of their raw bytes, each a single zstd frame with a content checksum, written
 atomically (temp file, fsync, rename) and checked on every read: every way in
 checks an object's name, so a read of a file here checks the frame's checksum
 (a sha256 where the frame has none, or ``rehash_reads`` asks), and objects
-held elsewhere are re-hashed (once per process and place they are read from).
+held elsewhere are re-hashed the first time they are read from where they
+are held (a mark the holder keeps, across processes).
 Large content is split into FastCDC chunks, one object per chunk, plus a
 chunk-index object when there is more than one chunk (docs/sidestore.md).
 This module knows nothing of images, refs or transport; a transport plugs in
@@ -204,7 +205,7 @@ class Held(Protocol):
 
     def read(self, oid: str) -> tuple[bytes, Hashable] | None: ...  # the frame and what it was read from
 
-    def rehashed(self, source: Hashable) -> bool: ...  # a frame read from there was re-hashed before
+    def rehashed(self, source: Hashable) -> bool: ...  # a frame read from there was re-hashed, by any process
 
     def mark_rehashed(self, source: Hashable) -> None: ...
 
@@ -336,18 +337,19 @@ class SideStore:
         stores, received frames are verified first), so its read checks the frame: the
         decoder checks its content checksum, and a frame without one is re-hashed. An object
         held elsewhere (fetched by git under a name a remote gave) is re-hashed the first
-        time this process reads it from where it is held, and checked like the directory's
-        after that; ``rehash`` and ``rehash_reads`` re-hash every read (docs/sidestore.md)."""
+        time it is read from where it is held (``held`` keeps that mark, for every process),
+        and checked like the directory's after that; ``rehash`` and ``rehash_reads`` re-hash
+        every read (docs/sidestore.md)."""
         try:
             frame, source = self._frame(oid, transient=True)
         except MissingObject:
             self.ensure([oid])  # fetched, else MissingObject
             frame, source = self._frame(oid, transient=True)
         held = source is not None
+        known = held and self.held.rehashed(source)  # re-hashed from there before
         try:
             data = _decompressor().decompress(frame)
-            full = rehash or self.rehash_reads or not _has_checksum(frame) or \
-                (held and not self.held.rehashed(source))
+            full = rehash or self.rehash_reads or not _has_checksum(frame) or (held and not known)
             if full and sha256_hex(data) != oid:
                 raise CorruptObject(f"side-store object {oid} is corrupt (content does not hash to its name)")
         except (zstandard.ZstdError, CorruptObject) as e:
@@ -356,7 +358,7 @@ class SideStore:
             if isinstance(e, CorruptObject):
                 raise
             raise CorruptObject(f"side-store object {oid} is corrupt ({_zstd_problem(e)})") from None
-        if held and full:
+        if held and not known:
             self.held.mark_rehashed(source)
         return data
 

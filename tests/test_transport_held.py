@@ -29,6 +29,18 @@ def _held(repo) -> set[str]:
     return set(Repo.open(repo).store.held.oids())
 
 
+def _index(repo) -> dict:
+    git = pygit2.Repository(str(repo))
+    return idx.read_index(git, str(git.references["refs/pf/objects"].target))
+
+
+def _marks(repo) -> set:
+    """The re-hash marks on disk, read by docs/transport.md's spec."""
+    lines = (repo / ".git" / "pf" / "rehashed").read_bytes().decode().splitlines()
+    assert lines[0] == "pf-rehashed 1"
+    return {(line.split()[0], tuple(line.split()[1:])) for line in lines[1:]}
+
+
 def _packs(git_dir):
     return {p.name: p.stat().st_ino for p in (git_dir / "objects" / "pack").glob("*.pack")}
 
@@ -122,14 +134,35 @@ def test_git_pf_gc_unlists_held_objects_no_image_reaches(tmp_path):
     assert json.loads(pf("gc", "--json", cwd=b).stdout)["removed"] == []  # added just now: spared
     dry = json.loads(pf("gc", "--prune=now", "--dry-run", "--json", cwd=b).stdout)
     assert sorted(dry["removed"]) == sorted(held) and _held(b) == held
+    assert {oid for oid, _ in _marks(b)} == held  # the checkout re-hashed them
     done = json.loads(pf("gc", "--prune=now", "--json", cwd=b).stdout)
     assert sorted(done["removed"]) == sorted(held) and _held(b) == set()
+    assert _marks(b) == set()  # the marks of what is no longer held go with it
     sh("git", "gc", "-q", "--prune=now", cwd=b)
     assert pf("fsck", cwd=b).returncode == 0
 
 
+def test_marks_that_do_not_read_cost_a_rehash_and_are_written_anew(tmp_path):
+    _, b = _pushed_cloned_checked_out(tmp_path)
+    path = b / ".git" / "pf" / "rehashed"
+    good = sorted(_marks(b))
+    first, rest = good[0], good[1:]
+    cut = (first[0] + " " + " ".join(first[1]))[:50]  # a mark whose write was cut short
+    path.write_text("pf-rehashed 1\n" + cut + "\n" + "".join(f"{o} {' '.join(bl)}\n" for o, bl in rest))
+    store = Repo.open(b).store
+    assert not store.held.rehashed(first) and all(store.held.rehashed(s) for s in rest)
+
+    path.write_text("pf-rehashed 9\n" + "".join(f"{o} {' '.join(bl)}\n" for o, bl in good))  # not this format
+    store = Repo.open(b).store
+    assert not any(store.held.rehashed(s) for s in good)
+    data = store.get(first[0])  # re-hashed, and the file written anew with its mark
+    assert hashlib.sha256(data).hexdigest() == first[0]
+    assert _marks(b) == {first}
+    assert Repo.open(b).store.held.rehashed(first)
+
+
 @pytest.mark.parametrize("shortcut", [True, False], ids=["linked", "fetched"])
-def test_a_held_object_is_rehashed_once_per_process_and_damage_in_its_pack_is_still_caught(tmp_path, shortcut):
+def test_a_held_object_is_rehashed_once_for_every_process_and_damage_in_its_pack_is_still_caught(tmp_path, shortcut):
     env = None if shortcut else NO_SHORTCUT
     _, b = _pushed_cloned_checked_out(tmp_path, env)  # the checkout brings the objects, in another process
     store = Repo.open(b).store
@@ -137,10 +170,10 @@ def test_a_held_object_is_rehashed_once_per_process_and_damage_in_its_pack_is_st
     frame, source = store.held.read(oid)
     frame = bytes(frame)
     assert zstandard.get_frame_parameters(frame).has_checksum
-    assert not store.held.rehashed(source)
-    data = store.get(oid)
-    assert hashlib.sha256(data).hexdigest() == oid and store.held.rehashed(source)
-    assert store.get(oid) == data  # checked by the frame's checksum this time
+    assert store.held.rehashed(source)  # the checkout re-hashed it, and its mark outlives that process
+    assert _marks(b) == {(o, tuple(e.blobs)) for o, e in _index(b).items()}
+    data = store.get(oid)  # checked by the frame's checksum
+    assert hashlib.sha256(data).hexdigest() == oid
 
     # one bit flipped in the pack where the frame lies: caught still (by the frame's checksum where
     # the pack holds it as is, as a pushed pack linked in does; by zlib where git deflated it)

@@ -6,10 +6,12 @@ wrote, or in a local remote's pack linked in. They are not copied into
 in the same format v1 a remote uses (docs/transport.md), which also keeps
 the blobs reachable for git's gc. The side store reads them through
 ``HeldObjects`` (``SideStore.held``) and decodes and checks every frame it
-reads, re-hashing it the first time this process reads it from its blobs.
+reads, re-hashing it the first time it is read from its blobs (``marks``
+remembers that across processes).
 Blobs stored as plain deflate blocks are read straight out of the pack file,
-anything else through libgit2. Writes git objects and the one ref
-``refs/pf/objects``; never the side-store directory.
+anything else through libgit2. Writes git objects, the one ref
+``refs/pf/objects`` and (through ``marks``) its re-hash marks; never the
+side-store directory.
 """
 from __future__ import annotations
 
@@ -22,13 +24,12 @@ from typing import Iterator
 import pygit2
 
 from ..errors import CorruptObject, PfError
-from . import gitcmd, index as idx, packread
+from . import gitcmd, index as idx, marks, packread
 
 OBJECTS_REF = "refs/pf/objects"
 _RETRIES = 5
 _RECHECK = 0.1  # seconds between looks at the ref for other processes' writes
 _ZERO = "0" * 40
-_REHASHED_MAX = 1 << 16  # (oid, blobs) remembered as re-hashed, per process
 
 
 def _tip(git: pygit2.Repository) -> str | None:
@@ -76,7 +77,7 @@ class HeldObjects:
         self._packs = packread.PackReader(None)
         self._retired: list[packread.PackReader] = []
         self._pack_state: frozenset[str] = frozenset()
-        self._rehashed: set[tuple[str, tuple[str, ...]]] = set()  # (oid, blobs) that hashed to the oid
+        self._rehashed = marks.Marks(self.git_dir / "pf" / "rehashed")  # (oid, blobs) that hashed to the oid
 
     # -- the index --------------------------------------------------------
     def _ref_stamp(self) -> tuple:
@@ -159,7 +160,7 @@ class HeldObjects:
         found = self.read(oid)
         return found[0] if found is not None else None
 
-    def read(self, oid: str) -> tuple[bytes | bytearray, tuple[str, tuple[str, ...]]] | None:
+    def read(self, oid: str) -> tuple[bytes | bytearray, marks.Source] | None:
         """``frame`` and where it was read from: ``(oid, its blobs)``, what ``rehashed`` and
         ``mark_rehashed`` take (git blobs are immutable, so a frame read from the same
         blobs again is the same frame, bar damage that its checksum catches)."""
@@ -173,13 +174,11 @@ class HeldObjects:
             raise CorruptObject(f"side-store object {oid} is corrupt (git object: {e})") from None
         return (frame, (oid, tuple(entry.blobs))) if frame is not None else None
 
-    def rehashed(self, source: tuple[str, tuple[str, ...]]) -> bool:
-        """Whether a frame read from ``source`` hashed to its name earlier in this process."""
+    def rehashed(self, source: marks.Source) -> bool:
+        """Whether a frame read from ``source`` hashed to its name before, in any process."""
         return source in self._rehashed
 
-    def mark_rehashed(self, source: tuple[str, tuple[str, ...]]) -> None:
-        if len(self._rehashed) >= _REHASHED_MAX:
-            self._rehashed.clear()  # a bound on memory: the next read of each re-hashes it
+    def mark_rehashed(self, source: marks.Source) -> None:
         self._rehashed.add(source)
 
     # -- receiving and dropping ---------------------------------------------
@@ -205,6 +204,7 @@ class HeldObjects:
                 if keep else None
             if _move_ref(self.git, new, tip):
                 self._forget()
+                self._rehashed.prune(lambda s: s[0] in keep and tuple(keep[s[0]].blobs) == s[1])
                 return
         raise PfError(f"updating {OBJECTS_REF} kept losing races with other writers; try again")
 
