@@ -1,7 +1,7 @@
 """The KV-cache layer: paged, prefix-hashed, deduplicated across forks, restored bit-exactly.
 
 Public API (docs/cache.md): ``capture``, ``restore``, ``save``, ``load``,
-``fingerprint``, ``compare``. Importing this package imports no torch; the
+``fingerprint``, ``compare``, ``longest_prefix``. Importing this package imports no torch; the
 functions that need torch import it when called.
 """
 from __future__ import annotations
@@ -12,6 +12,7 @@ _API = {
     "save": "kvfile", "load": "kvfile", "KVFile": "kvfile",
     "CacheInput": "layer",
     "PageTable": "table",
+    "longest_prefix": "prefix",
 }
 
 

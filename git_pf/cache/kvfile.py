@@ -33,9 +33,9 @@ def save(path, cache, token_ids, *, model, adapter: str | None = None) -> Path:
     from safetensors.torch import save_file
 
     from . import tensors
-    from .paging import _token_list, fingerprint
+    from .paging import fingerprint, token_list
 
-    tokens = _token_list(token_ids)
+    tokens = token_list(token_ids)
     layers = tensors.as_layers(cache)
     tensors.layout_of(layers, len(tokens), 1)  # same checks as capture
     data = {"token_ids": torch.tensor(tokens, dtype=torch.int64)}

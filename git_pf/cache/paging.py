@@ -48,7 +48,8 @@ def fingerprint(model) -> str:
     return "sha256:" + h.hexdigest()
 
 
-def _token_list(token_ids) -> list[int]:
+def token_list(token_ids) -> list[int]:
+    """Token ids (a list, a tensor, or a batch of one) as a checked list of ints."""
     if hasattr(token_ids, "tolist"):
         token_ids = token_ids.tolist()
     if token_ids and isinstance(token_ids[0], list):
@@ -94,7 +95,7 @@ class Plan:
 def plan(cache, token_ids, *, model, adapter: str | None = None, page_tokens: int = DEFAULT_PAGE_TOKENS) -> Plan:
     """Check a DynamicCache (or a dict / list of per-layer (K, V) tensors) against
     ``token_ids`` and work out its layout and page ids; copies nothing."""
-    tokens = _token_list(token_ids)
+    tokens = token_list(token_ids)
     layers = tensors.as_layers(cache)
     layout = tensors.layout_of(layers, len(tokens), page_tokens)
     model_id = fingerprint(model)

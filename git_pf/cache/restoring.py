@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..errors import CorruptObject, UsageError
 from . import planes, tensors, threads
 from .pages import DTYPES, batches
-from .paging import fingerprint
+from .paging import fingerprint, token_list
 from .table import BYTE_PLANES, PageTable, read
 
 _UNSET = object()
@@ -70,16 +70,29 @@ def check(table: PageTable, model, adapter, config=None, dtype=None) -> None:
                                 f"{heads} KV heads of dim {head_dim}; refusing to restore")
 
 
-def read_layers(repo, table: PageTable, device=None) -> tensors.KV:
-    """Every page of ``table`` read from the side store, verified, in fresh tensors.
+def common_prefix(a, b) -> int:
+    """How many leading token ids ``a`` and ``b`` share."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def read_layers(repo, table: PageTable, device=None, n_tokens: int | None = None) -> tensors.KV:
+    """The first ``n_tokens`` (all by default) of ``table`` read from the side store,
+    verified, in fresh tensors; only the pages that hold them are read.
 
     The buffer that becomes the K/V tensors (``tensors.Canvas``) is mapped
     in first, then pages are read, decoded, checked and copied into place, all
     on the page threads (every step releases the GIL; a thread waiting on its read leaves
     the cores to the others)."""
     store = repo.store
-    store.ensure(table.oids())  # one batch for a lazy fetch
-    canvas = tensors.Canvas(table.layout, len(table.tokens))
+    n = len(table.tokens) if n_tokens is None else n_tokens
+    wanted = [(span, page) for span, page in zip(table.spans(), table.pages) if span[0] < n]
+    store.ensure(list(dict.fromkeys(page.sha256 for _, page in wanted)))  # one batch for a lazy fetch
+    canvas = tensors.Canvas(table.layout, n)
     itemsize, in_planes = DTYPES[table.layout.dtype], table.encoding == BYTE_PLANES
 
     def job(items) -> None:
@@ -91,27 +104,32 @@ def read_layers(repo, table: PageTable, device=None) -> tensors.KV:
 
     pool = threads.pool()
     list(pool.map(canvas.map_in, canvas.parts()))
-    list(pool.map(job, batches(list(zip(table.spans(), table.pages)))))
+    list(pool.map(job, batches(wanted)))
     return canvas.layers(device)
 
 
 def restore_layers(image_or_rev, *, repo=None, model, adapter: str | None = None, config=None, dtype=None,
-                   device=None) -> tuple[tensors.KV, list[int]]:
+                   device=None, tokens=None) -> tuple[tensors.KV, list[int]]:
     """Like ``restore`` but returns the per-layer (K, V) tensors instead of a DynamicCache."""
     repo, table = load_table(image_or_rev, repo)
     check(table, model, adapter, config, dtype)
-    return read_layers(repo, table, device), list(table.tokens)
+    n = len(table.tokens) if tokens is None else common_prefix(table.tokens, token_list(tokens))
+    return read_layers(repo, table, device, n), list(table.tokens[:n])
 
 
 def restore(image_or_rev, *, repo=None, model, adapter: str | None = None, config=None, dtype=None,
-            device=None):
+            device=None, tokens=None):
     """The KV cache of an image as a transformers ``DynamicCache``, and its token ids.
 
     ``model`` is the fingerprint string or the torch module that will use the
     cache (a module also gives the config and dtype to check the layout
     against); ``adapter`` must name the adapter recorded at capture (None for
-    none). Raises ``CacheMismatch`` on any difference, ``CorruptObject`` on a
+    none). With ``tokens`` (the context about to be run), only the longest
+    prefix of them that the image's cache holds is restored, and only the
+    pages holding it are read: the caller runs the rest of ``tokens`` on it
+    (the token ids returned are that prefix; none in common gives an empty
+    cache). Raises ``CacheMismatch`` on any difference, ``CorruptObject`` on a
     page whose bytes do not hash to the recorded value."""
-    layers, tokens = restore_layers(image_or_rev, repo=repo, model=model, adapter=adapter, config=config,
-                                    dtype=dtype, device=device)
-    return tensors.to_dynamic_cache(layers), tokens
+    layers, ids = restore_layers(image_or_rev, repo=repo, model=model, adapter=adapter, config=config,
+                                 dtype=dtype, device=device, tokens=tokens)
+    return tensors.to_dynamic_cache(layers), ids

@@ -217,12 +217,14 @@ class Canvas:
         prefault.map_in(self.buffer.data_ptr() + part[0], part[1])
 
     def fill(self, a: int, b: int, data) -> None:
-        """Copy the bytes of the page holding tokens [a, b) into place."""
-        src = np.frombuffer(data, dtype=np.uint8)
+        """Copy the bytes of the page holding tokens [a, b) into place; of a page that runs past
+        the canvas's tokens, the tokens before its end."""
+        src, keep = np.frombuffer(data, dtype=np.uint8), min(b, self.n_tokens) - a
         for dst, before in self._runs:
             rows, row = dst.shape[0], dst.shape[2]
             start = before * (b - a)
-            np.copyto(dst[:, a:b, :], src[start : start + rows * (b - a) * row].reshape(rows, b - a, row))
+            page = src[start : start + rows * (b - a) * row].reshape(rows, b - a, row)
+            np.copyto(dst[:, a : a + keep, :], page[:, :keep, :])
 
     def layers(self, device=None) -> KV:
         """The per-layer (K, V) tensors (views of the buffer; copies on ``device`` when given)."""
