@@ -5,7 +5,9 @@ layout differs from the recorded one; every page is read by its sha256 in
 ``cache/pages.json`` and checked by the side store (its frame's content
 checksum where the object is in the repository's own store, which checked its
 name on the way in; a sha256 of its bytes where it is held elsewhere), then
-joined from its byte planes (``planes``) into place. Writes nothing.
+joined from its byte planes (``planes``) into place. Given the tokens of a
+context, only the longest prefix of them the cache holds is restored, from
+the pages that hold it. Writes nothing.
 """
 from __future__ import annotations
 
