@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from .. import refs
 from ..errors import PfError
+from ..sequences import common_prefix
 from .paging import fingerprint, token_list
-from .restoring import common_prefix
 from .table import read
 
 

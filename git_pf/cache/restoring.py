@@ -12,6 +12,7 @@ the pages that hold it. Writes nothing.
 from __future__ import annotations
 
 from ..errors import CorruptObject, UsageError
+from ..sequences import common_prefix
 from . import planes, tensors, threads
 from .pages import DTYPES, batches
 from .paging import fingerprint, token_list
@@ -70,16 +71,6 @@ def check(table: PageTable, model, adapter, config=None, dtype=None) -> None:
         if lay.layers != layers or shapes != {(1, heads, head_dim)}:
             raise CacheMismatch(f"KV cache layout '{lay.tag()}' does not fit a model of {layers} layers, "
                                 f"{heads} KV heads of dim {head_dim}; refusing to restore")
-
-
-def common_prefix(a, b) -> int:
-    """How many leading token ids ``a`` and ``b`` share."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def read_layers(repo, table: PageTable, device=None, n_tokens: int | None = None) -> tensors.KV:

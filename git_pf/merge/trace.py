@@ -13,6 +13,7 @@ it). Writes blobs only.
 from __future__ import annotations
 
 from .. import image as img, trace as trace_fmt
+from ..sequences import common_prefix
 from .layer import LayerResult, MergeContext
 from .summary import merge_message, summarize
 from .tree3 import base_entry, blob, entry, merge_paths, pick
@@ -21,15 +22,6 @@ from .tree3 import base_entry, blob, entry, merge_paths, pick
 def _messages(git, image) -> list[dict]:
     data = img.read_file(git, image.tree, img.TRACE_MESSAGES) if image is not None else None
     return trace_fmt.decode(data) if data else []
-
-
-def _common_prefix(a: list, b: list) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _incorporation(git, image, bases: list) -> str | None:
@@ -79,7 +71,7 @@ class TraceMerger:
         if choice == "theirs":
             return self._result(ctx, "theirs", theirs, ours, {img.TRACE_MESSAGES: t})
         bases = [_messages(git, i) for i in ctx.bases]
-        base = bases[0][: min((_common_prefix(bases[0], x) for x in bases), default=0)] if bases else []
+        base = bases[0][: min((common_prefix(bases[0], x) for x in bases), default=0)] if bases else []
         if theirs == base:
             ctx.merged_messages = ours
             return LayerResult("trace", True, report={"resolution": "ours", "prefill_tokens": 0}, trailer="trace ours")
@@ -116,7 +108,7 @@ class TraceMerger:
 
     def _result(self, ctx, resolution: str, merged: list[dict], ours: list[dict], changes: dict) -> LayerResult:
         ctx.merged_messages = merged
-        prefill = trace_fmt.estimate_tokens(merged[_common_prefix(ours, merged):])
+        prefill = trace_fmt.estimate_tokens(merged[common_prefix(ours, merged):])
         summary = {"messages": len(merged), "tokens_estimate": trace_fmt.estimate_tokens(merged)}
         report = {"resolution": resolution, "messages": len(merged), "prefill_tokens": prefill}
         return LayerResult("trace", True, changes, summary, report, trailer=f"trace {resolution}")
