@@ -20,7 +20,7 @@ import pygit2
 from git_pf import image as img, pointer as pointer_fmt
 from git_pf.errors import DataError
 from git_pf.gittree import MODE_EXEC, MODE_LINK, MODE_TREE, read_blob, read_tree
-from git_pf.sidestore import SideStore
+from git_pf.sidestore import Chunk, SideStore
 from git_pf.world import attrs as attrs_mod
 from git_pf.world.attrs import DEFAULT_DIR_MODE, DEFAULT_EXEC_MODE, DEFAULT_FILE_MODE
 from git_pf.world.names import from_tree
@@ -60,20 +60,23 @@ class ChunkCache:
         self.pending: dict[str, Future] = {}
         self.pool: ThreadPoolExecutor | None = None
 
-    def prefetch(self, oids: list[str]) -> None:
-        for oid in oids:
-            if oid not in self.items and oid not in self.pending:
+    def prefetch(self, chunks: list[Chunk]) -> None:
+        for c in chunks:
+            if c.oid not in self.items and c.oid not in self.pending:
                 if self.pool is None:
                     self.pool = ThreadPoolExecutor(PREFETCH_WORKERS, thread_name_prefix="prefetch")
-                self.pending[oid] = self.pool.submit(self.store.get, oid)
+                self.pending[c.oid] = self.pool.submit(self.store.get, c.oid, size=c.size)
 
-    def get(self, oid: str) -> bytes:
+    def get(self, chunk: Chunk) -> bytes:
+        """The bytes of ``chunk``, refused before they are decoded when its frame does not
+        decode to the chunk's size."""
+        oid = chunk.oid
         data = self.items.get(oid)
         if data is not None:
             self.items.move_to_end(oid)
             return data
         fut = self.pending.pop(oid, None)
-        data = fut.result() if fut is not None else self.store.get(oid)
+        data = fut.result() if fut is not None else self.store.get(oid, size=chunk.size)
         self.items[oid] = data
         self.used += len(data)
         while self.used > self.limit and len(self.items) > 1:
@@ -87,13 +90,11 @@ class PointerReader:
 
     def __init__(self, cache: ChunkCache, ptr: pointer_fmt.Pointer):
         self.cache = cache
-        self.chunks = cache.store.chunks_of(ptr.oid, ptr.size, ptr.chunks)
+        self.chunks = cache.store.chunks_of(ptr.oid, ptr.size, ptr.chunks)  # checked to add up to the size
         self.starts, pos = [], 0
         for c in self.chunks:
             self.starts.append(pos)
             pos += c.size
-        if pos != ptr.size:
-            raise DataError(f"large object {ptr.oid[:12]}: chunk sizes do not add up to its size")
         self.next_off = 0  # where a sequential reader reads next
 
     def read(self, off: int, size: int) -> bytes | memoryview:
@@ -102,15 +103,13 @@ class PointerReader:
         i = bisect.bisect_right(self.starts, off) - 1
         end = off + size
         while 0 <= i < len(self.chunks) and self.starts[i] < end:
-            data = self.cache.get(self.chunks[i].oid)
-            if len(data) != self.chunks[i].size:
-                raise DataError(f"chunk {self.chunks[i].oid[:12]} has the wrong size")
+            data = self.cache.get(self.chunks[i])
             lo = max(off - self.starts[i], 0)
             out.append(memoryview(data)[lo : end - self.starts[i]] if lo or end - self.starts[i] < len(data) else data)
             i += 1
         ahead = PREFETCH_AHEAD if off == self.next_off else PREFETCH_RANDOM
         self.next_off = end
-        self.cache.prefetch([c.oid for c in self.chunks[i : i + ahead]])
+        self.cache.prefetch(list(self.chunks[i : i + ahead]))
         return out[0] if len(out) == 1 else b"".join(out)
 
 

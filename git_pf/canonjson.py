@@ -13,6 +13,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from . import limits
+from .errors import DataError
+
 
 def dumps(value: Any) -> str:
     """The canonical text of ``value`` (one line, no trailing newline)."""
@@ -35,6 +38,11 @@ def encode_lines(values: list[Any]) -> bytes:
 
 
 def loads(data: bytes | str) -> Any:
+    """One JSON document read from an image; DataError when it is longer than
+    ``pf.maxJsonLine`` (refused before it is parsed)."""
+    limit = limits.active().max_json_line
+    if len(data) > limit:
+        raise DataError(f"a JSON document of {len(data)} bytes in an image is over pf.maxJsonLine ({limit})")
     return json.loads(data)
 
 

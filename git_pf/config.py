@@ -9,21 +9,35 @@ import os
 import pygit2
 
 from .errors import UsageError
+from .limits import DEFAULT as DEFAULT_LIMITS, Limits
 
 DEFAULT_LARGE_FILE_THRESHOLD = 1024 * 1024
 
 
+def _size(repo: pygit2.Repository, key: str, default: int) -> int:
+    """A size in bytes under ``key`` (git's k/m/g suffixes allowed), at least 1."""
+    try:
+        value = repo.config.get_int(key)
+    except KeyError:
+        return default
+    except (ValueError, pygit2.GitError):
+        raise UsageError(f"{key} must be a size in bytes (k/m/g suffixes allowed)") from None
+    if value < 1:
+        raise UsageError(f"{key} must be at least 1")
+    return value
+
+
 def large_file_threshold(repo: pygit2.Repository) -> int:
     """``pf.largeFileThreshold`` in bytes (git's k/m/g suffixes allowed); default 1 MiB."""
-    try:
-        value = repo.config.get_int("pf.largeFileThreshold")
-    except KeyError:
-        return DEFAULT_LARGE_FILE_THRESHOLD
-    except (ValueError, pygit2.GitError):
-        raise UsageError("pf.largeFileThreshold must be a size in bytes (k/m/g suffixes allowed)") from None
-    if value < 1:
-        raise UsageError("pf.largeFileThreshold must be at least 1")
-    return value
+    return _size(repo, "pf.largeFileThreshold", DEFAULT_LARGE_FILE_THRESHOLD)
+
+
+def limits(repo: pygit2.Repository) -> Limits:
+    """``pf.maxObjectSize``, ``pf.maxFrameSize`` and ``pf.maxJsonLine``: the bounds on reads
+    of image data (docs/security.md, "Bounded reads"); defaults in ``limits.DEFAULT``."""
+    return Limits(max_object=_size(repo, "pf.maxObjectSize", DEFAULT_LIMITS.max_object),
+                  max_frame=_size(repo, "pf.maxFrameSize", DEFAULT_LIMITS.max_frame),
+                  max_json_line=_size(repo, "pf.maxJsonLine", DEFAULT_LIMITS.max_json_line))
 
 
 def rehash_reads(repo: pygit2.Repository) -> bool:

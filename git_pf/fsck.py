@@ -16,7 +16,7 @@ import pygit2
 from . import effects as effects_mod, image as img, pointer as pointer_fmt, refs, trace
 from .errors import PfError
 from .gittree import lookup, read_blob
-from .sidestore import SideStore, decode_chunk_index
+from .sidestore import SideStore
 from .world import attrs as attrs_mod
 from .world.names import to_tree
 
@@ -58,18 +58,27 @@ def _check_pointers(git, store: SideStore, image: img.ImageInfo, report: FsckRep
         except ValueError as e:
             report.problems.append(f"{where}: damaged pointer ({e})")
             continue
-        if ptr.oid in seen:
+        key = f"{ptr.oid} {ptr.size} {ptr.chunks}"  # the same oid with another size is checked again
+        if key in seen:
             continue
-        seen.add(ptr.oid)
+        seen.add(key)
         needed = [ptr.oid] if ptr.chunks is None else [ptr.chunks]
-        if ptr.chunks is not None and store.has(ptr.chunks):
-            try:
-                needed += [c.oid for c in decode_chunk_index(store.get(ptr.chunks))]
+        chunks = ()
+        if ptr.chunks is None or store.has(ptr.chunks):
+            try:  # the index's chunk sizes must add up to the pointer's size
+                chunks = store.chunks_of(ptr.oid, ptr.size, ptr.chunks)
             except PfError as e:
                 report.problems.append(f"{where}: {e}")
+        needed += [c.oid for c in chunks if c.oid not in needed]
         for oid in needed:
             if not store.has(oid) and not remote_has(oid):  # listed by a remote's index: fetched lazily
                 report.problems.append(f"{where}: side-store object {oid} is missing")
+        for c in chunks:  # each object decodes to the size it is listed with: its frame header says so
+            if store.has(c.oid):
+                try:
+                    store.check_size(c.oid, c.size)
+                except PfError as e:
+                    report.problems.append(f"{where}: {e}")
 
 
 def _check_layer_objects(git, store: SideStore, image: img.ImageInfo, report: FsckReport, seen: set[str],

@@ -9,10 +9,28 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .errors import InputFormatError
+from . import limits
+from .errors import DataError, InputFormatError
+
+
+def check_line_lengths(data: bytes, where: str) -> None:
+    """DataError (one line naming ``where`` and the line) when a line of ``data`` is longer
+    than ``pf.maxJsonLine``: refused before it is parsed, whoever reads it (the limit is
+    there for image data; no hand-written file comes near it) (docs/security.md, "Bounded reads")."""
+    limit = limits.active().max_json_line
+    if len(data) <= limit:
+        return
+    start, lineno = 0, 1
+    while start < len(data):
+        end = data.find(b"\n", start)
+        end = len(data) if end < 0 else end
+        if end - start > limit:
+            raise DataError(f"{where}:{lineno}: a line of {end - start} bytes, over pf.maxJsonLine ({limit})")
+        start, lineno = end + 1, lineno + 1
 
 
 def parse(data: bytes, where: str) -> list[dict]:
+    check_line_lengths(data, where)
     out = []
     for lineno, raw in enumerate(data.split(b"\n"), 1):
         if not raw.strip():

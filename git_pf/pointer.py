@@ -8,13 +8,15 @@ ASCII, newline-terminated, always under 1 KiB (docs/sidestore.md):
     oid sha256:<sha256 of the whole content>
     size <bytes>
 
-Pure encode/decode; no I/O.
+A pointer whose ``size`` is over ``pf.maxObjectSize`` (``limits``) is refused
+when decoded. Pure encode/decode; no I/O.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
+from . import limits
 from .sidestore import LargeObject
 
 VERSION = "https://git-pf.dev/spec/pointer/v1"
@@ -50,7 +52,8 @@ def looks_like_pointer(data: bytes) -> bool:
 
 
 def decode(data: bytes) -> Pointer:
-    """Parse a pointer blob; raises ValueError when it is not exactly canonical."""
+    """Parse a pointer blob; raises ValueError when it is not exactly canonical or claims a
+    size over ``pf.maxObjectSize``."""
     if not looks_like_pointer(data):
         raise ValueError("not a git-pf pointer")
     fields: dict[str, str] = {}
@@ -69,4 +72,7 @@ def decode(data: bytes) -> Pointer:
     ptr = Pointer(oid.group(1), int(fields["size"]), chunks)
     if ptr.encode() != data:
         raise ValueError("pointer is not in canonical form")
+    limit = limits.active().max_object
+    if ptr.size > limit:
+        raise ValueError(f"pointer claims {ptr.size} bytes, over pf.maxObjectSize ({limit})")
     return ptr

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pygit2
 
-from . import checkout as checkout_mod, config, diff as diff_mod, fork as fork_mod, fsck as fsck_mod, history, image as img, refs
+from . import checkout as checkout_mod, config, diff as diff_mod, fork as fork_mod, fsck as fsck_mod, history, image as img, limits, refs
 from .errors import NotARepository, UsageError
 from .sidestore import SideStore
 from .snapshot import SnapshotRequest, SnapshotResult, take
@@ -24,6 +24,7 @@ class Repo:
         self.git_dir = Path(git.path).resolve()
         self.store = SideStore(self.git_dir / "pf" / "objects")
         self.store.rehash_reads = config.rehash_reads(git)
+        limits.use(config.limits(git))  # bounds on reads of image data, for this process
         from .transport.lazy import attach  # missing side-store objects come from remotes, lazily
 
         attach(self)

@@ -31,8 +31,8 @@ from typing import Callable, Hashable, Iterable, Iterator, Protocol
 
 import zstandard
 
-from . import cores, directio, writeback
-from .chunking import chunk_spans
+from . import cores, directio, limits, writeback
+from .chunking import MIN_CHUNK, chunk_spans
 from .errors import CorruptObject, MissingObject, WriteFailed
 
 OID_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -42,6 +42,7 @@ _EARLY_WRITEBACK = 1 << 20  # frames this large start their writeback as soon as
 _READ_AHEAD = 4  # chunks iter_large decodes ahead of its caller
 _MAP_MIN = 64 * 1024  # stored frames this large are mapped, not read, by ``frame``
 _REUSE_MAX = 16 << 20  # frames up to this size are read into a buffer their thread reuses
+_STREAM_PIECE = 1 << 20  # bytes a frame is decoded in when it is only counted or hashed
 _local = threading.local()
 _temp_ids = itertools.count()  # temp file names: unique within the process
 
@@ -86,17 +87,58 @@ def _zstd_problem(e: zstandard.ZstdError) -> str:
     return "its content checksum does not match" if "checksum" in str(e) else "it does not decode as a zstd frame"
 
 
-def verify_frame(oid: str, frame: bytes) -> bytes:
-    """The raw bytes of a zstd frame received from elsewhere; CorruptObject unless they
-    decode and hash to ``oid``."""
+def _stream(frame, stop: int, sink: Callable | None = None) -> int:
+    """Decode ``frame`` a piece at a time (nothing kept unless ``sink`` keeps it), handing each
+    piece to ``sink``; the bytes it decodes to, or ``stop + 1`` once it goes past ``stop``."""
+    total = 0
+    with _decompressor().stream_reader(frame, read_size=_STREAM_PIECE) as reader:
+        while total <= stop:
+            piece = reader.read(min(_STREAM_PIECE, stop + 1 - total))
+            if not piece:
+                break
+            total += len(piece)
+            if sink is not None:
+                sink(piece)
+    return min(total, stop + 1)
+
+
+def decoded_size(frame, oid: str, size: int | None = None, at_most: int | None = None) -> int:
+    """The bytes ``frame`` (of object ``oid``) decodes to, found before any of them is kept:
+    its header's content size, or, for a frame that does not declare one, a count while
+    decoding it into nothing. CorruptObject when that differs from ``size`` (what the caller
+    expects: a pointer's, a chunk index entry's, a tensor's or a KV page's size) or passes
+    ``at_most`` or ``pf.maxFrameSize``; ZstdError when the header does not parse."""
+    limit = limits.active().max_frame
+    cap = limit if at_most is None else min(at_most, limit)
+    if size is not None and size > cap:
+        raise CorruptObject(f"side-store object {oid} is refused: {size} bytes expected, over the "
+                            f"{cap} bytes a read may inflate (pf.maxFrameSize)")
+    declared = zstandard.frame_content_size(frame)
+    stop = cap if size is None else size
+    n = declared if declared >= 0 else _stream(frame, stop)
+    shown = f"more than {stop}" if declared < 0 and n > stop else str(n)
+    if size is not None and n != size:
+        raise CorruptObject(f"side-store object {oid} is corrupt (it inflates to {shown} bytes, {size} expected)")
+    if n > cap:
+        raise CorruptObject(f"side-store object {oid} is refused: it inflates to {shown} bytes, over the "
+                            f"{cap} bytes a read may inflate (pf.maxFrameSize)")
+    return n
+
+
+def verify_frame(oid: str, frame) -> None:
+    """Check a zstd frame received from elsewhere: CorruptObject unless it decodes, within
+    ``pf.maxFrameSize``, to bytes that hash to ``oid``. Decoded a piece at a time, so it
+    costs no memory for its content."""
     try:
-        data = _decompressor().decompress(frame)
+        n = decoded_size(frame, oid)
+        digest = hashlib.sha256()
+        if _stream(frame, n, digest.update) != n:
+            raise CorruptObject(f"object {oid[:12]} received corrupt (its size is not the one it declares)")
     except zstandard.ZstdError as e:
         raise CorruptObject(f"object {oid[:12]} received corrupt: {e}") from None
-    actual = sha256_hex(data)
+    actual = digest.hexdigest()
     if actual != oid:
         raise CorruptObject(f"object {oid[:12]} received corrupt (content hashes to {actual[:12]})")
-    return data
 
 
 def sync_files(root: Path, paths: list[str]) -> None:
@@ -235,11 +277,21 @@ def encode_chunk_index(chunks: Iterable[Chunk]) -> bytes:
 
 
 def decode_chunk_index(data: bytes) -> tuple[Chunk, ...]:
+    """The chunks a chunk index lists; ValueError when a line is not ``<oid> <size>``."""
     out = []
     for line in data.decode("ascii").splitlines():
         oid, size = line.split(" ")
+        if not OID_RE.match(oid) or not size.isdigit():
+            raise ValueError(f"malformed chunk index line {line[:80]!r}")
         out.append(Chunk(oid, int(size)))
     return tuple(out)
+
+
+def index_bound(size: int) -> int:
+    """The most bytes the chunk index of content of ``size`` bytes can take: every chunk but
+    the last is at least ``MIN_CHUNK`` bytes, and each line is an oid, a space, a size of at
+    most as many digits as ``size`` and a newline."""
+    return (size // MIN_CHUNK + 1) * (64 + 1 + len(str(size)) + 1)
 
 
 class SideStore:
@@ -330,8 +382,13 @@ class SideStore:
         if not self.has(oid):
             self._write_atomic(oid, _frame_writer(frame))
 
-    def get(self, oid: str, rehash: bool = False) -> bytes:
+    def get(self, oid: str, rehash: bool = False, size: int | None = None, at_most: int | None = None) -> bytes:
         """The checked raw bytes of ``oid``; raises MissingObject / CorruptObject.
+
+        Nothing is inflated before the frame's decoded size is known to be ``size`` (when
+        the caller knows what to expect) and within ``at_most`` and ``pf.maxFrameSize``
+        (``decoded_size``): a frame that says otherwise is refused, not decoded, and the
+        object is not unlisted for it (the pointer may be what lies).
 
         A frame in the directory got there under a checked name (``put`` hashes what it
         stores, received frames are verified first), so its read checks the frame: the
@@ -348,7 +405,13 @@ class SideStore:
         held = source is not None
         known = held and self.held.rehashed(source)  # re-hashed from there before
         try:
-            data = _decompressor().decompress(frame)
+            n = decoded_size(frame, oid, size, at_most)
+        except zstandard.ZstdError as e:
+            if held:
+                self.held.discard(oid)
+            raise CorruptObject(f"side-store object {oid} is corrupt ({_zstd_problem(e)})") from None
+        try:
+            data = _decompressor().decompress(frame, max_output_size=n)
             full = rehash or self.rehash_reads or not _has_checksum(frame) or (held and not known)
             if full and sha256_hex(data) != oid:
                 raise CorruptObject(f"side-store object {oid} is corrupt (content does not hash to its name)")
@@ -498,9 +561,29 @@ class SideStore:
         return LargeObject(whole.hexdigest(), size, chunks, index_oid)
 
     def chunks_of(self, oid: str, size: int, index_oid: str | None) -> tuple[Chunk, ...]:
+        """The chunks of large object ``oid`` of ``size`` bytes, checked to add up to ``size``;
+        CorruptObject when they do not, or when ``size`` is over ``pf.maxObjectSize``."""
+        limit = limits.active().max_object
+        if size > limit:
+            raise CorruptObject(f"large object {oid} claims {size} bytes, over pf.maxObjectSize ({limit})")
         if index_oid is None:
             return (Chunk(oid, size),) if size else ()
-        return decode_chunk_index(self.get(index_oid))
+        try:
+            chunks = decode_chunk_index(self.get(index_oid, at_most=index_bound(size)))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise CorruptObject(f"chunk index {index_oid} of large object {oid} is malformed ({e})") from None
+        if sum(c.size for c in chunks) != size:
+            raise CorruptObject(f"chunk index {index_oid} of large object {oid}: its chunk sizes do not "
+                                f"add up to {size} bytes")
+        return chunks
+
+    def check_size(self, oid: str, size: int) -> None:
+        """CorruptObject unless the stored frame of ``oid`` decodes to ``size`` bytes, told by
+        its header (or a count, for a frame that does not declare it) without keeping any."""
+        try:
+            decoded_size(self.frame(oid), oid, size)
+        except zstandard.ZstdError as e:
+            raise CorruptObject(f"side-store object {oid} is corrupt ({_zstd_problem(e)})") from None
 
     def iter_large(self, oid: str, size: int, index_oid: str | None) -> Iterator[bytes]:
         """Yield the verified chunks of a large object.
@@ -513,7 +596,7 @@ class SideStore:
         self.ensure(c.oid for c in chunks)
 
         def load(c: Chunk) -> bytes:
-            data = self.get(c.oid)
+            data = self.get(c.oid, size=c.size)
             if len(data) != c.size:
                 raise CorruptObject(f"large object {oid}: chunk {c.oid[:12]} has the wrong size")
             return data

@@ -11,7 +11,7 @@ the pages that hold it. Writes nothing.
 """
 from __future__ import annotations
 
-from ..errors import CorruptObject, UsageError
+from ..errors import UsageError
 from ..sequences import common_prefix
 from . import planes, tensors, threads
 from .pages import DTYPES, batches
@@ -90,9 +90,9 @@ def read_layers(repo, table: PageTable, device=None, n_tokens: int | None = None
 
     def job(items) -> None:
         for (a, b), page in items:
-            data = store.get(page.sha256)  # checked: the frame's checksum, or a sha256 of the bytes
-            if len(data) != page.size:
-                raise CorruptObject(f"KV page {page.id[:12]} has {len(data)} bytes, the table says {page.size}")
+            # checked: the frame's declared size against the table before it is decoded, then
+            # the frame's checksum, or a sha256 of the bytes
+            data = store.get(page.sha256, size=page.size)
             canvas.fill(a, b, planes.decode(data, itemsize) if in_planes else data)
 
     pool = threads.pool()

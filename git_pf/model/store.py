@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from .. import canonjson, cores
-from ..errors import CorruptObject, DataError, UsageError
+from ..errors import DataError, UsageError
 from ..sidestore import OID_RE, SideStore
 from . import stfile
 
@@ -170,9 +170,9 @@ def store_tensors(store: SideStore, items: Iterable[tuple[str, str, tuple[int, .
 
 
 # -- reading back ------------------------------------------------------------
-def _ordered(fn: Callable[[str], bytes], jobs: list[tuple[str, int]]) -> Iterator[bytes]:
-    """``fn(oid)`` for ``(oid, size)`` jobs on a thread pool, yielded in order, with at most
-    ``_WINDOW_BYTES`` (or one job) in flight."""
+def _ordered(fn: Callable[[str, int], bytes], jobs: list[tuple[str, int]]) -> Iterator[bytes]:
+    """``fn(oid, size)`` for ``(oid, size)`` jobs on a thread pool, yielded in order, with at
+    most ``_WINDOW_BYTES`` (or one job) in flight."""
     with ThreadPoolExecutor(_WORKERS) as pool:
         pending: list = []
         ahead = 0
@@ -181,18 +181,21 @@ def _ordered(fn: Callable[[str], bytes], jobs: list[tuple[str, int]]) -> Iterato
                 fut, n = pending.pop(0)
                 ahead -= n
                 yield fut.result()
-            pending.append((pool.submit(fn, oid), size))
+            pending.append((pool.submit(fn, oid, size), size))
             ahead += size
         for fut, _ in pending:
             yield fut.result()
 
 
 def iter_tensors(store: SideStore, index: TensorIndex) -> Iterator[tuple[IndexEntry, bytes]]:
-    """Every tensor's verified bytes, in data order (missing objects fetched in one batch)."""
+    """Every tensor's verified bytes, in data order (missing objects fetched in one batch); a
+    frame that does not decode to the size the index gives is refused before it is decoded."""
     store.ensure(index.object_ids())
-    for entry, data in zip(index.tensors, _ordered(store.get, [(t.sha256, t.size) for t in index.tensors])):
-        if len(data) != entry.size:
-            raise CorruptObject(f"tensor '{entry.name}' has {len(data)} bytes, the index says {entry.size}")
+
+    def read(oid: str, size: int) -> bytes:
+        return store.get(oid, size=size)
+
+    for entry, data in zip(index.tensors, _ordered(read, [(t.sha256, t.size) for t in index.tensors])):
         yield entry, data
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 
 from ..errors import CorruptObject, PfError
-from ..sidestore import decode_chunk_index
+from .. import limits
+from ..sidestore import decode_chunk_index, index_bound
 from . import adapters, remotes
 from .held import HeldObjects
 from .progress import Progress
@@ -58,7 +59,7 @@ class Fetcher:
             if size is None or size > 1 << 20:
                 continue
             try:
-                chunks = decode_chunk_index(self.repo.store.get(oid))
+                chunks = decode_chunk_index(self.repo.store.get(oid, at_most=index_bound(limits.active().max_object)))
             except (PfError, ValueError, UnicodeDecodeError):
                 continue
             out.extend(c.oid for c in chunks if not self.repo.store.has(c.oid))
