@@ -60,6 +60,12 @@ class MissingObject(DataError):
     pass
 
 
+class TransferFailed(PfError):
+    """A transfer with a remote failed (git refused or the connection broke): not bad input."""
+
+    code = EXIT_NEGATIVE
+
+
 class WriteFailed(PfError):
     """Writing to the repository failed (disk full, file too large, I/O error)."""
 

@@ -22,9 +22,10 @@ def test_mistakes_are_one_line_errors(tmp_path):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
     _one_line(pf("clone", tmp_path / "r.git", tmp_path / "full", cwd=tmp_path, check=False), 2, "already exists")
-    _one_line(pf("clone", tmp_path / "missing.git", tmp_path / "n", cwd=tmp_path, check=False), 2, "git clone failed")
+    _one_line(pf("clone", tmp_path / "missing.git", tmp_path / "n", cwd=tmp_path, check=False), 2, "does not exist")
     sh("git", "remote", "add", "gone", tmp_path / "gone.git", cwd=a)
-    _one_line(pf("fetch", "gone", cwd=a, check=False), 2, "gone")
+    # a configured remote that cannot be reached is a failed transfer, not bad input
+    _one_line(pf("fetch", "gone", cwd=a, check=False), 1, "gone")
     _one_line(pf("gc", cwd=tmp_path, check=False), 2, "not a git repository")
     _one_line(pf("install", "--remote", "nosuch", cwd=a, check=False), 2, "nosuch")
     sh("git", "config", "pf.remote.origin.store", "ftp", cwd=a)

@@ -211,7 +211,11 @@ def test_checkout_fetches_only_the_objects_that_image_needs(tmp_path):
     main_objects = set(reach.objects_of(ra.store, reach.reach(a_repo, [str(a_repo.references["refs/pf/heads/main"].target)])))
     other_objects = set(reach.objects_of(ra.store, reach.reach(a_repo, [str(a_repo.references["refs/pf/heads/other"].target)])))
     assert local == main_objects and not (local & other_objects)
-    assert (b / ".git" / "shallow").exists()  # the objects index came without its data history
+    # the objects index came without its data history, and the clone is not shallow
+    assert not (b / ".git" / "shallow").exists()
+    remote_tip = pygit2.Repository(str(remote)).references["refs/pf/objects"].peel(pygit2.Commit)
+    b_git = pygit2.Repository(str(b))
+    assert str(remote_tip.id) in b_git.odb and not any(p in b_git.odb for p in remote_tip.parent_ids)
 
 
 def test_an_object_over_64_mib_travels_as_parts(tmp_path, monkeypatch):

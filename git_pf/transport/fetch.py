@@ -16,7 +16,7 @@ from pathlib import Path
 import pygit2
 
 from .. import refs as refs_mod
-from ..errors import PfError, UsageError
+from ..errors import PfError, TransferFailed, UsageError
 from . import adapters, gitcmd, remotes
 from .progress import Progress
 from .remotes import Remote
@@ -45,7 +45,7 @@ def fetch(repo, remote: Remote, progress: Progress | None = None) -> FetchResult
                                      remote.arg, *refspecs(remote)], check=False, quiet_stderr=not progress.enabled,
                       cwd=repo.git.workdir or repo.git_dir)
     if proc.returncode != 0:
-        raise PfError(f"git fetch from '{remote.arg}' failed: {gitcmd.last_line(proc.stderr)}")
+        raise TransferFailed(f"git fetch from '{remote.arg}' failed: {gitcmd.last_line(proc.stderr)}")
     adapters.for_remote(repo, remote).refresh()
     result = FetchResult(remote.arg, tags=len(refs_mod.list_refs(repo.git, refs_mod.TAGS)))
     _update_branches(repo, remote, result)
@@ -81,12 +81,15 @@ def clone(url: str, directory: Path, progress: Progress | None = None):
     directory = Path(directory)
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise UsageError(f"destination '{directory}' already exists and is not an empty directory")
+    local = remotes.Remote(None, url, Path.cwd()).local_path()
+    if local is not None and not local.exists():
+        raise UsageError(f"no repository at '{url}': it does not exist")
     env = dict(os.environ, GIT_TERMINAL_PROMPT="0")
     env.pop("GIT_DIR", None)
     proc = subprocess.run(["git", "clone", *progress.git_flag, url, str(directory)], env=env,
                           stdout=subprocess.PIPE, stderr=None if progress.enabled else subprocess.PIPE)
     if proc.returncode != 0:
-        raise PfError(f"git clone failed: {gitcmd.last_line(proc.stderr)}")
+        raise TransferFailed(f"git clone failed: {gitcmd.last_line(proc.stderr)}")
     repo, _ = Repo.init(directory)
     install.install(repo, "origin")
     repo = Repo.open(directory)

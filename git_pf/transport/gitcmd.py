@@ -1,6 +1,6 @@
 """Running the ``git`` command line for transfers (push, fetch, ls-remote, config).
 
-Every failure becomes one ``PfError`` line naming what git said; nothing
+Every failure becomes one ``TransferFailed`` line (exit 1) naming what git said; nothing
 here knows about images or the side store.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from ..errors import PfError
+from ..errors import TransferFailed
 
 # Never let a nested git run our own hooks or ask for credentials on a tty.
 _BASE_ENV = {"GIT_TERMINAL_PROMPT": "0"}
@@ -17,14 +17,14 @@ _BASE_ENV = {"GIT_TERMINAL_PROMPT": "0"}
 
 def run(git_dir: Path, args: list[str], *, input: bytes | None = None, check: bool = True,
         quiet_stderr: bool = True, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run ``git --git-dir=<git_dir> ARGS``; raise a one-line PfError when it fails and ``check``."""
+    """Run ``git --git-dir=<git_dir> ARGS``; raise a one-line TransferFailed when it fails and ``check``."""
     full_env = dict(os.environ, **_BASE_ENV, **(env or {}))
     full_env.pop("GIT_DIR", None)
     full_env.pop("GIT_INDEX_FILE", None)
     proc = subprocess.run(["git", f"--git-dir={git_dir}", *args], input=input, env=full_env, cwd=cwd,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE if quiet_stderr else None)
     if check and proc.returncode != 0:
-        raise PfError(f"git {args[0]} failed: {last_line(proc.stderr)}")
+        raise TransferFailed(f"git {args[0]} failed: {last_line(proc.stderr)}")
     return proc
 
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pygit2
 
-from ..errors import PfError, UsageError
+from ..errors import PfError, TransferFailed, UsageError
 from ..sidestore import SideStore
-from . import gitcmd, held, index as idx, packread, packwrite
+from . import gitcmd, held, index as idx, packread, packwrite, scratch
 from .progress import Progress
 from .remotes import Remote
 
@@ -95,20 +95,32 @@ class GitAdapter:
 
     def local_tip(self) -> str | None:
         ref = self.git.references.get(self.remote.tracking("objects"))
-        return str(ref.target) if ref is not None else None
+        return idx.unwrap(self.git, str(ref.target)) if ref is not None else None
 
     def refresh(self) -> None:
         """Learn the remote's current index (one round trip; a depth-1 fetch when it moved)."""
         if self.direct is not None:
             ref = self.direct.references.get(OBJECTS_REF)
             tip = str(ref.target) if ref is not None else None
+            if tip is not None and tip not in self.git.odb:
+                scratch.copy_index(self.direct, self.git, tip)
         else:
             tip = gitcmd.ls_remote(self.repo.git_dir, self.remote.arg, [OBJECTS_REF], cwd=self.cwd).get(OBJECTS_REF)
-        if tip is not None and tip not in self.git.odb:
-            self._git(["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--recurse-submodules=no",
-                       "--depth=1", self.remote.arg, f"+{OBJECTS_REF}:{self.remote.tracking('objects')}"])
+            if tip is not None and tip not in self.git.odb:
+                tip = self._fetch_index()
         self._set_tip(tip)
         self.fresh = True
+
+    def _fetch_index(self) -> str:
+        """Fetch the remote's index commit at depth 1 in a scratch repository (its shallow file
+        stays there) and copy the commit and its tree here; the tip fetched."""
+        seen = self.local_tip()
+        with scratch.repository(self.git, [seen] if seen is not None and seen in self.git.odb else []) as (path, there):
+            gitcmd.run(path, ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--recurse-submodules=no",
+                              "--depth=1", self.remote.arg, f"+{OBJECTS_REF}:refs/heads/fetched"], cwd=self.cwd)
+            tip = str(there.references["refs/heads/fetched"].target)
+            scratch.copy_index(there, self.git, tip)
+        return tip
 
     def load_local(self) -> None:
         """Use the index as last seen (no network)."""
@@ -116,7 +128,8 @@ class GitAdapter:
 
     def _set_tip(self, tip: str | None) -> None:
         if tip is not None:
-            self.git.references.create(self.remote.tracking("objects"), pygit2.Oid(hex=tip), force=True)
+            wrapper = idx.wrap(self.git, tip)
+            self.git.references.create(self.remote.tracking("objects"), pygit2.Oid(hex=wrapper), force=True)
         self.tip = tip
         self.index = idx.read_index(self.git, tip)
 
@@ -171,19 +184,28 @@ class GitAdapter:
                 return self._push_batch_direct(store, batch)
             except OSError:
                 self.direct = None  # not writable here: go through git push
-        data, added = self._write_batch(store, batch, self.git)
-        for _ in range(_RETRIES):
-            commit = idx.write_index_commit(self.git, self.tip, self.index, added, data)
-            proc = self._git([*_NO_DELTA, "push", "--no-verify", *progress.git_flag, self.remote.arg,
-                              f"{commit}:{OBJECTS_REF}"], check=False, quiet_stderr=not progress.enabled)
-            if proc.returncode == 0:
-                self._set_tip(commit)
-                return sum(e.size for e in added.values())
-            before = self.tip
-            self.refresh()
-            if self.tip == before:  # not a lost race: a real failure
-                raise PfError(f"pushing {OBJECTS_REF} to '{self.remote.arg}' failed: {gitcmd.last_line(proc.stderr)}")
-        raise PfError(f"pushing {OBJECTS_REF} to '{self.remote.arg}' kept losing races with other pushes; try again")
+        # The pack and commits are written in a scratch repository and pushed from there, so
+        # the frames do not stay in this repository's packs beside the side store's copy.
+        with scratch.repository(self.git) as (path, there):
+            data, added = self._write_batch(store, batch, there)
+            for _ in range(_RETRIES):
+                commit = idx.write_index_commit(there, self.tip, self.index, added, data)
+                # A lease, not a fast-forward check: that check walks history this repository does
+                # not hold. The server still moves the ref only from the tip we built on.
+                lease = f"--force-with-lease={OBJECTS_REF}:{self.tip or ''}"
+                proc = gitcmd.run(path, [*_NO_DELTA, "push", "--no-verify", lease, *progress.git_flag,
+                                         self.remote.arg, f"{commit}:{OBJECTS_REF}"], check=False, quiet_stderr=not progress.enabled,
+                                  cwd=self.cwd)
+                if proc.returncode == 0:
+                    scratch.copy_index(there, self.git, commit)
+                    self._set_tip(commit)
+                    return sum(e.size for e in added.values())
+                before = self.tip
+                self.refresh()
+                if self.tip == before:  # not a lost race: a real failure
+                    raise TransferFailed(f"pushing {OBJECTS_REF} to '{self.remote.arg}' failed: "
+                                  f"{gitcmd.last_line(proc.stderr)}")
+        raise TransferFailed(f"pushing {OBJECTS_REF} to '{self.remote.arg}' kept losing races with other pushes; try again")
 
     def _push_batch_direct(self, store: SideStore, batch: list[str]) -> int:
         """A remote on this machine: write the pack and commits into it, move its ref with compare-and-swap."""
@@ -241,4 +263,4 @@ class GitAdapter:
             return
         # The server refuses unadvertised wants (protocol v0 without allowAnySHA1InWant):
         # fetch the whole objects history instead.
-        self._git([*args, "--depth=2147483647", self.remote.arg, f"+{OBJECTS_REF}:{self.remote.tracking('objects')}"])
+        self._git([*args, self.remote.arg, OBJECTS_REF])

@@ -112,3 +112,28 @@ def write_index_commit(git: pygit2.Repository, base: str | None, base_index: Ind
     parents = ([pygit2.Oid(hex=base)] if base else []) + [pygit2.Oid(hex=data_commit)]
     msg = f"pf objects index: +{sum(1 for o in added if o not in base_index)} objects\n"
     return str(git.create_commit(None, _sig(), _sig(), msg, pygit2.Oid(raw=tree), parents))
+
+
+_TIP_TRAILER = "Pf-Remote-Tip: "
+
+
+def wrap(git: pygit2.Repository, tip: str) -> str:
+    """A parentless commit with the tree of the remote index commit ``tip`` and ``tip`` in its
+    message: what ``refs/pf/remotes/<r>/objects`` names, so the ref reaches the index but none
+    of the remote's history (whose commits this repository does not hold). Time 0: the same
+    tip gives the same commit."""
+    tree = git[tip].peel(pygit2.Tree).id
+    msg = f"pf objects index of a remote\n\n{_TIP_TRAILER}{tip}\n"
+    return str(git.create_commit(None, _SIG, _SIG, msg, tree, []))
+
+
+def unwrap(git: pygit2.Repository, commit: str) -> str:
+    """The remote tip a ``wrap`` commit stands for (``commit`` itself when it is no wrapper)."""
+    try:
+        msg = git[commit].message
+    except (KeyError, ValueError):
+        return commit
+    for line in msg.splitlines():
+        if line.startswith(_TIP_TRAILER):
+            return line[len(_TIP_TRAILER):].strip()
+    return commit

@@ -3,8 +3,9 @@
 Hooks go into the directory git itself uses (``core.hooksPath`` honoured). A
 hook already there is renamed ``<hook>.pf-chained`` and still runs first,
 keeping its veto. Fetch refspecs bring image branches and tags; push
-refspecs (with ``HEAD`` when the remote had none, so a plain ``git push``
-still pushes the current branch) send image branches and tags. What was
+refspecs (with ``HEAD`` when the remote had none and HEAD has a commit, so
+a plain ``git push`` still pushes the current branch) send image branches
+and tags. What was
 added is recorded in ``$GIT_DIR/pf/install.json`` so ``uninstall`` removes
 exactly that and puts back the hook it displaced. Installing twice changes
 nothing. Never touches a hook that is not ours.
@@ -95,12 +96,15 @@ def _add_config(repo, key: str, value: str, state: dict) -> bool:
     return True
 
 
-def remote_config(remote: str, had_push: bool) -> list[tuple[str, str]]:
+def remote_config(remote: str, had_push: bool, head_born: bool = True) -> list[tuple[str, str]]:
+    """The config lines for ``remote``. ``HEAD`` is pushed too when the remote had no push
+    refspec of its own and HEAD names a commit: with HEAD unborn (a repository that holds only
+    images) git refuses the whole push over it, so it is added by a later install instead."""
     r = remotes.Remote(remote, "", Path("."))
     out = [(f"remote.{remote}.fetch", spec) for spec in (f"+refs/pf/heads/*:{r.tracking('heads/*')}",
                                                           "+refs/pf/tags/*:refs/pf/tags/*")]
     push = ["refs/pf/heads/*:refs/pf/heads/*", "refs/pf/tags/*:refs/pf/tags/*"]
-    if not had_push:
+    if not had_push and head_born:
         push.insert(0, "HEAD")
     return out + [(f"remote.{remote}.push", spec) for spec in push]
 
@@ -120,7 +124,7 @@ def install(repo, remote: str | None = None) -> dict:
     for r in targets:
         ours = {v for k, v in state["config"] if k == f"remote.{r}.push"}
         had_push = any(v not in ours for v in _config_values(repo, f"remote.{r}.push"))
-        for key, value in remote_config(r, had_push):
+        for key, value in remote_config(r, had_push, not repo.git.head_is_unborn):
             if _add_config(repo, key, value, state):
                 changed["config"].append(f"{key}={value}")
     _save_state(repo, state)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import refs as refs_mod
-from ..errors import DataError, PfError, UsageError
+from ..errors import DataError, PfError, TransferFailed, UsageError
 from . import adapters, gitcmd, reach, remotes
 from .progress import Progress
 from .remotes import Remote
@@ -104,7 +104,7 @@ def push(repo, remote: Remote, revs: list[str], all_: bool = False, force: bool 
                       quiet_stderr=True, env={"GIT_PF_SKIP_PUSH": "1"},
                       cwd=repo.git.workdir or repo.git_dir)
     if proc.returncode != 0:
-        raise PfError(f"git push to '{remote.arg}' failed: {gitcmd.last_line(proc.stderr)}", 1)
+        raise TransferFailed(f"git push to '{remote.arg}' failed: {gitcmd.last_line(proc.stderr)}")
     for ref, oid in targets:
         if ref.startswith(refs_mod.HEADS):
             repo.git.references.create(remote.tracking("heads/" + ref[len(refs_mod.HEADS):]), oid, force=True)
