@@ -1,0 +1,216 @@
+"""Hostile images cannot make a read use unbounded memory: decompression bombs behind a
+pointer, pointers claiming absurd sizes, sizes that disagree with their objects, over-long
+JSON lines. Each is refused with one line by the command a user runs, within a fixed
+amount of memory, measured on the real process."""
+from __future__ import annotations
+
+import errno
+import io
+import os
+import subprocess
+from pathlib import Path
+
+import pygit2
+import pytest
+import zstandard
+
+from mount_helpers import Pf, pf, requires_fuse  # noqa: F401
+
+BOMB = 8 << 30  # what the bomb frames decode to
+EXTRA_RSS = 64 << 20  # the most a refused read may add to a command's peak memory
+CONTENT = b"0123456789"  # the file whose object a bomb replaces: its pointer says size 10
+_bombs: dict[bool, bytes] = {}
+
+
+def bomb_frame(declare_size: bool) -> bytes:
+    """A zstd frame of 8 GiB of zeros (about 256 KiB), made by a streaming compressor so
+    that making it takes no memory; its header declares its size or not."""
+    if declare_size not in _bombs:
+        out = io.BytesIO()
+        c = zstandard.ZstdCompressor(level=1, write_content_size=declare_size, write_checksum=True)
+        writer = c.stream_writer(out, size=BOMB if declare_size else -1, closefd=False)
+        zeros = bytes(4 << 20)
+        for _ in range(BOMB // len(zeros)):
+            writer.write(zeros)
+        writer.flush(zstandard.FLUSH_FRAME)
+        _bombs[declare_size] = out.getvalue()
+    return _bombs[declare_size]
+
+
+def measured(pf: Pf, *args: str) -> tuple[subprocess.CompletedProcess, int]:
+    """Run ``git pf ARGS`` in the repository; the result and the peak RSS of that process
+    in bytes (from its own rusage, so no other process counts)."""
+    out, err = pf.root / "stdout", pf.root / "stderr"
+    with open(out, "wb") as o, open(err, "wb") as e:
+        proc = subprocess.Popen(["git-pf", *args], cwd=pf.repo, env=pf.env, stdout=o, stderr=e)
+        _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    done = subprocess.CompletedProcess(args, proc.returncode, out.read_text(), err.read_text())
+    return done, usage.ru_maxrss * 1024
+
+
+def one_line(proc: subprocess.CompletedProcess) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+def git_config(pf: Pf, key: str, value: str) -> None:
+    subprocess.run(["git", "-C", str(pf.repo), "config", key, value], check=True)
+
+
+def image_of(pf: Pf, files: dict[str, bytes], *extra: str) -> str:
+    sb = pf.root / "sandbox"
+    sb.mkdir(exist_ok=True)
+    for name, data in files.items():
+        (sb / name).write_bytes(data)
+    return pf.run("snapshot", "--fs-root", str(sb), "--name", "main", "-q", *extra).stdout.strip()
+
+
+def object_path(pf: Pf, oid: str) -> Path:
+    return pf.repo / ".git" / "pf" / "objects" / oid[:2] / oid[2:]
+
+
+def replace_object(pf: Pf, oid: str, frame: bytes) -> None:
+    path = object_path(pf, oid)
+    os.chmod(path, 0o644)
+    path.write_bytes(frame)
+
+
+def pointer_blob(pf: Pf, name: str) -> bytes:
+    return pygit2.Repository(str(pf.repo)).revparse_single(f"refs/pf/heads/main:world/fs/{name}").data
+
+
+def with_pointer(pf: Pf, name: str, blob: bytes) -> str:
+    """A new image on main: its parent's, with the pointer blob of ``name`` replaced."""
+    git = pygit2.Repository(str(pf.repo))
+    head = git.revparse_single("refs/pf/heads/main")
+
+    def rebuilt(tree, parts: list[str]):
+        tb = git.TreeBuilder(tree)
+        if len(parts) == 1:
+            tb.insert(parts[0], git.create_blob(blob), pygit2.GIT_FILEMODE_BLOB)
+        else:
+            tb.insert(parts[0], rebuilt(tree[parts[0]], parts[1:]), pygit2.GIT_FILEMODE_TREE)
+        return tb.write()
+
+    tree = rebuilt(head.tree, ["world", "fs", name])
+    new = git.create_commit(None, head.author, head.committer, head.message, tree, [head.id])
+    git.references.create("refs/pf/heads/main", new, force=True)
+    return str(new)
+
+
+@pytest.fixture
+def small_pointer(pf):
+    """An image "main" whose file f.bin (10 bytes) is a pointer to one side-store object:
+    the image and that object's oid."""
+    git_config(pf, "pf.largeFileThreshold", "1")
+    image = image_of(pf, {"f.bin": CONTENT})
+    oid = pointer_blob(pf, "f.bin").decode().split("oid sha256:")[1][:64]
+    return image, oid
+
+
+@pytest.mark.parametrize("declare_size", [True, False], ids=["declared-8GiB", "undeclared"])
+def test_a_decompression_bomb_behind_a_pointer_is_refused_by_checkout_and_fsck_in_bounded_memory(
+        pf, small_pointer, declare_size):
+    image, oid = small_pointer
+    ok, baseline = measured(pf, "checkout", image, "--into", str(pf.root / "good"))
+    assert ok.returncode == 0, ok.stderr
+    fsck_ok, fsck_baseline = measured(pf, "fsck")
+    assert fsck_ok.returncode == 0, fsck_ok.stdout
+    if not declare_size:  # the store's own limit is what stops an undeclared frame that no pointer sizes
+        git_config(pf, "pf.maxFrameSize", "64m")
+    replace_object(pf, oid, bomb_frame(declare_size))
+
+    proc, peak = measured(pf, "checkout", image, "--into", str(pf.root / "out"))
+    assert proc.returncode == 3 and oid in one_line(proc) and "f.bin" in proc.stderr
+    assert peak - baseline < EXTRA_RSS, (peak, baseline)
+    assert not (pf.root / "out").exists()
+
+    fsck, peak = measured(pf, "fsck")
+    assert fsck.returncode == 1 and "Traceback" not in fsck.stderr
+    assert f"{oid} is corrupt (it inflates to " in fsck.stdout and "10 expected" in fsck.stdout
+    assert peak - fsck_baseline < EXTRA_RSS, (peak, fsck_baseline)
+
+
+@requires_fuse
+@pytest.mark.parametrize("declare_size", [True, False], ids=["declared-8GiB", "undeclared"])
+def test_a_decompression_bomb_read_through_a_mount_is_an_io_error_in_bounded_memory(pf, small_pointer,
+                                                                                    declare_size):
+    image, oid = small_pointer
+    replace_object(pf, oid, bomb_frame(declare_size))
+    mnt = pf.mount(image, pf.root / "mnt")
+    pid = next(rec["pid"] for rec in pf.states())
+    before = vm_hwm(pid)
+    assert os.stat(mnt / "f.bin").st_size == len(CONTENT)
+    with pytest.raises(OSError) as e:
+        (mnt / "f.bin").read_bytes()
+    assert e.value.errno == errno.EIO
+    assert vm_hwm(pid) - before < EXTRA_RSS
+    pf.run("umount", str(mnt))
+
+
+def vm_hwm(pid: int) -> int:
+    """Peak resident memory of process ``pid`` so far, in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_a_pointer_claiming_a_petabyte_is_refused_by_checkout_and_fsck(pf, small_pointer):
+    blob = pointer_blob(pf, "f.bin").replace(b"size 10\n", b"size 1000000000000000\n")
+    image = with_pointer(pf, "f.bin", blob)
+    proc = pf.run("checkout", image, "--into", str(pf.root / "out"), check=False)
+    line = one_line(proc)
+    assert proc.returncode == 3 and "f.bin" in line and "pf.maxObjectSize" in line
+    fsck = pf.run("fsck", check=False)
+    assert fsck.returncode == 1 and "f.bin" in fsck.stdout and "over pf.maxObjectSize" in fsck.stdout
+
+
+def test_the_object_size_limit_is_configurable(pf, small_pointer):
+    image, _ = small_pointer
+    git_config(pf, "pf.maxObjectSize", "5")
+    proc = pf.run("checkout", image, "--into", str(pf.root / "out"), check=False)
+    assert proc.returncode == 3 and "pf.maxObjectSize (5)" in one_line(proc)
+    git_config(pf, "pf.maxObjectSize", "lots")
+    proc = pf.run("checkout", image, "--into", str(pf.root / "out"), check=False)
+    assert proc.returncode == 2 and "pf.maxObjectSize" in one_line(proc)
+
+
+def test_fsck_reports_a_pointer_whose_size_differs_from_its_object(pf, small_pointer):
+    _, oid = small_pointer
+    blob = pointer_blob(pf, "f.bin").replace(b"size 10\n", b"size 11\n")
+    image = with_pointer(pf, "f.bin", blob)
+    fsck = pf.run("fsck", check=False)
+    assert fsck.returncode == 1 and f"{oid} is corrupt (it inflates to 10 bytes, 11 expected)" in fsck.stdout
+    proc = pf.run("checkout", image, "--into", str(pf.root / "out"), check=False)
+    assert proc.returncode == 3 and oid in one_line(proc)
+
+
+def test_a_chunk_index_that_does_not_add_up_to_the_pointer_size_is_corrupt(pf):
+    data = os.urandom(3 << 20)  # several FastCDC chunks and a chunk index
+    image_of(pf, {"big.bin": data})
+    blob = pointer_blob(pf, "big.bin")
+    assert b"chunks sha256:" in blob
+    image = with_pointer(pf, "big.bin", blob.replace(f"size {len(data)}\n".encode(),
+                                                     f"size {len(data) + 1}\n".encode()))
+    fsck = pf.run("fsck", check=False)
+    assert fsck.returncode == 1 and "do not add up to" in fsck.stdout and "big.bin" in fsck.stdout
+    proc = pf.run("checkout", image, "--into", str(pf.root / "out"), check=False)
+    assert proc.returncode == 3 and "do not add up to" in one_line(proc)
+
+
+def test_a_jsonl_line_over_the_configured_limit_is_refused_with_one_line(pf):
+    git_config(pf, "pf.largeFileThreshold", "1")
+    short = pf.root / "short.jsonl"
+    short.write_text('{"role":"user","content":"hi"}\n')
+    long = pf.root / "long.jsonl"
+    long.write_text('{"role":"user","content":"hi"}\n' + '{"role":"assistant","content":"' + "x" * 5000 + '"}\n')
+    a = image_of(pf, {"a.txt": b"a"}, "--messages", str(short))
+    b = image_of(pf, {"a.txt": b"b"}, "--messages", str(long))
+    assert pf.run("diff", a, b).returncode == 0
+    git_config(pf, "pf.maxJsonLine", "1k")
+    proc = pf.run("diff", a, b, check=False)
+    line = one_line(proc)
+    assert proc.returncode == 3 and "trace/messages.jsonl:2" in line and "pf.maxJsonLine (1024)" in line
