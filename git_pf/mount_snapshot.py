@@ -22,7 +22,7 @@ from . import config, image as img, mounts, pointer as pointer_fmt, refs
 from .errors import UsageError
 from .gittree import MODE_LINK, MODE_TREE, read_blob, read_tree
 from .mounts import WHITEOUT_PREFIX, MountState
-from .snapshot import SnapshotRequest, SnapshotResult, take
+from .snapshot import SnapshotRequest, SnapshotResult, rewrite_reason, take
 from .world import attrs as attrs_mod
 from .world.attrs import DEFAULT_DIR_MODE, PathAttrs
 from .world.capture import Capture, CaptureStats, entry_reader
@@ -204,7 +204,7 @@ def _branch(repo, state: MountState, name: str | None) -> str:
 
 def snapshot_mount(repo, directory, *, name: str | None = None, agent=None, messages=None, effects=None, env=None,
                    no_redact=frozenset(), message: str | None = None, label: str | None = None, ignore=(),
-                   allow_empty: bool = False, layers: tuple = ()) -> SnapshotResult:
+                   allow_empty: bool = False, layers: tuple = (), rewrite_effects: bool | str = False) -> SnapshotResult:
     """Snapshot a mount: a new image whose parent is the mounted image; the mount then follows it."""
     if ignore:
         raise UsageError("--ignore does not apply to --mount (a mount snapshot records exactly what it shows)")
@@ -218,7 +218,7 @@ def snapshot_mount(repo, directory, *, name: str | None = None, agent=None, mess
         state.image = image
         req = SnapshotRequest(Path(state.mountpoint), name and refs.check_name(name), agent, messages, effects, env,
                               frozenset(no_redact), message, label, (), allow_empty, tuple(layers),
-                              world=MountWorld(state), parent=image)
+                              world=MountWorld(state), parent=image, rewrite_effects=rewrite_reason(rewrite_effects))
         req = dataclasses.replace(req, branch=_branch(repo, state, name))
         return take(repo, req)
 

@@ -14,7 +14,7 @@ import pygit2
 from . import checkout as checkout_mod, config, diff as diff_mod, fork as fork_mod, fsck as fsck_mod, history, image as img, limits, refs
 from .errors import NotARepository, UsageError
 from .sidestore import SideStore
-from .snapshot import SnapshotRequest, SnapshotResult, take
+from .snapshot import SnapshotRequest, SnapshotResult, rewrite_reason, take
 from .world.env import Env
 
 
@@ -68,13 +68,16 @@ class Repo:
                  messages: list[dict] | None = None, effects: list[dict] | None = None, env: Env | dict | None = None,
                  no_redact: set[str] | frozenset[str] = frozenset(), message: str | None = None,
                  label: str | None = None, ignore: list[str] | tuple[str, ...] = (),
-                 allow_empty: bool = False, layers: tuple = ()) -> SnapshotResult:
+                 allow_empty: bool = False, layers: tuple = (), rewrite_effects: bool | str = False) -> SnapshotResult:
+        """``rewrite_effects`` (True or a reason) lets ``effects`` drop or change the parent's
+        entries; the image then carries a ``Pf-Rewrite-Effects`` trailer."""
         if isinstance(agent, str) or agent is None:
             agent = img.Agent.parse(agent)
         if isinstance(env, dict):
             env = Env(None, dict(env))
         req = SnapshotRequest(Path(fs_root), name, agent, messages, effects, env, frozenset(no_redact), message,
-                              label, tuple(ignore), allow_empty, tuple(layers))
+                              label, tuple(ignore), allow_empty, tuple(layers),
+                              rewrite_effects=rewrite_reason(rewrite_effects))
         return take(self, req)
 
     def fork(self, rev: str, n: int, prefix: str | None = None, explore: str | None = None) -> list[fork_mod.Fork]:

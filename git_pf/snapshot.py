@@ -3,7 +3,9 @@
 Order of writes: git objects and side-store objects first, the branch ref
 last (compare-and-swap), so an interrupted snapshot leaves no ref and only
 unreferenced objects that ``git gc`` / ``git pf gc`` remove. Layers not given
-are inherited from the parent image unchanged.
+are inherited from the parent image unchanged. A given effects ledger must
+extend the parent's (docs/format.md §9) unless the request declares a
+rewrite, which the commit records in a ``Pf-Rewrite-Effects`` trailer.
 """
 from __future__ import annotations
 
@@ -59,6 +61,7 @@ class SnapshotRequest:
     layers: tuple[LayerInput, ...] = ()
     world: WorldSource | None = None  # replaces the capture of fs_root when given
     parent: str | None = None  # the image the new one must follow (the branch must be absent or there)
+    rewrite_effects: str | None = None  # the reason a given ledger may drop or change the parent's entries
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,15 @@ class SnapshotResult:
             "files_read": self.stats.files_read,
             "warnings": self.stats.skipped,
         }
+
+
+def rewrite_reason(value: bool | str | None) -> str | None:
+    """The ``Pf-Rewrite-Effects`` trailer value for ``rewrite_effects``: None when not
+    asked, the reason on one printable line, else "yes"."""
+    if value is None or value is False:
+        return None
+    text = " ".join("".join(c if c.isprintable() else " " for c in value).split()) if isinstance(value, str) else ""
+    return text or "yes"
 
 
 def resolve_fs_root(fs_root: Path, git_dir: Path) -> bytes:
@@ -154,7 +166,7 @@ def take(repo, req: SnapshotRequest) -> SnapshotResult:
     branch = refs.check_name(req.branch or refs.current_branch(git) or refs.DEFAULT_BRANCH)
     tip, parent = _parent(git, branch, req.parent)
     with repo.store.batch():  # one filesystem sync for every side-store object, before any ref moves
-        cap, tree, agent = _write_tree(repo, req, world, parent)
+        cap, tree, agent, rewritten = _write_tree(repo, req, world, parent)
 
     if parent is not None and tree == parent.tree and not req.allow_empty:
         world.done(cap)
@@ -164,6 +176,8 @@ def take(repo, req: SnapshotRequest) -> SnapshotResult:
         return SnapshotResult(parent, branch, True, cap.stats)
 
     trailers = [("Pf-Agent", agent.label())] if agent.kind else []
+    if rewritten:
+        trailers.append((effects_mod.REWRITE_TRAILER, req.rewrite_effects))
     message = img.format_message(req.message or f"snapshot of {world.name}", trailers)
     sig = config.signature(git)
     commit = git.create_commit(None, sig, sig, message, tree, [parent.id] if parent else [])
@@ -174,16 +188,20 @@ def take(repo, req: SnapshotRequest) -> SnapshotResult:
     return SnapshotResult(img.read_image(git, str(commit)), branch, False, cap.stats)
 
 
-def _write_tree(repo, req: SnapshotRequest, world: WorldSource, parent) -> tuple[Capture, str, img.Agent]:
-    """Capture the world and write every layer; the new image tree (no commit, no ref)."""
+def _write_tree(repo, req: SnapshotRequest, world: WorldSource, parent) -> tuple[Capture, str, img.Agent, bool]:
+    """Capture the world and write every layer; the new image tree (no commit, no ref), and
+    whether the effects ledger is a declared rewrite of the parent's."""
     git = repo.git
     cap = world.capture(repo, parent)
     edit = img.TreeEdit(git, parent.tree if parent else None)
     edit.put_tree(img.WORLD_FS, cap.tree)
     edit.put_file(img.WORLD_ATTRS, attrs_mod.encode(cap.attrs))
     messages = _layer(req.messages, parent, img.TRACE_MESSAGES, trace.decode, repo)
-    ledger = effects_mod.chain(req.effects, "--effects") if req.effects is not None else \
-        _layer(None, parent, img.EFFECTS_LEDGER, effects_mod.decode, repo)
+    if req.effects is not None:
+        ledger = effects_mod.chain(req.effects, "--effects")
+        rewritten = _check_effects(ledger, parent, req.rewrite_effects, repo)
+    else:
+        ledger, rewritten = _layer(None, parent, img.EFFECTS_LEDGER, effects_mod.decode, repo), False
     env = redact(req.env, set(req.no_redact)) if req.env is not None else \
         _layer(None, parent, img.WORLD_ENV, Env.decode, repo, default=Env())
     edit.put_file(img.TRACE_MESSAGES, trace.encode(messages))
@@ -196,7 +214,25 @@ def _write_tree(repo, req: SnapshotRequest, world: WorldSource, parent) -> tuple
         layers[extra.name] = extra.write(repo, edit, parent)
     agent, label = _identity(req, parent)
     edit.put_file(img.MANIFEST, canonjson.encode(img.make_manifest(agent, label, layers)))
-    return cap, edit.write(), agent
+    return cap, edit.write(), agent, rewritten
+
+
+def _check_effects(ledger: list[dict], parent, rewrite: str | None, repo) -> bool:
+    """Refuse a given ledger that repeats an irreversible effect, or that does not extend the
+    parent's without a declared rewrite; True when it is such a rewrite."""
+    repeats = effects_mod.repeated_irreversible(ledger)
+    if repeats:
+        key, first, again = repeats[0]
+        raise UsageError(f"--effects: irreversible effect {key} is recorded twice (entries {first} and {again}); "
+                         f"an irreversible effect happens once")
+    base = _layer(None, parent, img.EFFECTS_LEDGER, effects_mod.decode, repo)
+    problem = effects_mod.extension_problem(base, ledger)
+    if problem is None:
+        return False
+    if rewrite is None:
+        raise UsageError(f"--effects: not an extension of the parent image's ledger: {problem} "
+                         f"(the ledger only grows; --rewrite-effects records a deliberate rewrite)")
+    return True
 
 
 def _identity(req: SnapshotRequest, parent) -> tuple[img.Agent, str]:

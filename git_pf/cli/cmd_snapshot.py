@@ -21,6 +21,8 @@ def snapshot(
     agent_fingerprint: Optional[str] = typer.Option(None, "--agent-fingerprint", help="A hash identifying the agent's code/config."),
     messages: Optional[Path] = typer.Option(None, "--messages", help="JSONL of the full message trace."),
     effects: Optional[Path] = typer.Option(None, "--effects", help="JSONL of the full effects ledger."),
+    rewrite_effects: bool = typer.Option(False, "--rewrite-effects", help="Let --effects drop or change the parent's entries (recorded in a Pf-Rewrite-Effects trailer)."),
+    rewrite_reason: Optional[str] = typer.Option(None, "--rewrite-reason", help="Why the ledger is rewritten (the trailer's value; needs --rewrite-effects)."),
     env: Optional[Path] = typer.Option(None, "--env", help="JSON of {cwd, env} or a flat NAME->value map."),
     capture_env: bool = typer.Option(False, "--capture-env", help="Record this process's cwd and environment."),
     no_redact: List[str] = typer.Option([], "--no-redact", help="Keep this variable's (or tape key's) value even if it looks secret."),
@@ -54,6 +56,10 @@ def snapshot(
         raise UsageError("give exactly one of --fs-root and --mount")
     if procs is not None and capture_procs is not None:
         raise UsageError("--procs and --capture-procs cannot be used together")
+    if rewrite_reason is not None and not rewrite_effects:
+        raise UsageError("--rewrite-reason needs --rewrite-effects")
+    if rewrite_effects and effects is None:
+        raise UsageError("--rewrite-effects needs --effects")
     repo = open_repo()
     extra = _trace_world_layers(tape, procs, capture_procs, frozenset(no_redact))
     if kv is not None:
@@ -76,6 +82,7 @@ def snapshot(
         ignore=ignore,
         allow_empty=allow_empty,
         layers=extra,
+        rewrite_effects=(rewrite_reason or True) if rewrite_effects else False,
     )
     if not quiet:
         for line in result.stats.skipped:
