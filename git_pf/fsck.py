@@ -2,7 +2,8 @@
 
 Every ref under ``refs/pf/`` must name a valid image; every image reachable
 from them must have a readable manifest, attrs and trace, a sound effects
-chain, and pointers whose side-store objects exist; every local side-store
+chain that extends its first parent's (docs/format.md §9), and pointers
+whose side-store objects exist; every local side-store
 object must hash to its name. Reports problems; repairs nothing.
 """
 from __future__ import annotations
@@ -96,12 +97,32 @@ def _check_layer_objects(git, store: SideStore, image: img.ImageInfo, report: Fs
                     report.problems.append(f"image {image.short} layer {layer}: side-store object {oid} is missing")
 
 
+def _check_effects_history(git, image: img.ImageInfo, ledger: list[dict], report: FsckReport) -> None:
+    """The ledger extends its first parent's (unless the image carries ``Pf-Rewrite-Effects``)
+    and records no irreversible effect twice; a repeat is reported where it first appears."""
+    try:
+        parent = img.read_image(git, image.parents[0]) if image.parents else None
+        base = effects_mod.decode(img.read_file(git, parent.tree, img.EFFECTS_LEDGER) or b"") if parent else []
+    except PfError:
+        parent, base = None, []  # the parent's own check reports it
+    inherited = {(k, a) for k, _, a in effects_mod.repeated_irreversible(base)}
+    for key, first, again in effects_mod.repeated_irreversible(ledger):
+        if (key, again) not in inherited:
+            report.problems.append(f"image {image.short}: effects: irreversible effect {key} recorded twice "
+                                   f"(entries {first} and {again})")
+    problem = effects_mod.extension_problem(base, ledger) if parent else None
+    if problem and not image.trailer(effects_mod.REWRITE_TRAILER):
+        report.problems.append(f"image {image.short}: effects ledger does not extend its first parent "
+                               f"{parent.short}'s: {problem} (and no {effects_mod.REWRITE_TRAILER} trailer)")
+
+
 def _check_image(git, store, image: img.ImageInfo, report: FsckReport, seen: set[str], remote_has=lambda o: False) -> None:
     try:
         trace.decode(img.read_file(git, image.tree, img.TRACE_MESSAGES) or b"")
         ledger = effects_mod.decode(img.read_file(git, image.tree, img.EFFECTS_LEDGER) or b"")
         for problem in effects_mod.verify(ledger):
             report.problems.append(f"image {image.short}: effects {problem}")
+        _check_effects_history(git, image, ledger, report)
         _check_pointers(git, store, image, report, seen, remote_has)
         _check_layer_objects(git, store, image, report, seen, remote_has)
     except PfError as e:
