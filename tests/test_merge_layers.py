@@ -61,7 +61,7 @@ def test_merge_of_merges_summarises_only_what_is_new(repo):
               effects=[_fx("k-fork-1", "2026-01-01T00:00:01Z")])
     m1 = repo.merge("fork", into="main").image
     assert m1.parents[1] == f1.id
-    assert [e["idempotency_key"] for e in _ledger(repo)] == ["k-fork-1", "k-main-1"]
+    assert [e["idempotency_key"] for e in _ledger(repo)] == ["k-main-1", "k-fork-1"]  # ours, then theirs' new
     assert ledger_fmt.verify(_ledger(repo)) == []
     # both lines go on; the second merge's ancestor is the fork tip merged before
     main_msgs = _messages(repo) + [{"role": "assistant", "content": "main 2"}]
@@ -76,7 +76,7 @@ def test_merge_of_merges_summarises_only_what_is_new(repo):
     assert trace.report["summarized_messages"] == 2
     msgs = _messages(repo)
     assert msgs[:-1] == main_msgs and msgs[-1]["content"].endswith("fork 2")
-    assert [e["idempotency_key"] for e in _ledger(repo)] == ["k-fork-1", "k-main-1", "k-fork-2", "k-main-2"]
+    assert [e["idempotency_key"] for e in _ledger(repo)] == ["k-main-1", "k-fork-1", "k-main-2", "k-fork-2"]
     assert repo.read_layer("main", "world/fs/a") == b"a3\n" and repo.read_layer("main", "world/fs/c") == b"c\n"
     assert len(repo.log("main", first_parent=True)) == 5
 
@@ -153,7 +153,7 @@ def test_effects_duplicated_on_both_sides(repo, run_pf, tmp_path):
     assert effects["duplicates"] == [{"tool": "send_email", "args_hash": ledger_fmt.value_hash({"to": "x@y"}),
                                       "ours_key": "mail-ours", "theirs_key": "mail-theirs"}]
     ledger = _ledger(repo)
-    assert [e["idempotency_key"] for e in ledger] == ["k0", "mail-theirs", "mail-ours", "k-o"]
+    assert [e["idempotency_key"] for e in ledger] == ["k0", "mail-ours", "k-o", "mail-theirs"]
     assert ledger_fmt.verify(ledger) == []
     assert repo.resolve("main").manifest["layers"]["effects"] == {"entries": 4, "irreversible": 2}
 

@@ -156,7 +156,12 @@ def _present(ctx: MergeContext, name: str) -> bool:
 
 
 def take_side(ctx: MergeContext, name: str, side: str) -> LayerResult:
-    """The whole layer as one side has it (``--prefer LAYER=SIDE``)."""
+    """The whole layer as one side has it (``--prefer LAYER=SIDE``); the effects layer only
+    when that keeps ours' ledger as a prefix (``EffectsMerger.take_side``)."""
+    if name == "effects":
+        refused = EffectsMerger().take_side(ctx, side)
+        if refused is not None:
+            return refused
     git = ctx.repo.git
     image = ctx.ours if side == "ours" else ctx.theirs
     changes = {} if side == "ours" else {p: entry(git, image, p) for p in claims(name)}
