@@ -5,41 +5,32 @@ response bodies, nondeterminism draws; git-pf fixes no schema beyond "an
 object"). Each exchange is stored as its own canonical JSON blob named
 ``<seq:08d>-<first 16 hex of its sha256>.json``, so unchanged exchanges keep
 their blob and name from image to image, and two forks that each append
-exchanges get different names and merge path-wise without conflict. String
-values under secret-looking keys (``Authorization``, ``x-api-key``,
-``cookie``, ``*token``, ``*secret*``, ``*password*`` ...) and values that look
-like credentials are redacted unless named with ``--no-redact``.
+exchanges get different names and merge path-wise without conflict. Secrets
+are redacted on the way in by ``secrets.redact_json`` (values under
+secret-looking keys and header names, credentials inside text, URLs and
+JSON-in-string bodies) unless their key is named with ``--no-redact``.
 
-Reads the user's tape file or directory and writes blobs through a
-``TreeEdit``; moves no refs.
+A stored tape is untrusted: reading one checks every entry's name, size and
+content, and a malformed one is a ``DataError`` naming it. Reads the user's
+tape file or directory and writes blobs through a ``TreeEdit``; moves no refs.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from pathlib import Path
 
-from . import canonjson, image as img, jsonl
-from .errors import InputFormatError
+import pygit2
+
+from . import canonjson, image as img, jsonl, limits
+from .errors import DataError, InputFormatError, MissingObject
 from .gittree import MODE_FILE, MODE_TREE, lookup, read_blob, read_tree
-from .world.env import REDACTED, looks_secret
+from .secrets import redact_json
 
 PATH = img.TRACE_TAPE
 NAME = "tape"
-_SECRET_KEY = re.compile(
-    r"^(authorization|proxy-authorization|cookie|set-cookie)$|api[-_]?key|secret|passw(or)?d|credential|"
-    r"(^|[-_])(access|auth|bearer|id|refresh|session)?[-_]?token$", re.IGNORECASE)
-
-
-def _redact(value, keep: frozenset[str], key: str | None = None):
-    if isinstance(value, dict):
-        return {k: _redact(v, keep, k) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redact(v, keep, key) for v in value]
-    if isinstance(value, str) and key not in keep and value != REDACTED:
-        if (key is not None and _SECRET_KEY.search(key)) or looks_secret("", value):
-            return REDACTED
-    return value
+_ENTRY_NAME = re.compile(rb"\A[0-9]{8}-[0-9a-f]{16}\.json\Z")
 
 
 def entry_name(seq: int, data: bytes) -> bytes:
@@ -50,7 +41,10 @@ def encode(exchanges: list[dict], keep: frozenset[str] = frozenset()) -> list[tu
     """``(file name, canonical bytes)`` per exchange, in tape order, secrets redacted."""
     out = []
     for seq, exchange in enumerate(exchanges):
-        data = canonjson.encode(_redact(exchange, keep))
+        try:
+            data = canonjson.encode(redact_json(exchange, keep))
+        except RecursionError:
+            raise InputFormatError(f"--tape: exchange {seq} is nested too deeply") from None
         out.append((entry_name(seq, data), data))
     return out
 
@@ -70,17 +64,54 @@ def read_input(path: Path, flag: str = "--tape") -> list[dict]:
     return out
 
 
+def _where(name: bytes) -> str:
+    """An entry's path for an error message: one line, whatever bytes the name holds."""
+    return PATH.decode() + "/" + ascii(name.decode("utf-8", "backslashreplace"))[1:-1]
+
+
 def entries(git, tree_hex: str) -> dict[bytes, bytes]:
-    """File name -> raw blob oid of each exchange of an image tree (empty when it has no tape)."""
+    """File name -> raw blob oid of each exchange of an image tree (empty when it has no tape).
+    An entry that is not a file named ``<seq:08d>-<16 hex>.json`` is a DataError."""
     found = lookup(git, bytes.fromhex(tree_hex), PATH)
-    if not found or found[0] != MODE_TREE:
+    if not found:
         return {}
-    return {name: oid for name, mode, oid in read_tree(git, found[1]) if mode == MODE_FILE}
+    if found[0] != MODE_TREE:
+        raise DataError(f"{PATH.decode()}: not a directory")
+    out = {}
+    for name, mode, oid in read_tree(git, found[1]):
+        if mode != MODE_FILE or not _ENTRY_NAME.match(name):
+            raise DataError(f"{_where(name)}: not a tape entry (a file named <seq:08d>-<16 hex>.json)")
+        out[name] = oid
+    return out
+
+
+def _not_json(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def read_entry(git, name: bytes, oid: bytes) -> dict:
+    """One stored exchange: a JSON object within the size limit whose name carries its hash."""
+    try:
+        size = git.odb.read_header(pygit2.Oid(raw=oid))[1]
+    except KeyError:
+        raise MissingObject(f"{_where(name)}: blob {oid.hex()} is missing") from None
+    if size > limits.active().max_json_line:
+        raise DataError(f"{_where(name)}: {size} bytes, over pf.maxJsonLine")
+    data = read_blob(git, oid)
+    try:
+        obj = json.loads(data, parse_constant=_not_json)
+    except (ValueError, RecursionError):  # UnicodeDecodeError included
+        raise DataError(f"{_where(name)}: not valid JSON") from None
+    if not isinstance(obj, dict):
+        raise DataError(f"{_where(name)}: must hold one JSON object")
+    if name[9:25].decode() != hashlib.sha256(data).hexdigest()[:16]:
+        raise DataError(f"{_where(name)}: its name does not match its content")
+    return obj
 
 
 def read(git, tree_hex: str) -> list[dict]:
     """The exchanges of an image tree, in tape order (empty when it has no tape)."""
-    return [canonjson.loads(read_blob(git, oid)) for _, oid in sorted(entries(git, tree_hex).items())]
+    return [read_entry(git, name, oid) for name, oid in sorted(entries(git, tree_hex).items())]
 
 
 def summary(exchanges: int) -> dict:

@@ -11,21 +11,12 @@ Pure data handling plus reading a JSON file.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import canonjson, jsonl
 from ..errors import InputFormatError
-
-REDACTED = "<redacted>"
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS", re.IGNORECASE)
-_SECRET_VALUE = [
-    re.compile(r"^\s*(bearer|basic|token)\s+\S{8,}", re.IGNORECASE),
-    re.compile(r"^[a-z][a-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@", re.IGNORECASE),  # scheme://user:pass@host
-    re.compile(r"^(sk-|sk_live_|rk_live_|ghp_|gho_|ghs_|github_pat_|glpat-|xox[abprs]-|AKIA|ASIA|hf_)[A-Za-z0-9_\-]{8,}"),
-    re.compile(r"^eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+$"),  # JWT
-]
+from ..secrets import REDACTED, looks_secret
 
 
 @dataclass
@@ -44,10 +35,6 @@ class Env:
     def decode(cls, data: bytes) -> "Env":
         obj = canonjson.loads(data)
         return cls(obj.get("cwd"), dict(obj.get("env", {})), list(obj.get("redacted", [])))
-
-
-def looks_secret(name: str, value: str) -> bool:
-    return bool(_SECRET_NAME.search(name)) or any(p.search(value) for p in _SECRET_VALUE)
 
 
 def redact(env: Env, keep: set[str]) -> Env:

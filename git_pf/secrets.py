@@ -1,0 +1,242 @@
+"""Secret detection and redaction: which names, values and pieces of text are credentials.
+
+One rule set for everything git-pf stores from an agent: the environment
+(``world/env.json``) and the recorded LLM exchanges (``trace/tape/``). Three
+kinds of rule (docs/security.md, "Secrets"):
+
+- names: an environment variable, JSON key, header name or query / form
+  parameter whose name says it holds a credential has its whole value
+  replaced;
+- whole values: an ``Authorization``-style value (``Bearer``/``Basic``/
+  ``Token`` and one token) is replaced whole;
+- text: a credential found anywhere inside a string is replaced where it
+  stands, the rest of the text kept: vendor key shapes (OpenAI, Anthropic,
+  GitHub, GitLab, AWS, Slack, Google, Hugging Face, Stripe), JWTs, PEM
+  private keys, ``Bearer <token>``, the password of a ``scheme://user:pass@``
+  URL, secret-named URL query parameters, Slack / Discord webhook paths, and
+  ``"api_key": "..."`` pairs of JSON embedded in text. A string that is
+  itself a JSON document is parsed, redacted the same way, and written back
+  as canonical JSON (only when something was redacted).
+
+Every replacement is the fixed marker ``REDACTED``, so the same input always
+gives the same output (two recordings of one request still compare equal)
+and redacting twice changes nothing. Pure functions on strings and JSON
+values: no I/O; imports only ``canonjson``.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from urllib.parse import unquote
+
+from . import canonjson
+
+REDACTED = "<redacted>"
+
+# Environment variable names: few and explicit, so any of these words marks one.
+_ENV_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS", re.IGNORECASE)
+
+# JSON keys, header names, query and form parameter names.
+_FIELD_NAME = re.compile(
+    r"^(authorization|proxy-authorization|cookie|set-cookie)$|api[-_]?key|private[-_]?key|secret|passw(or)?d"
+    r"|credential|(^|[-_])(access|auth|bearer|id|refresh|session)?[-_]?token$", re.IGNORECASE)
+# Tokenizer vocabulary, not credentials: ``"eos_token": "</s>"``.
+_VOCAB_TOKEN = re.compile(r"^(bos|eos|pad|unk|sep|cls|mask|stop|start|end)[-_]token$", re.IGNORECASE)
+# Secret as URL query / form parameters only (too common as JSON keys): Google ``key=``,
+# Azure SAS ``sig=``, ``auth=``, ``pwd=``.
+_QUERY_NAME = frozenset({"key", "sig", "signature", "auth", "pass", "pwd"})
+
+_TOKEN_CHARS = r"A-Za-z0-9_\-"
+_START, _END = rf"(?<![{_TOKEN_CHARS}])", rf"(?![{_TOKEN_CHARS}])"
+# Vendor key shapes, each with the length its vendor documents (a floor where the
+# length varies), bounded by non-token characters so a longer word never matches.
+_KEY_SHAPES = [
+    r"sk-ant-[a-z]+[0-9]*-[A-Za-z0-9_\-]{32,}",  # Anthropic: sk-ant-api03-…, sk-ant-admin01-…
+    r"sk-(?:proj|svcacct|admin|None)-[A-Za-z0-9_\-]{32,}",  # OpenAI project / service / admin keys
+    r"sk-[A-Za-z0-9]{32,}",  # OpenAI user keys (48), and the many APIs that copy the shape
+    r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{24,}",  # Stripe
+    r"gh[pousr]_[A-Za-z0-9]{36,}",  # GitHub classic / OAuth / user-to-server / server / refresh
+    r"github_pat_[A-Za-z0-9_]{50,}",  # GitHub fine-grained (22 + "_" + 59)
+    r"glpat-[A-Za-z0-9_\-]{20,}",  # GitLab
+    r"(?:AKIA|ASIA)[A-Z0-9]{16}",  # AWS access key ids (long-term / temporary)
+    r"xox[abposr]-[A-Za-z0-9\-]{10,}",  # Slack bot / user / app tokens
+    r"xapp-[0-9]-[A-Za-z0-9\-]{10,}",  # Slack app-level tokens
+    r"AIza[A-Za-z0-9_\-]{35}",  # Google API keys
+    r"hf_[A-Za-z0-9]{30,}",  # Hugging Face (34 letters)
+    r"eyJ[A-Za-z0-9_\-]{10,}\.eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]*",  # JWT: {"…} . {"…} . signature
+]
+_KEY_PREFIXES = ("sk-", "sk_", "rk_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "AKIA",
+                 "ASIA", "xox", "xapp-", "AIza", "hf_", "eyJ")  # a cheap test before the full pattern
+_KEYS = re.compile(_START + "(?:" + "|".join(_KEY_SHAPES) + ")" + _END)
+_PEM = re.compile(r"(-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----).*?(-----END [A-Z0-9 ]*PRIVATE KEY-----)", re.DOTALL)
+_BEARER = re.compile(r"\b(bearer\s+)([A-Za-z0-9\-._~+/]+=*)", re.IGNORECASE)
+_BASIC = re.compile(r"\b(basic\s+)([A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])", re.IGNORECASE)
+_AUTH_VALUE = re.compile(r"^\s*(bearer|basic|token)\s+[A-Za-z0-9\-._~+/]{8,}=*\s*$", re.IGNORECASE)
+_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s\"'<>`\\]+")
+_USERINFO = re.compile(r"^([^:/]+://[^/?#:@]*):([^/?#@]+)@")
+_WEBHOOK = re.compile(r"^(https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)/"
+                      r"|(?:[a-z]+\.)?discord(?:app)?\.com/api/webhooks/))[A-Za-z0-9/_\-]+", re.IGNORECASE)
+_PARAM = re.compile(r"([?&;])([^=&;#?]+)=([^&;#]*)")
+_FORM_PAIR = r"[A-Za-z0-9_.\-%\[\]]+=[^&\s]*"
+_FORM = re.compile(rf"^{_FORM_PAIR}(?:&{_FORM_PAIR})*$")  # a whole form body: a=1&b=2
+_JSON_PAIR = re.compile(r'"((?:[^"\\]|\\.){1,100})"(\s*:\s*)"((?:[^"\\]|\\.)*)"')
+
+
+def env_name_is_secret(name: str) -> bool:
+    """An environment variable whose name marks a credential (``*_KEY``, ``*TOKEN*``, ...)."""
+    return bool(_ENV_NAME.search(name))
+
+
+def field_is_secret(name: str) -> bool:
+    """A JSON key or header name whose value is a credential (``Authorization``, ``api_key``, ...)."""
+    return bool(_FIELD_NAME.search(name)) and not _VOCAB_TOKEN.match(name)
+
+
+def _param_is_secret(name: str) -> bool:
+    name = unquote(name)
+    return name.lower() in _QUERY_NAME or field_is_secret(name)
+
+
+def looks_secret(name: str, value: str) -> bool:
+    """Whether an environment variable must be redacted: by its name, or because its value
+    holds a credential anywhere (the variable's whole value is then replaced)."""
+    return env_name_is_secret(name) or redact_text(value) != value
+
+
+def redact_text(text: str, keep: frozenset[str] = frozenset()) -> str:
+    """``text`` with every credential in it replaced by ``REDACTED`` (the whole string when it
+    is an ``Authorization``-style value); names in ``keep`` are never judged secret."""
+    if text == REDACTED:
+        return text
+    if _AUTH_VALUE.match(text):
+        return REDACTED
+    parsed = _json_document(text)
+    if parsed is not None:
+        redacted = redact_json(parsed, keep)
+        return text if redacted == parsed else canonjson.dumps(redacted)
+    if _FORM.match(text):
+        text = _redact_params(text, keep, form=True)
+    # Each pass runs only where a cheap substring test says it can match (text can be megabytes).
+    if "PRIVATE KEY" in text:
+        text = _PEM.sub(lambda m: m.group(1) + REDACTED + m.group(2), text)
+    if "://" in text:
+        text = _URL.sub(lambda m: _redact_url(m.group(0), keep), text)
+    if any(p in text for p in _KEY_PREFIXES):
+        text = _KEYS.sub(REDACTED, text)
+    lower = text.lower()
+    if "bearer" in lower:
+        text = _BEARER.sub(_bearer, text)
+    if "basic" in lower:
+        text = _BASIC.sub(_basic, text)
+    if '"' in text:
+        text = _JSON_PAIR.sub(lambda m: _json_pair(m, keep), text)
+    return text
+
+
+def redact_json(value, keep: frozenset[str] = frozenset(), key: str | None = None):
+    """A JSON value with its credentials redacted: string values under secret names (and
+    everything under them), header lists judged by header name, and credentials in any
+    string (``redact_text``). The value under a key named in ``keep`` is kept whole."""
+    if key is not None and key in keep:
+        return value
+    if key is not None and field_is_secret(key):
+        return _redact_all(value)
+    if isinstance(value, dict):
+        return {k: redact_json(v, keep, k) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        if _is_header_list(value):
+            return [[name, redact_json(v, keep, name)] for name, v in value]
+        return [redact_json(v, keep) for v in value]
+    if isinstance(value, str):
+        return redact_text(value, keep)
+    return value
+
+
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z\-]+$")
+
+
+def _is_header_list(value) -> bool:
+    """``[["x-api-key", "…"], ("Accept", "…")]``: every item a pair whose first item is a header name."""
+    return bool(value) and all(isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], str)
+                               and _HEADER_NAME.match(p[0]) for p in value)
+
+
+def _redact_all(value):
+    if isinstance(value, str):
+        return REDACTED
+    if isinstance(value, dict):
+        return {k: _redact_all(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redact_all(v) for v in value]
+    return value
+
+
+def _json_document(text: str):
+    """The JSON object, array or string ``text`` holds, else None (numbers and words are text).
+    A document with a duplicate key or NaN is text: a parser keeps one value of a duplicate
+    key, and the value it drops must not escape redaction."""
+    head = text.lstrip()[:1]
+    if head not in ("{", "[", '"'):
+        return None
+    try:
+        value = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, (dict, list, str)) else None
+
+
+def _unique_keys(pairs: list) -> dict:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise ValueError("duplicate key")
+    return out
+
+
+def _no_constant(name: str):
+    raise ValueError(name)
+
+
+def _redact_url(url: str, keep: frozenset[str]) -> str:
+    hook = _WEBHOOK.match(url)
+    if hook:
+        return hook.group(1) + REDACTED
+    url = _USERINFO.sub(lambda m: f"{m.group(1)}:{REDACTED}@", url, count=1)
+    return _redact_params(url, keep)
+
+
+def _redact_params(text: str, keep: frozenset[str], form: bool = False) -> str:
+    """Values of secret-named ``name=value`` parameters of a URL query, or of a whole form
+    body (where only field names count: ``key=value`` alone is too common to be a secret)."""
+    def one(m: re.Match) -> str:
+        name, value = m.group(2), m.group(3)
+        secret = field_is_secret(unquote(name)) if form else _param_is_secret(name)
+        if value and name not in keep and secret:
+            value = REDACTED
+        return f"{m.group(1)}{name}={value}"
+    if form:
+        return _PARAM.sub(one, "&" + text)[1:]
+    return _PARAM.sub(one, text)
+
+
+def _bearer(m: re.Match) -> str:
+    token = m.group(2)
+    random_looking = len(token) >= 8 and (any(c.isdigit() for c in token) or len(token) >= 20)
+    return m.group(1) + REDACTED if random_looking else m.group(0)
+
+
+def _basic(m: re.Match) -> str:
+    """``Basic <base64 of user:password>``: replaced only when it decodes to such a pair."""
+    try:
+        decoded = base64.b64decode(m.group(2), validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return m.group(0)
+    return m.group(1) + REDACTED if ":" in decoded and decoded.isprintable() else m.group(0)
+
+
+def _json_pair(m: re.Match, keep: frozenset[str]) -> str:
+    name, value = m.group(1), m.group(3)
+    if value == REDACTED or name in keep or not field_is_secret(name):
+        return m.group(0)
+    return f'"{name}"{m.group(2)}"{REDACTED}"'
