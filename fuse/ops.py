@@ -23,6 +23,7 @@ import time
 from collections import OrderedDict, deque
 
 from . import protocol as P
+from .protocol import DOTS
 from .upper import join
 from .view import Node, View
 
@@ -238,7 +239,10 @@ class Operations:
         else:
             entries, attrs = self.view.listdir(rel), self._attrs
         of, prefix = self.inodes.of, rel + b"/" if rel else b""
-        return [(name, *attrs(of(prefix + name), node)) for name, node in sorted(entries.items())]
+        node_of = self.view.lower.get if self.readonly else self.view.node
+        parent = rel.rpartition(b"/")[0]  # the root's '..' is itself: the kernel answers for the mount point
+        dots = [(b".", *attrs(inode, node_of(rel))), (b"..", *attrs(of(parent), node_of(parent)))]
+        return dots + [(name, *attrs(of(prefix + name), node)) for name, node in sorted(entries.items())]
 
     def _listing(self, inode: int, fh: int, off: int) -> list:
         if not fh:  # a read-only mount: the lower directory never changes
@@ -257,7 +261,8 @@ class Operations:
             self.built_ahead.discard(inode)
         else:  # the walk went elsewhere: what was built ahead is not what it needs
             self.built_ahead.clear()
-        self.ahead.extendleft(attr[0] for _, _, attr in reversed(listing) if stat.S_ISDIR(attr[9]))
+        self.ahead.extendleft(attr[0] for name, _, attr in reversed(listing)
+                              if stat.S_ISDIR(attr[9]) and name not in DOTS)
         while len(self.ahead) > AHEAD_QUEUE:
             self.ahead.pop()
 
@@ -278,7 +283,7 @@ class Operations:
         listing = self._listing(inode, fh, off)
         out, end = P.dirents(listing, off, size, plus, LOWER_TIMEOUT)
         if plus:  # the kernel now holds an inode for each of these entries
-            self.told.update(attr[0] for _, _, attr in listing[off:end])
+            self.told.update(attr[0] for name, _, attr in listing[off:end] if name not in DOTS)
             if end == len(listing) and self._listing_credit > 0 and self.prefill is not None:
                 self._listing_credit -= 1  # a program reading whole files lists this one next: store it now
                 self._prefill_dir(self.inodes.rel(inode))

@@ -33,6 +33,7 @@ FATTR_ATIME, FATTR_MTIME, FATTR_FH, FATTR_ATIME_NOW, FATTR_MTIME_NOW = 1 << 4, 1
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1 << 0, 1 << 1
 FSYNC_FDATASYNC = 1 << 0
 ROOT_ID = 1
+DOTS = (b".", b"..")  # listed first in every directory, as every filesystem does
 
 IN_HEADER = struct.Struct("<IIQQIIIHH")  # len, opcode, unique, nodeid, uid, gid, pid, extlen, pad
 OUT_HEADER = struct.Struct("<IiQ")  # len, error (negative errno), unique
@@ -107,8 +108,8 @@ def dirents(listing: list, start: int, size: int, plus: bool, entry_valid: tuple
         if end > size:
             break
         kind = (attr[9] & 0o170000) >> 12
-        if plus:
-            head(out, pos, attr[0], 0, ev, av, evn, avn, *attr, attr[0], i + 1, len(name), kind)
+        if plus:  # '.' and '..' carry node id 0: the kernel looks them up by itself, counting no lookup
+            head(out, pos, 0 if name in DOTS else attr[0], 0, ev, av, evn, avn, *attr, attr[0], i + 1, len(name), kind)
         else:
             head(out, pos, attr[0], i + 1, len(name), kind)
         out[pos + fixed:end] = name

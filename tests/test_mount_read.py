@@ -4,6 +4,7 @@ from __future__ import annotations
 import errno
 import os
 import random
+import subprocess
 import time
 from pathlib import Path
 
@@ -218,3 +219,21 @@ def test_mount_errors_are_one_line(pf):
     Path(pf.root / "file").write_text("x")
     notdir = pf.run("mount", image, str(pf.root / "file"), check=False)
     assert notdir.returncode == 2 and "not a directory" in notdir.stderr
+
+
+@pytest.mark.parametrize("mode", ["ro", "rw"])
+def test_ls_a_lists_dot_and_dotdot_with_their_inodes(pf, mode):
+    sb = make_sandbox(pf.root)
+    image = snapshot(pf, sb)
+    mnt = pf.mount(image, pf.root / f"mnt-{mode}", *(["--rw"] if mode == "rw" else []))
+    for rel in ("", "src", "src/pkg"):
+        d = mnt / rel if rel else mnt
+        out = subprocess.run(["ls", "-a1i", str(d)], capture_output=True, text=True, check=True).stdout.split("\n")
+        listed = dict(reversed(line.split(None, 1)) for line in out if line.strip())
+        assert {".", ".."} <= set(listed) and set(listed) - {".", ".."} == set(os.listdir(d))
+        assert int(listed["."]) == os.stat(d).st_ino
+        if rel:  # the root's '..' is the mount point's parent, which the kernel itself answers for
+            assert int(listed[".."]) == os.stat(d.parent).st_ino
+    # a walk that meets '.' and '..' still sees each file once
+    assert sorted(p.relative_to(mnt).as_posix() for p in mnt.rglob("*")) == \
+        sorted(p.relative_to(sb).as_posix() for p in sb.rglob("*"))
