@@ -112,7 +112,9 @@ class Repo:
 
     def create_branch(self, name: str, rev: str = "HEAD") -> img.ImageInfo:
         image = self.resolve(rev)
-        refs.update_branch(self.git, refs.check_name(name), image.id, None, f"pf branch: from {rev}")
+        if refs.branch_tip(self.git, refs.check_name(name)) is not None:
+            raise UsageError(f"branch '{name}' already exists")
+        refs.update_branch(self.git, name, image.id, None, f"pf branch: from {rev}")
         return image
 
     def delete_branch(self, name: str) -> str:
