@@ -18,3 +18,23 @@ def test_branch_on_an_existing_name_says_it_already_exists(run_pf, tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and "already exists" in proc.stderr
     assert "while this command ran" not in proc.stderr
+
+
+def test_merge_json_reports_a_conflicted_world_as_conflict_and_counts_paths_in_english(repo, run_pf, tmp_path):
+    import json
+
+    from merge_helpers import snap
+
+    base = snap(repo, "main", {"doc.txt": "a\n", "other.txt": "o\n"})
+    repo.create_branch("fork", base.id)
+    snap(repo, "main", {"doc.txt": "ours\n", "other.txt": "o\n"})
+    snap(repo, "fork", {"doc.txt": "theirs\n", "other.txt": "o\n"})
+    repo.switch("main")
+    cwd = tmp_path / "repo"
+    world = json.loads(run_pf("merge", "fork", "--json", cwd=cwd, check=False).stdout)["layers"][0]
+    assert world["status"] == "conflict" and world["resolution"] == "conflict", world
+    repo.create_branch("fork2", base.id)
+    snap(repo, "fork2", {"doc.txt": "a\n", "other.txt": "changed\n"})
+    repo.switch("main")
+    proc = run_pf("merge", "fork2", "--dry-run", cwd=cwd)
+    assert "1 path differs from ours" in proc.stdout, proc.stdout

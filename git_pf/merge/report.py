@@ -35,8 +35,9 @@ def to_json(result) -> dict:
 def _detail(r) -> str:
     rep = r.report
     how = rep.get("resolution", "")
-    if r.layer == "world" and how == "merged":
-        text = f"merged by git: {rep.get('changed', 0)} paths differ from ours"
+    if r.layer == "world" and how in ("merged", "conflict"):
+        n = rep.get("changed", 0)
+        text = f"merged by git: {n} path{'' if n == 1 else 's'} differ{'s' if n == 1 else ''} from ours"
     elif r.layer == "trace" and how == "summary":
         n = rep["summarized_messages"]
         text = (f"ours + 1 merge message summarising {n} message{'s' if n != 1 else ''} "

@@ -134,7 +134,7 @@ def _three_way(ctx: MergeContext, stand: tuple[str, str], tm: gitmerge.TreeMerge
     conflicts += [{"path": None, "kind": "attrs", "message": line} for line in attr_lines]
     changes = {img.WORLD_FS: (MODE_TREE, merged_tree), img.WORLD_ATTRS: blob(git, attrs_mod.encode(list(merged_attrs.values())))}
     summary = _summary(ctx.ours.manifest.get("layers", {}).get("world"), changed, sizes)
-    report = {"resolution": "merged", "changed": len(changed), "conflicts": conflicts}
+    report = {"resolution": "conflict" if conflicts else "merged", "changed": len(changed), "conflicts": conflicts}
     trailer = f"world merged changed={len(changed)}"
     result = LayerResult("world", not conflicts, changes, summary, report, [c["message"] for c in conflicts], trailer)
     result.detail = {"ours": ours_c, "theirs": theirs_c, "unrelated": not ctx.bases, "merge": tm,
