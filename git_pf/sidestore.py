@@ -387,8 +387,9 @@ class SideStore:
 
         Nothing is inflated before the frame's decoded size is known to be ``size`` (when
         the caller knows what to expect) and within ``at_most`` and ``pf.maxFrameSize``
-        (``decoded_size``): a frame that says otherwise is refused, not decoded, and the
-        object is not unlisted for it (the pointer may be what lies).
+        (``decoded_size``): a frame that says otherwise is refused, not decoded. A held object
+        is unlisted for that only while it was never re-hashed (unverified, fetched again by a
+        later read); one that was is kept, since then the pointer is what lies.
 
         A frame in the directory got there under a checked name (``put`` hashes what it
         stores, received frames are verified first), so its read checks the frame: the
@@ -406,6 +407,10 @@ class SideStore:
         known = held and self.held.rehashed(source)  # re-hashed from there before
         try:
             n = decoded_size(frame, oid, size, at_most)
+        except CorruptObject:
+            if held and not known:
+                self.held.discard(oid)
+            raise
         except zstandard.ZstdError as e:
             if held:
                 self.held.discard(oid)
