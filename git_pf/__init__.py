@@ -10,8 +10,12 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .errors import PfError  # noqa: E402
+from .errors import (  # noqa: E402
+    CorruptObject, DataError, InputFormatError, MissingObject, NotARepository, PfError, UnknownRevision, UsageError,
+    WriteFailed,
+)
 from .image import Agent, ImageInfo  # noqa: E402
 from .repo import Repo  # noqa: E402
 
-__all__ = ["Repo", "ImageInfo", "Agent", "PfError", "__version__"]
+__all__ = ["Repo", "ImageInfo", "Agent", "PfError", "UsageError", "UnknownRevision", "InputFormatError",
+           "NotARepository", "DataError", "CorruptObject", "MissingObject", "WriteFailed", "__version__"]

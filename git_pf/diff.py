@@ -4,7 +4,9 @@ World: files added / changed / removed (plus attribute-only changes);
 trace: messages appended, or whether the history was rewritten, and
 recorded exchanges added / removed; effects:
 entries added and removed (by entry hash); env: keys added / changed /
-removed; any other layer path that differs is listed by name. Read-only.
+removed; any other layer path that differs is listed by name. Every layer
+file is parsed by its reader (``layercheck``), so a malformed one is a
+``DataError`` naming the image. Read-only.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import pygit2
 
 from . import effects as effects_mod, image as img, tape, trace
 from .gittree import diff_trees
-from .world import attrs as attrs_mod
+from .layercheck import load
 from .world.env import Env
 from .world.names import from_tree
 
@@ -84,8 +86,7 @@ def _world(git, a: img.ImageInfo, b: img.ImageInfo) -> WorldDiff:
     for path, old, new in diff_trees(git, bytes.fromhex(ta) if ta else None, bytes.fromhex(tb) if tb else None):
         bucket = out.added if old is None else out.removed if new is None else out.changed
         bucket.append(_unescape(path))
-    aa = attrs_mod.decode(img.read_file(git, a.tree, img.WORLD_ATTRS) or b"")
-    ab = attrs_mod.decode(img.read_file(git, b.tree, img.WORLD_ATTRS) or b"")
+    aa, ab = (load(git, x, img.WORLD_ATTRS, {}) for x in (a, b))
     touched = set(out.added) | set(out.changed) | set(out.removed)
     for p in sorted(aa.keys() | ab.keys()):
         ja, jb = (x[p].to_json() if p in x else None for x in (aa, ab))
@@ -95,22 +96,19 @@ def _world(git, a: img.ImageInfo, b: img.ImageInfo) -> WorldDiff:
 
 
 def _trace(git, a, b) -> TraceDiff:
-    ma = trace.decode(img.read_file(git, a.tree, img.TRACE_MESSAGES) or b"")
-    mb = trace.decode(img.read_file(git, b.tree, img.TRACE_MESSAGES) or b"")
+    ma, mb = (load(git, x, img.TRACE_MESSAGES, []) for x in (a, b))
     prefix = trace.is_prefix(ma, mb)
     ta, tb = set(tape.entries(git, a.tree)), set(tape.entries(git, b.tree))
     return TraceDiff(len(ma), len(mb), len(mb) - len(ma) if prefix else 0, not prefix, len(tb - ta), len(ta - tb))
 
 
 def _effects(git, a, b) -> EffectsDiff:
-    ea = {effects_mod.entry_hash(e) for e in effects_mod.decode(img.read_file(git, a.tree, img.EFFECTS_LEDGER) or b"")}
-    eb = {effects_mod.entry_hash(e) for e in effects_mod.decode(img.read_file(git, b.tree, img.EFFECTS_LEDGER) or b"")}
+    ea, eb = ({effects_mod.entry_hash(e) for e in load(git, x, img.EFFECTS_LEDGER, [])} for x in (a, b))
     return EffectsDiff(len(eb - ea), len(ea - eb))
 
 
 def _env(git, a, b) -> EnvDiff:
-    va = Env.decode(img.read_file(git, a.tree, img.WORLD_ENV) or b"{}").vars
-    vb = Env.decode(img.read_file(git, b.tree, img.WORLD_ENV) or b"{}").vars
+    va, vb = (load(git, x, img.WORLD_ENV, Env()).vars for x in (a, b))
     return EnvDiff(sorted(vb.keys() - va.keys()), sorted(k for k in va.keys() & vb.keys() if va[k] != vb[k]),
                    sorted(va.keys() - vb.keys()))
 
@@ -125,4 +123,6 @@ def _other(git, a, b) -> list[str]:
 
 
 def diff(git: pygit2.Repository, a: img.ImageInfo, b: img.ImageInfo) -> ImageDiff:
+    for image in (a, b):  # the process table is listed under "other" when it changed, but must parse
+        load(git, image, img.WORLD_PROCS)
     return ImageDiff(a.id, b.id, _world(git, a, b), _trace(git, a, b), _effects(git, a, b), _env(git, a, b), _other(git, a, b))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 
 from . import canonjson, jsonl
-from .errors import InputFormatError
+from .errors import DataError, InputFormatError
 
 PATH = "effects/ledger.jsonl"
 CLASSES = ("pure", "idempotent", "irreversible")
@@ -138,4 +138,5 @@ def encode(entries: list[dict]) -> bytes:
 
 
 def decode(data: bytes) -> list[dict]:
-    return jsonl.parse(data, PATH)
+    """The entries of an image's ledger (image data: a malformed line is a ``DataError``)."""
+    return jsonl.parse(data, PATH, DataError)

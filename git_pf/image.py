@@ -2,18 +2,20 @@
 
 Knows the tree layout of format v1 (docs/format.md), the ``pf.json``
 manifest, and the commit message with its ``Pf-*`` trailers; reads images
-back as typed ``ImageInfo`` values. Does not walk sandboxes or touch refs.
+back as typed ``ImageInfo`` values, checking the manifest's types (image data
+is untrusted: malformed is a ``DataError``). Does not walk sandboxes or touch refs.
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 
 import pygit2
 
-from . import canonjson
+from . import canonjson, jsonl
 from .errors import DataError, UsageError
-from .gittree import MODE_FILE, MODE_TREE, TreeWriter, edit, lookup, read_blob
+from .gittree import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, TreeWriter, edit, lookup, read_blob
 
 SCHEMA = 1
 MANIFEST = b"pf.json"
@@ -24,6 +26,12 @@ WORLD_PROCS = b"world/procs.json"
 TRACE_MESSAGES = b"trace/messages.jsonl"
 TRACE_TAPE = b"trace/tape"
 EFFECTS_LEDGER = b"effects/ledger.jsonl"
+
+AGENT_KEYS = ("kind", "version", "fingerprint")
+# Summary fields that are counts (docs/format.md, ``pf.json``); other fields are for display only.
+SUMMARY_COUNTS = {"world": ("files", "bytes", "pointers", "env_vars", "redacted"),
+                  "trace": ("messages", "tokens_estimate"), "effects": ("entries", "irreversible"),
+                  "tape": ("exchanges",), "procs": ("processes",)}
 
 _TRAILER = re.compile(r"^(Pf-[A-Za-z-]+): (.*)$")
 
@@ -107,7 +115,10 @@ def read_image(repo: pygit2.Repository, oid: str) -> ImageInfo:
     commit = repo.get(oid)
     if not isinstance(commit, pygit2.Commit):
         raise UsageError(f"{oid[:12]} is not a commit")
-    manifest = read_manifest(repo, commit.tree_id.raw)
+    try:
+        manifest = read_manifest(repo, commit.tree_id.raw)
+    except DataError as e:
+        raise DataError(f"image {oid[:12]}: {e.message}", e.code) from None
     if manifest is None:
         raise UsageError(f"{oid[:12]} is a commit but not a git-pf image (no pf.json)")
     msg = commit.message
@@ -129,21 +140,60 @@ def read_manifest(repo: pygit2.Repository, tree: bytes) -> dict | None:
     found = lookup(repo, tree, MANIFEST)
     if found is None or found[0] == MODE_TREE:
         return None
-    try:
-        manifest = canonjson.loads(read_blob(repo, found[1]))
-    except ValueError:
-        raise DataError("pf.json is not valid JSON") from None
-    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
-        raise DataError(f"unsupported image schema {manifest.get('schema') if isinstance(manifest, dict) else '?'}")
+    return parse_manifest(read_file(repo, tree, MANIFEST))
+
+
+def parse_manifest(data: bytes) -> dict:
+    """The manifest in ``pf.json`` bytes; DataError naming what is malformed (docs/format.md, ``pf.json``)."""
+    manifest = jsonl.loads(data, "pf.json")
+    if not isinstance(manifest, dict):
+        raise DataError("pf.json: must be a JSON object")
+    if manifest.get("schema") != SCHEMA or isinstance(manifest.get("schema"), bool):
+        raise DataError(f"unsupported image schema {ascii(manifest['schema'])[:40] if 'schema' in manifest else '(none)'}")
+    problem = _manifest_problem(manifest)
+    if problem:
+        raise DataError(f"pf.json: {problem}")
     return manifest
 
 
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _manifest_problem(manifest: dict) -> str | None:
+    agent = manifest.get("agent", {})
+    if not isinstance(agent, dict) or not agent.keys() <= set(AGENT_KEYS) \
+            or not all(isinstance(v, (str, type(None))) for v in agent.values()):
+        return f"agent must be an object with only {', '.join(AGENT_KEYS)}, each a string or null"
+    if not isinstance(manifest.get("label", ""), str):
+        return "label must be a string"
+    layers = manifest.get("layers", {})
+    if not isinstance(layers, dict):
+        return "layers must be an object"
+    for name, summary in layers.items():
+        if summary is None:
+            continue
+        if not isinstance(summary, dict):
+            return f"layers.{ascii(name[:40])} must be an object or null"
+        for key in SUMMARY_COUNTS.get(name, ()):
+            if key in summary and not _is_count(summary[key]):
+                return f"layers.{name}.{key} must be a non-negative integer"
+    try:
+        canonjson.dumps(manifest)
+    except ValueError:
+        return "holds NaN or Infinity (not JSON)"
+    return None
+
+
 def read_file(repo: pygit2.Repository, tree: str | bytes, path: bytes) -> bytes | None:
-    """The bytes of the blob at ``path`` in an image tree, or None when absent."""
+    """The bytes of the blob at ``path`` in an image tree, or None when absent (or a tree).
+    A submodule entry there is damaged data: a layer file is a blob."""
     raw = bytes.fromhex(tree) if isinstance(tree, str) else tree
     found = lookup(repo, raw, path)
     if found is None or found[0] == MODE_TREE:
         return None
+    if found[0] not in (MODE_FILE, MODE_EXEC, MODE_LINK):
+        raise DataError(f"{os.fsdecode(path)} is not a file (mode {found[0]:06o})")
     return read_blob(repo, found[1])
 
 

@@ -1,6 +1,8 @@
-"""Reading JSONL (and single JSON) files handed to us by users, with line-numbered errors.
+"""Reading JSONL (and single JSON) files, with line-numbered errors.
 
-Each non-blank line must be one JSON object. Bytes that are not valid UTF-8
+Each non-blank line must be one JSON object. ``parse`` serves both a file a
+user handed us (the default: ``InputFormatError``, exit 2) and a file read
+from an image (``error=DataError``, exit 3). Bytes that are not valid UTF-8
 are kept through ``surrogateescape`` (canonical JSON then writes them as
 escapes), so no text is lost. Pure parsing; knows no schema.
 """
@@ -9,8 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from . import limits
-from .errors import DataError, InputFormatError
+from . import canonjson, limits
+from .errors import DataError, InputFormatError, PfError
 
 
 def check_line_lengths(data: bytes, where: str) -> None:
@@ -29,21 +31,46 @@ def check_line_lengths(data: bytes, where: str) -> None:
         start, lineno = end + 1, lineno + 1
 
 
-def parse(data: bytes, where: str) -> list[dict]:
+def parse(data: bytes, where: str, error: type[PfError] = InputFormatError) -> list[dict]:
+    """The objects of JSONL ``data``; a malformed line raises ``error`` naming ``where:LINE``."""
     check_line_lengths(data, where)
     out = []
     for lineno, raw in enumerate(data.split(b"\n"), 1):
         if not raw.strip():
             continue
         text = raw.decode("utf-8", "surrogateescape")
-        try:
-            obj = json.loads(text)
-        except ValueError as e:
-            raise InputFormatError(f"{where}:{lineno}: not valid JSON ({e.args[0].split(':')[0]})") from None
+        obj = _loads(text, f"{where}:{lineno}", error)
         if not isinstance(obj, dict):
-            raise InputFormatError(f"{where}:{lineno}: each line must be a JSON object")
+            raise error(f"{where}:{lineno}: each line must be a JSON object")
         out.append(obj)
     return out
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _loads(text: str | bytes, where: str, error: type[PfError]):
+    """One JSON value; NaN / Infinity (not JSON) and nesting too deep to parse raise ``error``."""
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise error(f"{where}: nested too deeply") from None
+    except ValueError as e:  # UnicodeDecodeError included
+        raise error(f"{where}: not valid JSON ({str(e).split(':')[0]})") from None
+
+
+def loads(data: bytes, where: str):
+    """One JSON document read from an image (``canonjson.loads``, with its size limit); any
+    problem is a ``DataError`` naming ``where``."""
+    try:
+        return canonjson.loads(data)
+    except DataError as e:
+        raise DataError(f"{where}: {e.message}") from None
+    except RecursionError:
+        raise DataError(f"{where}: nested too deeply") from None
+    except ValueError as e:  # UnicodeDecodeError included
+        raise DataError(f"{where}: not valid JSON ({str(e).split(':')[0]})") from None
 
 
 def read_bytes(path: Path, flag: str) -> bytes:

@@ -7,8 +7,10 @@ process is kept, never what changes while it idles (state, CPU time,
 memory), so the same process tree gives the same bytes. Process
 environments are not recorded: the env layer holds the agent's environment,
 redacted. Captured from ``/proc`` for a root pid and all its descendants, or
-read from a JSON file. Reads ``/proc`` and the user's file; writes one blob
-through a ``TreeEdit``; moves no refs.
+read from a JSON file. ``decode`` reads a stored table (image data: a
+malformed one is a ``DataError``); ``read_input`` a user's file (an
+``InputFormatError``); both check the same rules. Reads ``/proc`` and the
+user's file; writes one blob through a ``TreeEdit``; moves no refs.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import os
 from pathlib import Path
 
 from . import canonjson, image as img, jsonl
-from .errors import InputFormatError, UsageError
+from .errors import DataError, InputFormatError, UsageError
 from .gittree import read_blob
 
 SCHEMA = 1
@@ -100,10 +102,58 @@ def read_input(path: Path, flag: str = "--procs") -> dict:
     """A table from a JSON file: a table as stored, or a bare list of process objects."""
     obj = jsonl.read_json(path, flag)
     procs = obj if isinstance(obj, list) else obj.get("processes") if isinstance(obj, dict) else None
-    if not isinstance(procs, list) or not all(isinstance(p, dict) and isinstance(p.get("pid"), int) for p in procs):
+    if not isinstance(procs, list) or not all(isinstance(p, dict) and _is_int(p.get("pid")) for p in procs):
         raise InputFormatError(f"{flag}: '{path}' must hold a list of processes, each an object with an integer pid")
     root = obj.get("root") if isinstance(obj, dict) else None
-    return make(root if isinstance(root, int) else None, procs)
+    table = make(root if _is_int(root) else None, procs)
+    problem = _problem(table)
+    if problem:
+        raise InputFormatError(f"{flag}: '{path}': {problem}")
+    return table
+
+
+def decode(data: bytes, where: str = "world/procs.json") -> dict:
+    """The table of an image's ``world/procs.json``; DataError naming ``where`` when malformed."""
+    table = jsonl.loads(data, where)
+    problem = _problem(table)
+    if problem:
+        raise DataError(f"{where}: {problem}")
+    return table
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_TYPES = {"pid": (_is_int, "an integer"), "ppid": (lambda v: v is None or _is_int(v), "an integer or null"),
+          "argv": (lambda v: v is None or (isinstance(v, list) and all(isinstance(a, str) for a in v)),
+                   "a list of strings or null"),
+          "cwd": (lambda v: v is None or isinstance(v, str), "a string or null"),
+          "exe": (lambda v: v is None or isinstance(v, str), "a string or null"),
+          "uid": (lambda v: v is None or _is_int(v), "an integer or null")}
+
+
+def _problem(table) -> str | None:
+    """What is wrong with a process table (docs/format.md, "The process table"), or None."""
+    if not isinstance(table, dict) or set(table) != {"schema", "root", "processes"}:
+        return "must be an object with exactly schema, root and processes"
+    if table["schema"] != SCHEMA or not _is_int(table["schema"]):
+        return f"schema must be {SCHEMA}"
+    if table["root"] is not None and not _is_int(table["root"]):
+        return "root must be an integer or null"
+    if not isinstance(table["processes"], list):
+        return "processes must be a list"
+    last = None
+    for i, proc in enumerate(table["processes"], 1):
+        if not isinstance(proc, dict) or set(proc) != set(FIELDS):
+            return f"process {i} must be an object with exactly {', '.join(FIELDS)}"
+        for key, (ok, what) in _TYPES.items():
+            if not ok(proc[key]):
+                return f"process {i}: {key} must be {what}"
+        if last is not None and proc["pid"] <= last:
+            return f"process {i}: processes must be sorted by pid, each pid once"
+        last = proc["pid"]
+    return None
 
 
 def summary(table: dict) -> dict:
@@ -116,7 +166,7 @@ def merged_summary(git, changes: dict) -> dict | None:
     if img.WORLD_PROCS not in changes:
         return None
     change = changes[img.WORLD_PROCS]
-    return None if change is None else summary(canonjson.loads(read_blob(git, change[1])))
+    return None if change is None else summary(decode(read_blob(git, change[1])))
 
 
 class ProcsInput:

@@ -7,6 +7,7 @@ by merge reports); it never reads the world or effects.
 from __future__ import annotations
 
 from . import canonjson, jsonl
+from .errors import DataError
 
 PATH = "trace/messages.jsonl"
 
@@ -16,7 +17,8 @@ def encode(messages: list[dict]) -> bytes:
 
 
 def decode(data: bytes) -> list[dict]:
-    return jsonl.parse(data, PATH)
+    """The messages of an image's trace (image data: a malformed line is a ``DataError``)."""
+    return jsonl.parse(data, PATH, DataError)
 
 
 def estimate_tokens(messages: list[dict]) -> int:

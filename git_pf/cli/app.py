@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         if os.environ.get("GIT_PF_DEBUG"):
             raise
-        where = f": '{e.filename}'" if e.filename else ""
+        name = os.fsdecode(e.filename) if isinstance(e.filename, bytes) else e.filename
+        where = f": '{name}'" if name else ""
         return _fail(f"error: {e.strerror or e}{where}", EXIT_NEGATIVE)
     except Exception as e:  # a bug: still one line, with a way to see more
         if os.environ.get("GIT_PF_DEBUG"):

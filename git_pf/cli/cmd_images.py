@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from .. import refs
+from .. import layercheck, refs
 from ..cache.table import sharing as cache_sharing
 from ..errors import UsageError
 from . import format as fmt
@@ -18,6 +18,7 @@ def show(rev: str = typer.Argument("HEAD", help="The image to show."), as_json: 
     """Show an image: id, parents, agent, subject and a summary of every layer."""
     repo = open_repo()
     image = repo.resolve(rev)
+    layercheck.check(repo.git, image)  # a summary of an image whose layers do not parse would mislead
 
     def human() -> None:
         typer.echo(f"image {image.id}")

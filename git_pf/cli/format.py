@@ -24,7 +24,7 @@ def layers(image: ImageInfo) -> list[str]:
     out = []
     for name, summary in sorted(image.manifest.get("layers", {}).items()):
         parts = []
-        for key, value in summary.items():
+        for key, value in (summary or {}).items():
             parts.append(f"{key}={size(value) if key == 'bytes' and isinstance(value, int) else value}")
         out.append(f"{name:<8} {' '.join(parts)}")
     return out

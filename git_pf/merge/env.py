@@ -4,19 +4,19 @@
 changed differently is a conflict. A variable's redaction follows the value
 that wins. The process table cannot be merged: a side that changed it alone
 wins, and when both changed it ours is kept (processes are ours' live ones)
-and the report says so. Reads image blobs, writes one blob.
+and the report says so. A side taken whole is parsed first (a DataError
+naming the image when it does not parse). Reads image blobs, writes one blob.
 """
 from __future__ import annotations
 
-from .. import image as img
+from .. import image as img, layercheck
 from ..world.env import REDACTED, Env
 from .layer import LayerResult, MergeContext
 from .tree3 import AMBIGUOUS, MISSING, base_entry, blob, entry, merge_mapping, pick, virtual_mapping
 
 
 def _env(git, image) -> Env:
-    data = img.read_file(git, image.tree, img.WORLD_ENV) if image is not None else None
-    return Env.decode(data) if data else Env()
+    return layercheck.load(git, image, img.WORLD_ENV, Env()) if image is not None else Env()
 
 
 def _keys(env: Env) -> dict:
@@ -36,6 +36,7 @@ class EnvMerger:
         choice = pick(b, o, t)
         summary = None
         if choice == "theirs":
+            _env(git, ctx.theirs)  # a side taken whole must parse
             changes[img.WORLD_ENV] = t
             summary = _fields(ctx.theirs)
         elif choice == "both":
@@ -50,6 +51,7 @@ class EnvMerger:
         procs = pick(base_entry(git, ctx.bases, img.WORLD_PROCS), entry(git, ctx.ours, img.WORLD_PROCS),
                      entry(git, ctx.theirs, img.WORLD_PROCS))
         if procs == "theirs":
+            layercheck.load(git, ctx.theirs, img.WORLD_PROCS)  # a side taken whole must parse
             changes[img.WORLD_PROCS] = entry(git, ctx.theirs, img.WORLD_PROCS)
         if procs not in ("unchanged", "same"):
             report["procs"] = "kept ours (both changed; processes cannot merge)" if procs == "both" else procs

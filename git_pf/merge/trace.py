@@ -12,7 +12,7 @@ it). Writes blobs only.
 """
 from __future__ import annotations
 
-from .. import image as img, trace as trace_fmt
+from .. import image as img, layercheck, trace as trace_fmt
 from ..sequences import common_prefix
 from .layer import LayerResult, MergeContext
 from .summary import merge_message, summarize
@@ -20,8 +20,7 @@ from .tree3 import base_entry, blob, entry, merge_paths, pick
 
 
 def _messages(git, image) -> list[dict]:
-    data = img.read_file(git, image.tree, img.TRACE_MESSAGES) if image is not None else None
-    return trace_fmt.decode(data) if data else []
+    return layercheck.load(git, image, img.TRACE_MESSAGES, []) if image is not None else []
 
 
 def _incorporation(git, image, bases: list) -> str | None:

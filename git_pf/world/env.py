@@ -6,7 +6,9 @@ _CREDENTIALS / CREDENTIALS, case-insensitive) or its value looks like one (a
 bearer token, a URL with a password, a well-known key prefix, a JWT). A
 redacted value is replaced by a fixed marker and its name listed under
 ``redacted``, so the same environment always gives the same bytes.
-Pure data handling plus reading a JSON file.
+Pure data handling plus reading a JSON file. ``Env.decode`` reads image data:
+a malformed document is a ``DataError``; ``from_file`` reads a user's file:
+a malformed one is an ``InputFormatError``.
 """
 from __future__ import annotations
 
@@ -15,8 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import canonjson, jsonl
-from ..errors import InputFormatError
+from ..errors import DataError, InputFormatError
 from ..secrets import REDACTED, looks_secret
+
+PATH = "world/env.json"
 
 
 @dataclass
@@ -32,9 +36,31 @@ class Env:
         return canonjson.encode(self.to_json())
 
     @classmethod
-    def decode(cls, data: bytes) -> "Env":
-        obj = canonjson.loads(data)
+    def decode(cls, data: bytes, where: str = PATH) -> "Env":
+        """The env of an image's ``world/env.json``; DataError naming ``where`` when malformed."""
+        obj = jsonl.loads(data, where)
+        problem = _problem(obj)
+        if problem:
+            raise DataError(f"{where}: {problem}")
         return cls(obj.get("cwd"), dict(obj.get("env", {})), list(obj.get("redacted", [])))
+
+
+def _problem(obj) -> str | None:
+    """What is wrong with a stored env document, or None (docs/format.md, ``world/env.json``)."""
+    if not isinstance(obj, dict):
+        return "must be a JSON object"
+    unknown = sorted(obj.keys() - {"cwd", "env", "redacted"})
+    if unknown:
+        return f"unknown key {canonjson.dumps(unknown[0][:80])}"
+    if not isinstance(obj.get("cwd"), (str, type(None))):
+        return "cwd must be a string or null"
+    variables = obj.get("env", {})
+    if not isinstance(variables, dict) or not all(isinstance(v, str) for v in variables.values()):
+        return "env must be an object of strings"
+    redacted = obj.get("redacted", [])
+    if not isinstance(redacted, list) or not all(isinstance(n, str) for n in redacted):
+        return "redacted must be a list of strings"
+    return None
 
 
 def redact(env: Env, keep: set[str]) -> Env:
