@@ -68,16 +68,18 @@ class Repo:
                  messages: list[dict] | None = None, effects: list[dict] | None = None, env: Env | dict | None = None,
                  no_redact: set[str] | frozenset[str] = frozenset(), message: str | None = None,
                  label: str | None = None, ignore: list[str] | tuple[str, ...] = (),
-                 allow_empty: bool = False, layers: tuple = (), rewrite_effects: bool | str = False) -> SnapshotResult:
+                 allow_empty: bool = False, layers: tuple = (), rewrite_effects: bool | str = False,
+                 switch: bool = False) -> SnapshotResult:
         """``rewrite_effects`` (True or a reason) lets ``effects`` drop or change the parent's
-        entries; the image then carries a ``Pf-Rewrite-Effects`` trailer."""
+        entries; the image then carries a ``Pf-Rewrite-Effects`` trailer. The branch (``name``)
+        becomes the current one only with ``switch``, or when there is no current image."""
         if isinstance(agent, str) or agent is None:
             agent = img.Agent.parse(agent)
         if isinstance(env, dict):
             env = Env(None, dict(env))
         req = SnapshotRequest(Path(fs_root), name, agent, messages, effects, env, frozenset(no_redact), message,
                               label, tuple(ignore), allow_empty, tuple(layers),
-                              rewrite_effects=rewrite_reason(rewrite_effects))
+                              rewrite_effects=rewrite_reason(rewrite_effects), switch=switch)
         return take(self, req)
 
     def fork(self, rev: str, n: int, prefix: str | None = None, explore: str | None = None) -> list[fork_mod.Fork]:

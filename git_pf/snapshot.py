@@ -62,6 +62,7 @@ class SnapshotRequest:
     world: WorldSource | None = None  # replaces the capture of fs_root when given
     parent: str | None = None  # the image the new one must follow (the branch must be absent or there)
     rewrite_effects: str | None = None  # the reason a given ledger may drop or change the parent's entries
+    switch: bool = False  # make the branch current (else only when there is no current image)
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,7 @@ def take(repo, req: SnapshotRequest) -> SnapshotResult:
         world.done(cap)
         if tip is None:
             refs.update_branch(git, branch, parent.id, None, f"pf snapshot: branch at {parent.short}")
-        refs.set_head(git, branch)
+        _follow(git, branch, req.switch)
         return SnapshotResult(parent, branch, True, cap.stats)
 
     trailers = [("Pf-Agent", agent.label())] if agent.kind else []
@@ -182,10 +183,18 @@ def take(repo, req: SnapshotRequest) -> SnapshotResult:
     sig = config.signature(git)
     commit = git.create_commit(None, sig, sig, message, tree, [parent.id] if parent else [])
     refs.update_branch(git, branch, str(commit), tip, f"pf snapshot: {message.splitlines()[0]}")
-    refs.set_head(git, branch)
+    _follow(git, branch, req.switch)
     world.done(cap)
     maintenance.auto_gc(git)
     return SnapshotResult(img.read_image(git, str(commit)), branch, False, cap.stats)
+
+
+def _follow(git, branch: str, switch: bool) -> None:
+    """Make ``branch`` current when asked, or when there is no current image to keep: a
+    snapshot onto another branch (a fork, a mount's branch) must not move a later bare merge."""
+    current = refs.current_branch(git)
+    if switch or current is None or (current != branch and refs.branch_tip(git, current) is None):
+        refs.set_head(git, branch)
 
 
 def _write_tree(repo, req: SnapshotRequest, world: WorldSource, parent) -> tuple[Capture, str, img.Agent, bool]:

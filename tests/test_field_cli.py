@@ -38,3 +38,28 @@ def test_merge_json_reports_a_conflicted_world_as_conflict_and_counts_paths_in_e
     repo.switch("main")
     proc = run_pf("merge", "fork2", "--dry-run", cwd=cwd)
     assert "1 path differs from ours" in proc.stdout, proc.stdout
+
+
+def test_snapshot_onto_another_branch_keeps_the_current_one_unless_switch(run_pf, tmp_path):
+    import json
+
+    _image(run_pf, tmp_path)
+    repo = tmp_path / "repo"
+
+    def current() -> str:
+        return next(e["name"] for e in json.loads(run_pf("branch", "--json", cwd=repo).stdout) if e["current"])
+
+    run_pf("branch", "fork", cwd=repo)
+    (tmp_path / "sb" / "b.txt").write_text("b\n")
+    run_pf("snapshot", "--fs-root", tmp_path / "sb", "--name", "fork", "-q", cwd=repo)
+    assert current() == "main"
+    assert json.loads(run_pf("merge", "fork", "--json", cwd=repo).stdout)["branch"] == "main"  # a bare merge goes to main
+    run_pf("branch", "other", cwd=repo)
+    (tmp_path / "sb" / "c.txt").write_text("c\n")
+    run_pf("snapshot", "--fs-root", tmp_path / "sb", "--name", "other", "--switch", "-q", cwd=repo)
+    assert current() == "other"
+    assert "Switched to branch 'main'" in run_pf("switch", "main", cwd=repo).stdout and current() == "main"
+    proc = run_pf("switch", "nosuch", cwd=repo, check=False)
+    assert proc.returncode == 2 and "no such branch 'nosuch'" in proc.stderr and current() == "main"
+    run_pf("switch", "-c", "newbranch", cwd=repo)
+    assert current() == "newbranch"

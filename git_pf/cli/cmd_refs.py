@@ -66,3 +66,20 @@ def tag(
         return emit(as_json, {"deleted": name, "id": old}, lambda: typer.echo(f"Deleted tag {name} (was {old[:12]})"))
     image = repo.create_tag(name, rev)
     emit(as_json, {"created": name, "id": image.id}, lambda: typer.echo(f"{image.id} {name}"))
+
+
+@app.command()
+def switch(
+    name: str = typer.Argument(..., help="Branch to make current."),
+    create: bool = typer.Option(False, "-c", "--create", help="Create the branch at the current image first."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Make BRANCH the current branch: where a bare snapshot, merge, log or push goes."""
+    repo = open_repo()
+    if create:
+        repo.create_branch(name, "HEAD")
+    elif repo.git.references.get(f"refs/pf/heads/{name}") is None:
+        raise UsageError(f"no such branch '{name}' (create it with -c)")
+    repo.switch(name)
+    emit(as_json, {"branch": name, "id": repo.current_branch_tip()},
+         lambda: typer.echo(f"Switched to branch '{name}'"))

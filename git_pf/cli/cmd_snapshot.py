@@ -17,6 +17,7 @@ def snapshot(
     fs_root: Optional[Path] = typer.Option(None, "--fs-root", help="The sandbox directory to capture."),
     mount: Optional[Path] = typer.Option(None, "--mount", help="Snapshot a git-pf mount instead: only what changed in it is read."),
     name: Optional[str] = typer.Option(None, "--name", help="Branch to add the image to (default: the current one, else main)."),
+    switch: bool = typer.Option(False, "--switch", help="Make that branch the current one (else the current branch stays)."),
     agent: Optional[str] = typer.Option(None, "--agent", help="Agent identity as KIND[/VERSION]."),
     agent_fingerprint: Optional[str] = typer.Option(None, "--agent-fingerprint", help="A hash identifying the agent's code/config."),
     messages: Optional[Path] = typer.Option(None, "--messages", help="JSONL of the full message trace."),
@@ -83,6 +84,7 @@ def snapshot(
         allow_empty=allow_empty,
         layers=extra,
         rewrite_effects=(rewrite_reason or True) if rewrite_effects else False,
+        switch=switch,
     )
     if not quiet:
         for line in result.stats.skipped:
