@@ -1,7 +1,8 @@
 """Checking a repository's images and side store.
 
 Every ref under ``refs/pf/`` must name a valid image; every image reachable
-from them must have a readable manifest, attrs and trace, a sound effects
+from them must have layer files that parse (manifest, attrs, env, process
+table, trace, ledger: ``layercheck``), a sound effects
 chain that extends its first parent's (docs/format.md §9), and pointers
 whose side-store objects exist; every local side-store
 object must hash to its name. Reports problems; repairs nothing.
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 
 import pygit2
 
-from . import effects as effects_mod, image as img, pointer as pointer_fmt, refs, trace
+from . import effects as effects_mod, image as img, layercheck, pointer as pointer_fmt, refs
 from .errors import PfError
 from .gittree import lookup, read_blob
 from .sidestore import SideStore
@@ -117,13 +118,16 @@ def _check_effects_history(git, image: img.ImageInfo, ledger: list[dict], report
 
 
 def _check_image(git, store, image: img.ImageInfo, report: FsckReport, seen: set[str], remote_has=lambda o: False) -> None:
+    bad = layercheck.problems(git, image.tree)  # each layer file that does not parse: one line
+    report.problems += [f"image {image.short}: {line}" for line in bad.values()]
     try:
-        trace.decode(img.read_file(git, image.tree, img.TRACE_MESSAGES) or b"")
-        ledger = effects_mod.decode(img.read_file(git, image.tree, img.EFFECTS_LEDGER) or b"")
-        for problem in effects_mod.verify(ledger):
-            report.problems.append(f"image {image.short}: effects {problem}")
-        _check_effects_history(git, image, ledger, report)
-        _check_pointers(git, store, image, report, seen, remote_has)
+        if img.EFFECTS_LEDGER not in bad:
+            ledger = effects_mod.decode(img.read_file(git, image.tree, img.EFFECTS_LEDGER) or b"")
+            for problem in effects_mod.verify(ledger):
+                report.problems.append(f"image {image.short}: effects {problem}")
+            _check_effects_history(git, image, ledger, report)
+        if img.WORLD_ATTRS not in bad:
+            _check_pointers(git, store, image, report, seen, remote_has)
         _check_layer_objects(git, store, image, report, seen, remote_has)
     except PfError as e:
         report.problems.append(f"image {image.short}: {e}")
@@ -152,7 +156,7 @@ def fsck(git: pygit2.Repository, store: SideStore) -> FsckReport:
             try:
                 image = img.read_image(git, str(commit.id))
             except PfError as e:
-                report.problems.append(f"image {str(commit.id)[:12]}: {e}")
+                report.problems.append(str(e))  # names the image
                 continue
             _check_image(git, store, image, report, seen_ptrs, remote_has)
     for oid in store.iter_oids():

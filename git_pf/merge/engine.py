@@ -3,17 +3,19 @@
 Layers merge in a fixed order (world, env, trace, effects, then plug-ins:
 model, cache), each through its ``LayerMerger``; ``--prefer LAYER=SIDE``
 takes a layer wholesale from one side instead. Paths no layer claims merge
-path-wise as the "other" layer. Only when every layer is clean is the image
-written: objects first, then the branch moved by compare-and-swap, so a
-conflict or a failure leaves no image and no ref.
+path-wise as the "other" layer. Every layer file of the merged tree must
+parse (``layercheck``), whichever side it came from. Only when every layer
+is clean is the image written: objects first, then the branch moved by
+compare-and-swap, so a conflict or a failure leaves no image and no ref.
 """
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
 
-from .. import canonjson, config, image as img, procs, refs, tape, trace as trace_fmt
-from ..errors import UsageError
+from .. import canonjson, config, image as img, layercheck, procs, refs, tape
+from ..errors import DataError, UsageError
+from ..gittree import lookup
 from ..image import ImageInfo
 from . import gitmerge, plugins
 from .effects import ACCEPT, EffectsMerger
@@ -112,6 +114,7 @@ def start(repo, req: MergeRequest) -> MergeResult | MergeContext:
         raise UsageError(f"refusing to merge unrelated images {ours.short} and {theirs.short} "
                          "(use --allow-unrelated-histories)")
     if bases == [ours.id] and not req.no_ff:
+        layercheck.check(git, theirs)  # the branch never moves to an image whose layers do not parse
         if not req.dry_run:
             refs.update_branch(git, branch, theirs.id, ours.id, f"pf merge {req.theirs}: fast-forward")
         result = done("fast-forward", None if req.dry_run else theirs)
@@ -170,9 +173,10 @@ def take_side(ctx: MergeContext, name: str, side: str) -> LayerResult:
         key, fields = SUMMARY_KEYS.get(name, (name, None))
         found = image.manifest.get("layers", {}).get(key)
         summary = {k: found[k] for k in fields if k in found} if found and fields else found
+    parsed = {p: layercheck.load(git, image, p) for p in layercheck.PARSERS  # a side taken whole must parse
+              if any(p == c or p.startswith(c + b"/") for c in claims(name))}
     if name == "trace":
-        data = img.read_file(git, image.tree, img.TRACE_MESSAGES)
-        ctx.merged_messages = trace_fmt.decode(data) if data else []
+        ctx.merged_messages = parsed.get(img.TRACE_MESSAGES) or []
     return LayerResult(name, True, changes, summary, {"resolution": f"{side} (--prefer)"},
                        trailer=f"{name} prefer-{side}")
 
@@ -208,7 +212,19 @@ def build_tree(ctx: MergeContext, results: list[LayerResult]) -> str:
             layers[name] = merged
     manifest = dict(ctx.ours.manifest, layers=layers)
     edit.put_file(img.MANIFEST, canonjson.encode(manifest))
-    return edit.write()
+    tree = edit.write()
+    _check_parses(ctx, tree)
+    return tree
+
+
+def _check_parses(ctx: MergeContext, tree: str) -> None:
+    """Every layer file of the merged tree parses, whichever side it came from, so a merge
+    never writes an image holding a layer it could not parse; a DataError names the side."""
+    git = ctx.repo.git
+    for path, line in layercheck.problems(git, tree).items():
+        found = lookup(git, bytes.fromhex(tree), path)
+        side = next((i for i in (ctx.theirs, ctx.ours) if entry(git, i, path) == found), None)
+        raise DataError(f"{f'image {side.short}' if side else 'the merge result'}: {line}")
 
 
 def write_image(ctx: MergeContext, results: list[LayerResult], tree: str) -> ImageInfo:
@@ -235,6 +251,7 @@ def merge(repo, req: MergeRequest) -> MergeResult:
     if not all(r.clean for r in results):
         result.status = "conflict"
         return result
+    tree = build_tree(ctx, results)  # a dry run too: it fails as the merge would
     if not req.dry_run:
-        result.image = write_image(ctx, results, build_tree(ctx, results))
+        result.image = write_image(ctx, results, tree)
     return result
