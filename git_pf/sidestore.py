@@ -45,6 +45,18 @@ _REUSE_MAX = 16 << 20  # frames up to this size are read into a buffer their thr
 _STREAM_PIECE = 1 << 20  # bytes a frame is decoded in when it is only counted or hashed
 _local = threading.local()
 _temp_ids = itertools.count()  # temp file names: unique within the process
+_TEMP_RE = re.compile(r"^obj-([1-9][0-9]*)-[0-9]+$")
+
+
+def temp_name(n: int) -> str:
+    """This process's temp file number ``n`` under ``tmp/``: ``obj-<pid>-<n>``."""
+    return f"obj-{os.getpid()}-{n}"
+
+
+def temp_writer(name: str) -> int | None:
+    """The pid of the process that made the temp file ``name`` (see ``temp_name``), or None."""
+    m = _TEMP_RE.match(name)
+    return int(m.group(1)) if m else None
 
 
 def _compressor(level: int = ZSTD_LEVEL, window_log: int | None = None) -> zstandard.ZstdCompressor:
@@ -539,7 +551,7 @@ class SideStore:
         tmpdir = self.root / "tmp"
         tmpdir.mkdir(parents=True, exist_ok=True)
         while True:
-            tmp = f"{tmpdir}/obj-{os.getpid()}-{next(_temp_ids)}"
+            tmp = f"{tmpdir}/{temp_name(next(_temp_ids))}"
             try:
                 return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), tmp
             except FileExistsError:

@@ -6,17 +6,20 @@ running mount (``$GIT_DIR/pf/mounts/<id>/mount.json`` whose pid is alive).
 An object is removed only when unreached *and* older than the prune date
 (default ``gc.pruneExpire``, else two weeks, as git), so objects an
 in-flight snapshot has written but not yet referenced survive. When a
-chunk index cannot be read, nothing is removed. Removes side-store files;
+chunk index cannot be read, no object is removed. Temp files in the side
+store's ``tmp/`` are removed when the process named in them is gone
+(docs/sidestore.md), whatever their age. Removes side-store files;
 objects held as git blobs (listed by this repository's ``refs/pf/objects``)
 are unlisted there, and git's gc prunes their blobs.
 """
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 
-from .. import config, refs as refs_mod
+from .. import config, refs as refs_mod, sidestore
 from ..errors import UsageError
 from ..mounts import pid_alive
 from . import gitcmd, reach
@@ -33,10 +36,14 @@ class GcResult:
     spared_recent: int = 0
     unknown_indexes: list[str] = field(default_factory=list)
     dry_run: bool = False
+    temp_removed: int = 0  # temp files of writers that are gone
+    temp_bytes: int = 0
+    temp_live: int = 0  # temp files of writers still running, kept
 
     def to_json(self) -> dict:
         return {"images": self.images, "kept": self.kept, "removed": self.removed, "removed_bytes": self.removed_bytes,
-                "spared_recent": self.spared_recent, "unknown_indexes": self.unknown_indexes, "dry_run": self.dry_run}
+                "spared_recent": self.spared_recent, "unknown_indexes": self.unknown_indexes, "dry_run": self.dry_run,
+                "temp_removed": self.temp_removed, "temp_bytes": self.temp_bytes, "temp_live": self.temp_live}
 
 
 def is_index_ref(name: str) -> bool:
@@ -88,7 +95,10 @@ def gc(repo, dry_run: bool = False, prune: str | None = None) -> GcResult:
     result = GcResult(images=len(images), dry_run=dry_run)
     keep = reach.objects_of(repo.store, reach.reach(repo.git, images), result.unknown_indexes)
     result.kept = sum(1 for o in keep if repo.store.has(o))
-    if result.unknown_indexes or cutoff is None:
+    if cutoff is None:
+        return result
+    _clean_tmp(repo, cutoff, dry_run, result)
+    if result.unknown_indexes:
         return result
     held: list[str] = []
     for oid in repo.store.iter_oids():
@@ -107,7 +117,6 @@ def gc(repo, dry_run: bool = False, prune: str | None = None) -> GcResult:
         if not dry_run:
             repo.store.remove(oid)
     _drop_held(repo, held, cutoff, dry_run, result)
-    _clean_tmp(repo, cutoff, dry_run)
     return result
 
 
@@ -127,13 +136,43 @@ def _drop_held(repo, oids: list[str], cutoff: float, dry_run: bool, result: GcRe
         store.drop(set(oids))
 
 
-def _clean_tmp(repo, cutoff: float, dry_run: bool) -> None:
+def _clean_tmp(repo, cutoff: float, dry_run: bool, result: GcResult) -> None:
+    """Remove temp files whose writer is gone: the pid in the name (``sidestore.temp_name``) is
+    not running, or is running but started after the file was last written (a reused pid).
+    A live writer's file is kept, whatever its age. A name that carries no pid goes once older
+    than both the prune date and an hour."""
     tmp = repo.store.root / "tmp"
-    if dry_run or not tmp.is_dir():
+    if not tmp.is_dir():
         return
     for f in tmp.iterdir():
         try:
-            if f.stat().st_mtime < min(cutoff, time.time() - 3600):
+            st = f.lstat()
+            writer = sidestore.temp_writer(f.name)
+            if writer is not None and _writer_running(writer, st.st_mtime):
+                result.temp_live += 1
+                continue
+            if writer is None and st.st_mtime >= min(cutoff, time.time() - 3600):
+                continue
+            if not dry_run:
                 f.unlink()
+            result.temp_removed += 1
+            result.temp_bytes += st.st_size
         except OSError:
             pass
+
+
+def _writer_running(pid: int, written: float) -> bool:
+    """True when process ``pid`` runs and was started before ``written`` (with a 2 s margin:
+    the boot time is whole seconds), so it may be the writer of a file last written then."""
+    if pid == os.getpid():
+        return True
+    if not pid_alive(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
+        with open("/proc/stat", "rb") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return True  # cannot tell: keep the file
+    return boot + ticks / os.sysconf("SC_CLK_TCK") <= written + 2
