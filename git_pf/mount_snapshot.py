@@ -15,10 +15,11 @@ import os
 import shutil
 import stat
 from pathlib import Path
+from typing import Callable
 
 import pygit2
 
-from . import config, image as img, mounts, pointer as pointer_fmt, refs
+from . import config, image as img, interrupts, mounts, pointer as pointer_fmt, refs
 from .errors import UsageError
 from .gittree import MODE_LINK, MODE_TREE, read_blob, read_tree
 from .mounts import WHITEOUT_PREFIX, MountState
@@ -37,9 +38,10 @@ _WH = os.fsencode(WHITEOUT_PREFIX)
 class MountWorld:
     """The world of a mount: its lower image plus its upper layer."""
 
-    def __init__(self, state: MountState):
+    def __init__(self, state: MountState, captured: Callable[[], None] | None = None):
         self.state = state
         self.name = os.path.basename(state.mountpoint) or state.mountpoint
+        self.captured = captured  # called once the upper layer is read
 
     def capture(self, repo, parent) -> Capture:
         git = repo.git
@@ -50,6 +52,8 @@ class MountWorld:
         tree = builder.dir(os.fsencode(self.state.upper), b"", bytes.fromhex(world) if world else None)
         if tree is None:
             tree = builder.reader.writer.write([])
+        if self.captured is not None:
+            self.captured()
         return Capture(tree.hex(), list(builder.attrs.values()) + builder.reader.attrs, builder.stats())
 
     def done(self, cap: Capture) -> None:
@@ -214,11 +218,11 @@ def snapshot_mount(repo, directory, *, name: str | None = None, agent=None, mess
     if isinstance(env, dict):
         env = Env(None, dict(env))
 
-    def take_now(image: str) -> SnapshotResult:
+    def take_now(image: str, captured=None) -> SnapshotResult:
         state.image = image
         req = SnapshotRequest(Path(state.mountpoint), name and refs.check_name(name), agent, messages, effects, env,
                               frozenset(no_redact), message, label, (), allow_empty, tuple(layers),
-                              world=MountWorld(state), parent=image, rewrite_effects=rewrite_reason(rewrite_effects))
+                              world=MountWorld(state, captured), parent=image, rewrite_effects=rewrite_reason(rewrite_effects))
         req = dataclasses.replace(req, branch=_branch(repo, state, name))
         return take(repo, req)
 
@@ -229,14 +233,38 @@ def snapshot_mount(repo, directory, *, name: str | None = None, agent=None, mess
         clear_upper(state)
         return result
     ctl = mounts.Control(state, timeout=120.0)
+    held = interrupts.Deferred()  # from the end of the capture until the mount follows the new image
     try:
-        frozen = ctl.ask({"op": "freeze"})
         try:
-            result = take_now(frozen["image"])
+            frozen = ctl.ask({"op": "freeze"})
+        except mounts.DaemonLost as e:
+            raise mounts.DaemonLost(f"{e.message}; no image was written") from None
+        try:
+            result = take_now(frozen["image"], held.start)
         except BaseException:
-            ctl.ask({"op": "thaw"})
+            ctl.try_ask({"op": "thaw"})  # a daemon that is gone needs no thaw
             raise
-        ctl.ask({"op": "switch", "image": result.image.id})
+        _switch(ctl, state, result)
         return result
     finally:
         ctl.close()
+        held.end()
+
+
+def _switch(ctl: mounts.Control, state: MountState, result: SnapshotResult) -> None:
+    """Have the daemon follow the new image. When it has ended meanwhile, do its part here (the
+    upper layer then has no other user) and say so: the image is whole and on its branch."""
+    new = result.image.id
+    try:
+        ctl.ask({"op": "switch", "image": new})
+        return
+    except mounts.DaemonLost as e:
+        if mounts.pid_alive(state.pid):
+            raise mounts.DaemonLost(f"{e.message}; image {new[:12]} was written on '{result.branch}', "
+                                    f"but the mount may not follow it (see 'git pf mounts')") from None
+    state.image = new
+    state.save(durable=True)
+    clear_upper(state)
+    raise mounts.DaemonLost(f"the daemon of the mount at '{state.mountpoint}' ended during the snapshot; image "
+                            f"{new[:12]} holds its changes and is on '{result.branch}'; run 'git pf umount "
+                            f"{state.mountpoint}', then mount '{result.branch}' again")

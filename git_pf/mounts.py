@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import UsageError
+from .errors import EXIT_NEGATIVE, PfError, UsageError
 
 FORMAT = 1
 WHITEOUT_PREFIX = ".pf-wh."  # upper/<dir>/.pf-wh.<name>: <name> is deleted from the lower layer
@@ -190,10 +190,17 @@ def discard(state: MountState) -> None:
     shutil.rmtree(state.dir, ignore_errors=True)
 
 
+class DaemonLost(PfError):
+    """The mount daemon ended, or stopped answering, in the middle of a conversation."""
+
+    code = EXIT_NEGATIVE
+
+
 class Control:
     """A connection to a mount daemon: one JSON object per line each way."""
 
     def __init__(self, state: MountState, timeout: float = 30.0):
+        self.where = state.mountpoint
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(timeout)
         try:
@@ -204,16 +211,31 @@ class Control:
         self.file = self.sock.makefile("rwb")
 
     def ask(self, request: dict) -> dict:
-        self.file.write(json.dumps(request).encode() + b"\n")
-        self.file.flush()
-        line = self.file.readline()
-        if not line:
-            raise UsageError("the mount daemon closed the connection")
-        reply = json.loads(line)
+        """The daemon's reply; DaemonLost when it ends or stays silent, UsageError when it refuses."""
+        try:
+            self.file.write(json.dumps(request).encode() + b"\n")
+            self.file.flush()
+            line = self.file.readline()
+            reply = json.loads(line) if line else None
+        except (OSError, ValueError) as e:
+            why = "it did not answer in time" if isinstance(e, TimeoutError) else "the connection broke"
+            raise DaemonLost(f"the daemon of the mount at '{self.where}' stopped answering ({why})") from None
+        if not isinstance(reply, dict):
+            raise DaemonLost(f"the daemon of the mount at '{self.where}' ended (it closed the connection)")
         if not reply.get("ok"):
             raise UsageError(f"the mount daemon refused: {reply.get('error', 'unknown error')}")
         return reply
 
+    def try_ask(self, request: dict) -> None:
+        """Send ``request`` when the daemon is still there; no error when it is not."""
+        try:
+            self.ask(request)
+        except PfError:
+            pass
+
     def close(self) -> None:
-        self.file.close()
-        self.sock.close()
+        for part in (self.file, self.sock):
+            try:
+                part.close()  # closing flushes: a daemon that is gone makes that fail
+            except OSError:
+                pass
