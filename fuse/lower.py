@@ -4,11 +4,14 @@ Entries are decoded from git trees on first lookup; modes, xattrs, empty
 directories and pointer flags come from ``world/fs.attrs.jsonl``. File
 content comes from git blobs, or, for pointer files, from the side store one
 chunk at a time: a read maps to the chunks covering it, only those are
-decoded (and verified), and decoded chunks sit in a small LRU. Never writes.
+decoded (and verified), and decoded chunks sit in a small LRU. A tree name
+or attrs path that ``safepath`` refuses is left out (logged once), never
+listed or looked up. Never writes.
 """
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import stat
 from collections import OrderedDict
@@ -20,6 +23,7 @@ import pygit2
 from git_pf import image as img, pointer as pointer_fmt
 from git_pf.errors import DataError
 from git_pf.gittree import MODE_EXEC, MODE_LINK, MODE_TREE, read_blob, read_tree
+from git_pf.safepath import relpath_problem, show, tree_name_problem
 from git_pf.sidestore import Chunk, SideStore
 from git_pf.world import attrs as attrs_mod
 from git_pf.world.attrs import DEFAULT_DIR_MODE, DEFAULT_EXEC_MODE, DEFAULT_FILE_MODE
@@ -31,6 +35,7 @@ BLOB_CACHE_ITEM = 64 * 1024
 PREFETCH_AHEAD = 16  # chunks decoded ahead of a sequential reader: the 8 MiB kernel read-ahead window and more
 PREFETCH_RANDOM = 1  # ... and ahead of a read that does not continue the previous one
 PREFETCH_WORKERS = 2
+log = logging.getLogger("git_pf.fuse")
 
 
 @dataclass
@@ -141,6 +146,7 @@ class Lower:
                                        else DEFAULT_DIR_MODE), bytes.fromhex(world) if world else None,
                         root_attrs.xattrs if root_attrs else {})}
         self.children: dict[bytes, dict[bytes, LEntry]] = {}
+        self._refused: set[bytes] = set()
 
     # -- lookups --------------------------------------------------------
     def get(self, path: bytes) -> LEntry | None:
@@ -163,6 +169,10 @@ class Lower:
         if entry.oid is not None:
             for tname, mode, oid in read_tree(self.git, entry.oid):
                 name = from_tree(tname)
+                problem = tree_name_problem(tname) or ("a second entry of that name" if name in out else None)
+                if problem:  # not listed, so it cannot be looked up either
+                    self._refuse(path, tname, problem)
+                    continue
                 out[name] = self._entry(path + b"/" + name if path else name, mode, oid)
         prefix = path + b"/" if path else b""
         for rel in self._attr_dirs(path):
@@ -180,9 +190,19 @@ class Lower:
             index: dict[bytes, list[bytes]] = {}
             for rel, a in self.attrs.items():
                 if a.is_dir and rel:
+                    if relpath_problem(rel):
+                        self._refuse(b"", rel, f"fs.attrs path: {relpath_problem(rel)}")
+                        continue
                     index.setdefault(rel.rpartition(b"/")[0], []).append(rel)
             self._dirs_by_parent = index
         return self._dirs_by_parent.get(path, [])
+
+    def _refuse(self, parent: bytes, name: bytes, problem: str) -> None:
+        """Log once that an unsafe name of the image is left out (safepath)."""
+        where = parent + b"/" + name if parent else name
+        if where not in self._refused:
+            self._refused.add(where)
+            log.warning("image %s: left out unsafe world name '%s' (%s)", self.image_id[:12], show(where), problem)
 
     def _entry(self, rel: bytes, mode: int, oid: bytes | None) -> LEntry:
         a = self.attrs.get(rel)

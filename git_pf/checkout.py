@@ -2,7 +2,10 @@
 
 The result is built in a temporary sibling directory and moved into place
 only when complete, so a failure (a corrupt or missing object) leaves the
-destination as it was. The world goes to the directory itself; other
+destination as it was; every name and path is checked first
+(``safepath``), and a world holding ``.pf`` is refused when other layers
+go there. A temporary directory left by a killed checkout is removed by the
+next checkout into the same target (``siblings``). The world goes to the directory itself; other
 layers go under ``.pf/`` when the world is included, else straight into the
 directory, with their paths as in the image tree (docs/format.md). A layer
 with its own writer (``EXTRA_LAYERS``: model, cache) writes into the
@@ -13,15 +16,12 @@ from __future__ import annotations
 
 import importlib
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import image as img, refs
+from . import image as img, refs, safepath, siblings
 from .errors import DataError, UsageError
 from .gittree import MODE_TREE, lookup, read_blob, read_tree
-from .world import attrs as attrs_mod
 from .world.restore import RestoreStats, restore
 
 LAYER_FILES = {  # paths of files, or of trees written file by file (trace/tape)
@@ -76,58 +76,68 @@ def checkout(repo, rev: str, into: Path, layers=("world",), force: bool = False)
     layers = parse_layers(layers)
     dest = Path(os.path.abspath(into))
     replace = _prepare_dest(dest, force)
+    try:  # every path is checked before anything is written
+        world = safepath.validate_image(git, image.tree) if "world" in layers else None
+        files = _layer_files(git, image.tree, layers, sidecar=world is not None)
+        if world is not None and len(layers) > 1 and SIDECAR.encode() in world.kinds:
+            raise DataError(f"world/fs: '{SIDECAR}' is where checkout writes the other layers")
+    except DataError as e:
+        raise DataError(f"image {image.short}: {e.message}", e.code) from None
+    siblings.remove_leftovers(dest, repo.git_dir)
     umask = os.umask(0)
     os.umask(umask)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.pf-checkout-"))
+    tmp = siblings.make(dest, "checkout", repo.git_dir)
     try:
         os.chmod(tmp, 0o777 & ~umask)
         try:
-            stats = _fill(repo, image, layers, tmp)
+            stats = _fill(repo, image, layers, tmp, world, files)
         except DataError as e:  # name the image: the object may be missing on a remote
             raise DataError(f"image {image.short}: {e.message}", e.code) from None
-        _swap_into_place(tmp, dest, replace)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        _swap_into_place(tmp, dest, replace, repo.git_dir)
+    finally:
+        siblings.drop(tmp, repo.git_dir)
     return CheckoutResult(image, dest, layers, stats)
 
 
-def _fill(repo, image: img.ImageInfo, layers: tuple[str, ...], tmp: Path) -> RestoreStats:
+def _fill(repo, image: img.ImageInfo, layers: tuple[str, ...], tmp: Path, world, files) -> RestoreStats:
     git = repo.git
     stats = RestoreStats()
-    if "world" in layers:
-        world = img.subtree(git, image.tree, img.WORLD_FS)
-        attrs = attrs_mod.decode(img.read_file(git, image.tree, img.WORLD_ATTRS) or b"")
-        if world is not None:
-            stats = restore(git, repo.store, world, attrs, os.fsencode(tmp))
-    side = tmp / SIDECAR if "world" in layers else tmp
-    for layer in layers:
-        if layer in EXTRA_LAYERS:
-            module, _, func = EXTRA_LAYERS[layer].partition(":")
-            target = side / layer if len(layers) > 1 else tmp
-            target.mkdir(parents=True, exist_ok=True)
-            getattr(importlib.import_module(module), func)(repo, image, target)
-            continue
-        for path in LAYER_FILES.get(layer, []):
-            _write_layer_path(git, image.tree, path, side)
+    if world is not None:
+        stats = restore(git, repo.store, world, os.fsencode(tmp))
+    side = SIDECAR.encode() if world is not None else b""
+    with safepath.SafeDir(os.fsencode(tmp)) as out:
+        for layer in layers:
+            if layer in EXTRA_LAYERS:
+                module, _, func = EXTRA_LAYERS[layer].partition(":")
+                target = os.path.join(side, layer.encode()) if len(layers) > 1 else b""
+                out.mkdirs(target)
+                getattr(importlib.import_module(module), func)(repo, image, tmp / os.fsdecode(target))
+        for name, blob in files:
+            out.write_bytes(os.path.join(side, name), read_blob(git, blob))
     return stats
 
 
-def _write_layer_path(git, tree: str, path: bytes, side: Path) -> None:
-    """The file at ``path`` in the image, or every file of the tree there, under ``side``."""
-    found = lookup(git, bytes.fromhex(tree), path)
-    if found is None:
-        return
-    mode, oid = found
-    files = [(path + b"/" + name, o) for name, m, o in read_tree(git, oid) if m != MODE_TREE] \
-        if mode == MODE_TREE else [(path, oid)]
-    for name, blob in files:
-        target = side / os.fsdecode(name)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(read_blob(git, blob))
+def _layer_files(git, tree: str, layers: tuple[str, ...], sidecar: bool) -> list[tuple[bytes, bytes]]:
+    """(path, raw blob oid) of every file the plain layers write: a file of the image, or every
+    file of a tree there (trace/tape), its names checked (docs/format.md)."""
+    out = []
+    for layer in layers:
+        for path in LAYER_FILES.get(layer, []):
+            found = lookup(git, bytes.fromhex(tree), path)
+            if found is None:
+                continue
+            mode, oid = found
+            if mode != MODE_TREE:
+                out.append((path, oid))
+                continue
+            for name, m, o in read_tree(git, oid):
+                if m != MODE_TREE:
+                    safepath.check_relpath(name, os.fsdecode(path))
+                    out.append((path + b"/" + name, o))
+    return out
 
 
-def _swap_into_place(tmp: Path, dest: Path, replace: bool) -> None:
+def _swap_into_place(tmp: Path, dest: Path, replace: bool, git_dir: Path) -> None:
     if not replace:
         os.rename(tmp, dest)
         return
@@ -136,7 +146,7 @@ def _swap_into_place(tmp: Path, dest: Path, replace: bool) -> None:
         return
     except OSError:
         pass
-    old = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.pf-old-"))
+    old = siblings.make(dest, "old", git_dir)
     os.rename(dest, old / "d")
     os.rename(tmp, dest)
-    shutil.rmtree(old, ignore_errors=True)
+    siblings.drop(old, git_dir)

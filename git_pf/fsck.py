@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import pygit2
 
-from . import effects as effects_mod, image as img, layercheck, pointer as pointer_fmt, refs
+from . import effects as effects_mod, image as img, layercheck, pointer as pointer_fmt, refs, safepath
 from .errors import PfError
 from .gittree import lookup, read_blob
 from .sidestore import SideStore
@@ -127,6 +127,7 @@ def _check_image(git, store, image: img.ImageInfo, report: FsckReport, seen: set
                 report.problems.append(f"image {image.short}: effects {problem}")
             _check_effects_history(git, image, ledger, report)
         if img.WORLD_ATTRS not in bad:
+            report.problems += [f"image {image.short}: {p}" for p in safepath.world_problems(git, image.tree)]
             _check_pointers(git, store, image, report, seen, remote_has)
         _check_layer_objects(git, store, image, report, seen, remote_has)
     except PfError as e:

@@ -8,7 +8,9 @@ to ``DIR/.pf/merge-conflicts.txt`` (never captured) and the merge's state to
 ``$GIT_DIR/pf/merge/<key>.json``. ``--continue`` refuses while markers or
 ``~theirs`` files remain, then captures DIR as the merged world and writes
 the merge image; ``--abort`` removes DIR and the state. Other layers must be
-clean (or resolved with ``--prefer``) to check out.
+clean (or resolved with ``--prefer``) to check out. The world is checked by
+``safepath.validate_world`` before anything is written, and written through
+``safepath.SafeDir``.
 """
 from __future__ import annotations
 
@@ -18,11 +20,10 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 
-from .. import config, image as img, refs
-from ..errors import EXIT_NEGATIVE, PfError, UsageError
+from .. import config, image as img, refs, safepath, siblings
+from ..errors import EXIT_NEGATIVE, DataError, PfError, UsageError
 from ..gittree import MODE_TREE, TreeWriter, edit, lookup, read_blob
 from ..world import attrs as attrs_mod
 from ..world.capture import capture
@@ -129,20 +130,23 @@ def _conflicted_world(repo, result, world: LayerResult):
 
 
 def _write_dir(repo, dest: Path, tree: str, attrs: dict, conflicts: list[dict]) -> None:
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.pf-merge-"))
+    world = safepath.validate_world(repo.git, tree, attrs)  # before anything is written
+    if b".pf" in world.kinds:
+        raise DataError(f"world/fs: '.pf' is where --checkout writes {CONFLICT_LIST}")
+    siblings.remove_leftovers(dest, repo.git_dir)
+    tmp = siblings.make(dest, "merge", repo.git_dir)
     try:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)
-        restore(repo.git, repo.store, tree, attrs, os.fsencode(tmp))
-        (tmp / CONFLICT_LIST).parent.mkdir(exist_ok=True)
-        (tmp / CONFLICT_LIST).write_text("".join(f"{c['message']}\n" for c in conflicts))
+        restore(repo.git, repo.store, world, os.fsencode(tmp))
+        with safepath.SafeDir(os.fsencode(tmp)) as out:
+            out.write_bytes(os.fsencode(CONFLICT_LIST), "".join(f"{c['message']}\n" for c in conflicts).encode())
         if dest.exists():
             os.rmdir(dest)
         os.rename(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    finally:
+        siblings.drop(tmp, repo.git_dir)
 
 
 def unresolved(dest: Path, state: dict) -> list[str]:

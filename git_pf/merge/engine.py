@@ -6,14 +6,16 @@ takes a layer wholesale from one side instead. Paths no layer claims merge
 path-wise as the "other" layer. Every layer file of the merged tree must
 parse (``layercheck``), whichever side it came from. Only when every layer
 is clean is the image written: objects first, then the branch moved by
-compare-and-swap, so a conflict or a failure leaves no image and no ref.
+compare-and-swap, so a conflict or a failure leaves no image and no ref. Both sides' worlds and the
+result's are checked by ``safepath.validate_image`` first: an unsafe one is
+refused (exit 3) with nothing written.
 """
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
 
-from .. import canonjson, config, image as img, layercheck, procs, refs, tape
+from .. import canonjson, config, image as img, layercheck, procs, refs, safepath, tape
 from ..errors import DataError, UsageError
 from ..gittree import lookup
 from ..image import ImageInfo
@@ -105,6 +107,8 @@ def start(repo, req: MergeRequest) -> MergeResult | MergeContext:
     branch = _branch(git, req.into)
     ours = img.read_image(git, refs.branch_tip(git, branch))
     theirs = img.read_image(git, refs.resolve(git, req.theirs))
+    for image in (ours, theirs):
+        _check_world(git, image.tree, f"image {image.short}")
     done = lambda status, image=None: MergeResult(status, branch, ours, theirs, req.theirs, image=image,  # noqa: E731
                                                   dry_run=req.dry_run)
     if theirs.id == ours.id or git.descendant_of(ours.id, theirs.id):
@@ -227,8 +231,17 @@ def _check_parses(ctx: MergeContext, tree: str) -> None:
         raise DataError(f"{f'image {side.short}' if side else 'the merge result'}: {line}")
 
 
+def _check_world(git, tree: str, what: str) -> None:
+    """Refuse (DataError) a world with an unsafe name or attrs path (``safepath``)."""
+    try:
+        safepath.validate_image(git, tree)
+    except DataError as e:
+        raise DataError(f"{what}: {e.message}", e.code) from None
+
+
 def write_image(ctx: MergeContext, results: list[LayerResult], tree: str) -> ImageInfo:
     git = ctx.repo.git
+    _check_world(git, tree, "merge result")
     agent = ctx.ours.manifest.get("agent") or {}
     trailers = [("Pf-Agent", img.Agent(**agent).label())] if agent.get("kind") else []
     trailers += [("Pf-Merge", r.trailer) for r in results if r.trailer]

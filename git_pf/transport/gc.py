@@ -19,7 +19,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from .. import config, refs as refs_mod, sidestore
+from .. import config, refs as refs_mod, sidestore, siblings
 from ..errors import UsageError
 from ..mounts import pid_alive
 from . import gitcmd, reach
@@ -90,6 +90,8 @@ def prune_cutoff(repo, prune: str | None) -> float | None:
 
 def gc(repo, dry_run: bool = False, prune: str | None = None) -> GcResult:
     cutoff = prune_cutoff(repo, prune)
+    if not dry_run:  # temporary directories of checkouts that were killed
+        siblings.remove_recorded(repo.git_dir)
     roots = list(root_refs(repo).values()) + [m for m in mount_images(repo.git_dir) if m in repo.git.odb]
     images = reach.walk_images(repo.git, roots)
     result = GcResult(images=len(images), dry_run=dry_run)

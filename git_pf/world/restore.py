@@ -3,8 +3,10 @@
 Regular files with their exec bit and recorded permissions, symlinks as
 links, empty directories, ``user.*`` xattrs, and large files reassembled from
 the side store (fetched in one batch first when a transport is attached,
-verified on read). The caller owns the destination directory's lifecycle
-(atomic placement); this module only fills it.
+verified on read). The world must have passed ``safepath.validate_world``;
+every write goes through a ``safepath.SafeDir``, so nothing is written through
+a symlink. The caller owns the destination directory's lifecycle (atomic
+placement); this module only fills it.
 """
 from __future__ import annotations
 
@@ -17,10 +19,10 @@ import pygit2
 from .. import pointer as pointer_fmt, writeback
 from ..errors import DataError
 from ..gittree import MODE_EXEC, MODE_LINK, MODE_TREE, read_blob, read_tree
+from ..safepath import DIR, SafeDir, World
 from ..sidestore import SideStore
 from .attrs import DEFAULT_EXEC_MODE, DEFAULT_FILE_MODE, PathAttrs
 from .names import from_tree
-from .xattrs import write_user_xattrs
 
 _WRITEBACK_STEP = 8 * 1024 * 1024
 _FILE_WRITERS = 2  # large (side-store) files written at once
@@ -44,33 +46,33 @@ def iter_world(repo: pygit2.Repository, tree_raw: bytes, rel_dir: bytes = b""):
             yield rel, mode, oid
 
 
-def restore(repo: pygit2.Repository, store: SideStore, tree_hex: str,
-            attrs: dict[bytes, PathAttrs], dest: bytes) -> RestoreStats:
+def restore(repo: pygit2.Repository, store: SideStore, world: World, dest: bytes) -> RestoreStats:
+    """Write ``world`` (from ``safepath.validate_world``) into the directory ``dest``."""
     stats = RestoreStats()
+    attrs = world.attrs
     pending: list[tuple[bytes, int, pointer_fmt.Pointer]] = []
-    for rel, mode, oid in iter_world(repo, bytes.fromhex(tree_hex)):
-        path = os.path.join(dest, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        data = read_blob(repo, oid)
-        if mode == MODE_LINK:
-            os.symlink(data, path)
-            continue
-        entry = attrs.get(rel)
-        if entry is not None and entry.pointer:
-            try:
-                pending.append((rel, mode, pointer_fmt.decode(data)))
-            except ValueError as e:
-                raise DataError(f"'{os.fsdecode(rel)}': damaged pointer ({e})") from None
-            continue
-        _write_file(path, [data], mode, entry)
-        stats.files += 1
-        stats.bytes += len(data)
-    _restore_pointers(store, dest, pending, attrs, stats)
-    _apply_attrs(dest, attrs)
+    with SafeDir(dest) as out:
+        for rel, mode, oid in world.entries:
+            data = read_blob(repo, oid)
+            if mode == MODE_LINK:
+                out.symlink(rel, data)
+                continue
+            entry = attrs.get(rel)
+            if entry is not None and entry.pointer:
+                try:
+                    pending.append((rel, mode, pointer_fmt.decode(data)))
+                except ValueError as e:
+                    raise DataError(f"'{os.fsdecode(rel)}': damaged pointer ({e})") from None
+                continue
+            _write_file(out, rel, [data], mode, entry)
+            stats.files += 1
+            stats.bytes += len(data)
+        _restore_pointers(store, out, pending, attrs, stats)
+        _apply_attrs(out, world)
     return stats
 
 
-def _restore_pointers(store, dest, pending, attrs, stats) -> None:
+def _restore_pointers(store, out: SafeDir, pending, attrs, stats) -> None:
     try:
         store.ensure(oid for _, _, p in pending for oid in p.object_ids())
     except DataError as e:
@@ -84,7 +86,7 @@ def _restore_pointers(store, dest, pending, attrs, stats) -> None:
     def write(item) -> None:
         rel, mode, ptr = item
         try:
-            _write_file(os.path.join(dest, rel), store.iter_large(ptr.oid, ptr.size, ptr.chunks), mode, attrs.get(rel))
+            _write_file(out, rel, store.iter_large(ptr.oid, ptr.size, ptr.chunks), mode, attrs.get(rel))
         except DataError as e:
             raise DataError(f"cannot restore '{os.fsdecode(rel)}' (oid {ptr.oid}): {e}") from None
 
@@ -98,8 +100,8 @@ def _restore_pointers(store, dest, pending, attrs, stats) -> None:
     stats.bytes += sum(ptr.size for _, _, ptr in pending)
 
 
-def _write_file(path: bytes, parts, mode: int, entry: PathAttrs | None) -> None:
-    with open(path, "wb") as f:
+def _write_file(out: SafeDir, rel: bytes, parts, mode: int, entry: PathAttrs | None) -> None:
+    with os.fdopen(out.create(rel), "wb") as f:
         written = started = 0
         for part in parts:
             f.write(part)
@@ -108,19 +110,23 @@ def _write_file(path: bytes, parts, mode: int, entry: PathAttrs | None) -> None:
                 f.flush()  # the writer is not throttled later by a pile of dirty pages
                 writeback.start(f.fileno(), started, written - started)
                 started = written
-    perm = DEFAULT_EXEC_MODE if mode == MODE_EXEC else DEFAULT_FILE_MODE
-    if entry is not None and entry.mode is not None:
-        perm = entry.mode
-    os.chmod(path, perm)
+        f.flush()
+        perm = DEFAULT_EXEC_MODE if mode == MODE_EXEC else DEFAULT_FILE_MODE
+        if entry is not None:
+            if entry.xattrs:  # before the mode, which may take away the right to set them
+                for name, value in entry.xattrs.items():
+                    os.setxattr(f.fileno(), name, value)
+            if entry.mode is not None:
+                perm = entry.mode
+        os.fchmod(f.fileno(), perm)
 
 
-def _apply_attrs(dest: bytes, attrs: dict[bytes, PathAttrs]) -> None:
-    """Create recorded directories, set xattrs, then directory modes deepest first."""
-    for rel, entry in attrs.items():
-        path = os.path.join(dest, rel)
-        if entry.is_dir:
-            os.makedirs(path, exist_ok=True)
-        if entry.xattrs and os.path.lexists(path):
-            write_user_xattrs(path, entry.xattrs)
-    for rel in sorted((r for r, e in attrs.items() if e.is_dir and e.mode is not None), key=len, reverse=True):
-        os.chmod(os.path.join(dest, rel), attrs[rel].mode)
+def _apply_attrs(out: SafeDir, world: World) -> None:
+    """Create recorded directories, set their xattrs, then directory modes deepest first
+    (file xattrs and modes are set as each file is written)."""
+    dirs = [(rel, e) for rel, e in world.attrs.items() if e.is_dir or world.kinds.get(rel) == DIR]
+    for rel, entry in dirs:
+        out.set_dir_attrs(rel, xattrs=entry.xattrs)
+    for rel, entry in sorted(dirs, key=lambda d: len(d[0]), reverse=True):
+        if entry.mode is not None:
+            out.set_dir_attrs(rel, mode=entry.mode)

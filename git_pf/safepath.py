@@ -1,0 +1,267 @@
+"""Path safety: which names and paths an image may hold, and the one writer of image content.
+
+Image data is untrusted. ``validate_world`` walks a world tree once and checks
+every tree name (``name_problem`` / ``tree_name_problem``) and every
+``fs.attrs.jsonl`` path (``relpath_problem`` plus the kind of every prefix)
+before anything is written; a refused world is a ``DataError`` naming the
+bad path (docs/format.md "Names"; docs/security.md "Paths"). ``SafeDir``
+writes under one directory by ``openat``-style descent, never opening a path
+through a symlink it created or found. Writes nothing outside the directory a
+``SafeDir`` is given; knows no layer but the world.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from . import image as img
+from .errors import DataError
+from .gittree import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, read_tree
+from .world import attrs as attrs_mod
+from .world.names import from_tree, to_tree
+
+DIR, FILE, LINK = "dir", "file", "symlink"
+_FILE_MODES = {MODE_FILE: FILE, MODE_EXEC: FILE, 0o100664: FILE, MODE_LINK: LINK, MODE_TREE: DIR}
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+MAX_DIR_FDS = 64  # directory descriptors a SafeDir keeps open
+
+
+def show(path: bytes) -> str:
+    """``path`` as printable one-line text (for messages)."""
+    text = path.decode("utf-8", "backslashreplace")
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def name_problem(name: bytes) -> str | None:
+    """Why ``name`` cannot be one component of a sandbox path, or None."""
+    if not name:
+        return "an empty name"
+    if name in (b".", b".."):
+        return f"a '{name.decode()}' component"
+    if b"/" in name:
+        return "a name containing '/'"
+    if b"\0" in name:
+        return "a name containing NUL"
+    return None
+
+
+def tree_name_problem(tname: bytes) -> str | None:
+    """Why ``tname`` cannot be an entry of a world tree (as stored, and once unescaped), or None."""
+    problem = name_problem(tname)
+    if problem is None and tname.lower() == b".git":
+        problem = "a raw .git entry (a sandbox .git is stored escaped)"
+    if problem is None and to_tree(from_tree(tname)) != tname:
+        problem = "an escaped name that is not canonical"
+    return problem or name_problem(from_tree(tname))
+
+
+def relpath_problem(path: bytes) -> str | None:
+    """Why ``path`` is not a safe relative path (``/``-separated, every component a valid name), or None."""
+    if path.startswith(b"/"):
+        return "an absolute path"
+    for part in path.split(b"/"):
+        problem = name_problem(part)
+        if problem:
+            return problem
+    return None
+
+
+def check_relpath(path: bytes, where: str) -> bytes:
+    problem = relpath_problem(path)
+    if problem:
+        raise DataError(f"{where}: unsafe path '{show(path)}' ({problem})")
+    return path
+
+
+@dataclass
+class World:
+    """A validated world: its non-tree entries (real path, mode, raw oid) in tree order,
+    the kind of every path in the tree, and its attrs."""
+
+    entries: list[tuple[bytes, int, bytes]] = field(default_factory=list)
+    kinds: dict[bytes, str] = field(default_factory=dict)
+    attrs: dict[bytes, attrs_mod.PathAttrs] = field(default_factory=dict)
+
+
+def validate_world(git, tree_hex: str | None, attrs: dict[bytes, attrs_mod.PathAttrs]) -> World:
+    """Walk ``world/fs`` once and check it and its attrs; DataError naming the first bad path."""
+    world = World(attrs=attrs)
+    stack = [(b"", bytes.fromhex(tree_hex))] if tree_hex else []
+    while stack:
+        rel_dir, oid = stack.pop()
+        seen: set[bytes] = set()
+        subtrees = []
+        for tname, mode, child in read_tree(git, oid):
+            where = rel_dir + b"/" + tname if rel_dir else tname
+            problem = tree_name_problem(tname)
+            if problem:
+                raise DataError(f"{img.WORLD_FS.decode()}: unsafe name '{show(where)}' ({problem})")
+            name = from_tree(tname)
+            rel = rel_dir + b"/" + name if rel_dir else name
+            if name in seen:
+                raise DataError(f"{img.WORLD_FS.decode()}: '{show(rel)}' appears twice in one directory")
+            seen.add(name)
+            kind = _FILE_MODES.get(mode)
+            if kind is None:
+                raise DataError(f"{img.WORLD_FS.decode()}: '{show(rel)}' has unsupported mode {mode:o}")
+            world.kinds[rel] = kind
+            if kind == DIR:
+                subtrees.append((rel, child))
+            else:
+                world.entries.append((rel, mode, child))
+        stack.extend(reversed(subtrees))
+    _check_attrs(world)
+    return world
+
+
+def _check_attrs(world: World) -> None:
+    where = img.WORLD_ATTRS.decode()
+    kinds = world.kinds
+    attr_dirs = {p for p, e in world.attrs.items() if e.is_dir}
+    for path, entry in world.attrs.items():
+        check_relpath(path, where)
+        parts = path.split(b"/")
+        for i in range(1, len(parts)):
+            prefix = b"/".join(parts[:i])
+            kind = kinds.get(prefix, DIR if prefix in attr_dirs else None)
+            if kind is None and entry.is_dir:
+                continue  # a directory recorded only here: its parents are made with it
+            if kind != DIR:
+                raise DataError(f"{where}: '{show(path)}' lies under '{show(prefix)}', "
+                                f"which is {'a ' + kind if kind else 'not a directory'} of the world")
+        kind = kinds.get(path)
+        if entry.is_dir and kind not in (None, DIR):
+            raise DataError(f"{where}: '{show(path)}' is recorded as a directory but is a {kind} in the tree")
+        if entry.pointer and kind != FILE:
+            raise DataError(f"{where}: '{show(path)}' is marked as a pointer but is not a regular file")
+        if kind == LINK and (entry.mode is not None or entry.xattrs):
+            raise DataError(f"{where}: '{show(path)}' is a symlink and may not carry a mode or xattrs")
+
+
+def validate_image(git, tree_hex: str) -> World:
+    """The validated world of the image whose root tree is ``tree_hex``."""
+    attrs = attrs_mod.decode(img.read_file(git, tree_hex, img.WORLD_ATTRS) or b"")
+    return validate_world(git, img.subtree(git, tree_hex, img.WORLD_FS), attrs)
+
+
+def world_problems(git, tree_hex: str) -> list[str]:
+    """What ``validate_image`` refuses in an image, as report lines (for ``git pf fsck``)."""
+    try:
+        validate_image(git, tree_hex)
+    except DataError as e:
+        return [e.message]
+    return []
+
+
+class SafeDir:
+    """Writes under ``root`` (a directory the caller made) without following any symlink.
+
+    Every path is resolved component by component from an open directory
+    descriptor (``O_NOFOLLOW``), new files are created with ``O_EXCL``, and
+    modes and xattrs are set through descriptors. Directory descriptors are
+    cached (at most ``MAX_DIR_FDS``); safe to share between threads."""
+
+    def __init__(self, root: bytes | str):
+        self.root = os.open(root, _DIR_FLAGS)
+        self.umask = os.umask(0)
+        os.umask(self.umask)
+        self._fds: OrderedDict[bytes, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> "SafeDir":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
+            if self.root >= 0:
+                os.close(self.root)
+                self.root = -1
+
+    def _dir(self, rel: bytes) -> int:
+        """An open descriptor of directory ``rel``, made (with its parents) if missing. Lock held."""
+        if not rel:
+            return self.root
+        fd = self._fds.get(rel)
+        if fd is not None:
+            self._fds.move_to_end(rel)
+            return fd
+        parent, _, name = rel.rpartition(b"/")
+        pfd = self._dir(parent)
+        try:
+            fd = os.open(name, _DIR_FLAGS, dir_fd=pfd)
+        except FileNotFoundError:
+            try:
+                os.mkdir(name, 0o777, dir_fd=pfd)
+            except FileExistsError:
+                pass
+            fd = self._open_dir(name, pfd, rel)
+        except OSError as e:
+            raise self._in_the_way(e, rel)
+        self._fds[rel] = fd
+        while len(self._fds) > MAX_DIR_FDS:
+            os.close(self._fds.popitem(last=False)[1])
+        return fd
+
+    def _open_dir(self, name: bytes, pfd: int, rel: bytes) -> int:
+        try:
+            return os.open(name, _DIR_FLAGS, dir_fd=pfd)
+        except OSError as e:
+            raise self._in_the_way(e, rel)
+
+    @staticmethod
+    def _in_the_way(e: OSError, rel: bytes) -> Exception:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.EEXIST):
+            return DataError(f"'{show(rel)}' is not a directory (a symlink or file is in the way)")
+        return e
+
+    def _leaf(self, rel: bytes) -> tuple[int, bytes]:
+        parent, _, name = rel.rpartition(b"/")
+        if name_problem(name):
+            raise DataError(f"unsafe path '{show(rel)}' ({name_problem(name)})")
+        return self._dir(parent), name
+
+    def mkdirs(self, rel: bytes) -> None:
+        with self._lock:
+            self._dir(rel)
+
+    def create(self, rel: bytes) -> int:
+        """A new file at ``rel`` opened for writing (mode 0600 until ``fchmod``); never an existing one."""
+        with self._lock:
+            pfd, name = self._leaf(rel)
+            try:
+                return os.open(name, _NEW_FILE_FLAGS, 0o600, dir_fd=pfd)
+            except FileExistsError:
+                raise DataError(f"'{show(rel)}' is written twice") from None
+
+    def write_bytes(self, rel: bytes, data: bytes) -> None:
+        fd = self.create(rel)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            os.fchmod(f.fileno(), 0o666 & ~self.umask)
+
+    def symlink(self, rel: bytes, target: bytes) -> None:
+        with self._lock:
+            pfd, name = self._leaf(rel)
+            try:
+                os.symlink(target, name, dir_fd=pfd)
+            except FileExistsError:
+                raise DataError(f"'{show(rel)}' is written twice") from None
+
+    def set_dir_attrs(self, rel: bytes, mode: int | None = None, xattrs: dict[str, bytes] | None = None) -> None:
+        with self._lock:
+            fd = self._dir(rel)
+            for name, value in (xattrs or {}).items():
+                os.setxattr(fd, name, value)
+            if mode is not None:
+                os.fchmod(fd, mode)
+
