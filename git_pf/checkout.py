@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import image as img, refs, safepath, siblings
+from . import image as img, layercheck, refs, safepath, siblings, tape
 from .errors import DataError, UsageError
 from .gittree import MODE_TREE, lookup, read_blob, read_tree
 from .world.restore import RestoreStats, restore
@@ -76,6 +76,7 @@ def checkout(repo, rev: str, into: Path, layers=("world",), force: bool = False)
     layers = parse_layers(layers)
     dest = Path(os.path.abspath(into))
     replace = _prepare_dest(dest, force)
+    _check_layer_data(git, image, layers)
     try:  # every path is checked before anything is written
         world = safepath.validate_image(git, image.tree) if "world" in layers else None
         files = _layer_files(git, image.tree, layers, sidecar=world is not None)
@@ -115,6 +116,20 @@ def _fill(repo, image: img.ImageInfo, layers: tuple[str, ...], tmp: Path, world,
         for name, blob in files:
             out.write_bytes(os.path.join(side, name), read_blob(git, blob))
     return stats
+
+
+def _check_layer_data(git, image: img.ImageInfo, layers: tuple[str, ...]) -> None:
+    """Parse every layer file the plain layers write, with the one reader of each (``layercheck``,
+    the tape's own), before anything is written: a malformed one is a DataError naming the image."""
+    for layer in layers:
+        for path in LAYER_FILES.get(layer, []):
+            if path in layercheck.PARSERS:
+                layercheck.load(git, image, path)
+    if "trace" in layers:
+        try:
+            tape.read(git, image.tree)
+        except DataError as e:
+            raise DataError(f"image {image.short}: {e.message}", e.code) from None
 
 
 def _layer_files(git, tree: str, layers: tuple[str, ...], sidecar: bool) -> list[tuple[bytes, bytes]]:

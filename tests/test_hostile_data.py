@@ -198,3 +198,25 @@ def test_case_error_classes_the_python_api_names_are_importable_from_git_pf():
     assert "CorruptObject" in names and "DataError" in names
     for name in names:
         assert issubclass(getattr(git_pf, name), PfError), name
+
+
+# checkout of the non-world layers parses what it would write: nothing is written when it is malformed
+@pytest.mark.parametrize("layers,path,data,says", [
+    ("env", "world/env.json", b'{"env":{"A":1}}\n', "env must be"),
+    ("env", "world/procs.json", b'[1]\n', "must be an object"),
+    ("trace", "trace/messages.jsonl", b'{"role":"user"}\n[1]\n', ":2: each line must be a JSON object"),
+    ("effects", "effects/ledger.jsonl", b'[1]\n', ":1: each line must be a JSON object"),
+    ("world,trace,effects,env", "world/env.json", b'{"cwd":5,"env":{}}\n', "cwd must be"),
+    ("trace", "trace/tape/00000001-0123456789abcdef.json", b'{"request":', "not valid JSON"),
+], ids=["env", "procs", "messages", "ledger", "env-beside-the-world", "tape-entry"])
+def test_case_checkout_of_a_malformed_non_world_layer_writes_nothing(layers, path, data, says, repo, images, run_pf,
+                                                                     tmp_path):
+    bad = images(path, data)
+    cwd = Path(repo.git_dir).parent
+    area = tmp_path / "area"
+    area.mkdir()
+    proc = run_pf("checkout", "bad", "--layers", layers, "--into", area / "co", cwd=cwd, check=False)
+    assert_data_error(proc, path, says, bad)
+    assert os.listdir(area) == []  # no checkout, and no temporary directory beside it
+    run_pf("checkout", "main", "--layers", layers, "--into", area / "co", cwd=cwd)  # the well-formed image checks out
+    assert os.listdir(area) == ["co"]
