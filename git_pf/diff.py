@@ -6,7 +6,8 @@ recorded exchanges added / removed; effects:
 entries added and removed (by entry hash); env: keys added / changed /
 removed; any other layer path that differs is listed by name. Every layer
 file is parsed by its reader (``layercheck``), so a malformed one is a
-``DataError`` naming the image. Read-only.
+``DataError`` naming the image. With ``patch=True`` the world's files also
+get their unified diff, as git prints it (``worldpatch``). Read-only.
 """
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from dataclasses import asdict, dataclass, field
 
 import pygit2
 
-from . import effects as effects_mod, image as img, tape, trace
+from . import effects as effects_mod, image as img, tape, trace, worldpatch
 from .gittree import diff_trees
+from .errors import DataError
 from .layercheck import load
 from .world.env import Env
 from .world.names import from_tree
@@ -64,9 +66,20 @@ class ImageDiff:
     effects: EffectsDiff
     env: EnvDiff
     other: list[str]
+    patches: list[tuple[bytes, bytes]] | None = None  # (real path, unified diff) per world file, with -p
 
     def to_json(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        del out["patches"]
+        if self.patches is not None:
+            out["world"]["patches"] = [{"path": os.fsdecode(p), "patch": t.decode("utf-8", "replace")}
+                                       for p, t in self.patches]
+        return out
+
+    @property
+    def patch(self) -> bytes:
+        """Every world file's unified diff, concatenated: what ``git diff`` would print."""
+        return b"".join(t for _, t in self.patches or [])
 
     @property
     def empty(self) -> bool:
@@ -122,7 +135,18 @@ def _other(git, a, b) -> list[str]:
     return sorted(out)
 
 
-def diff(git: pygit2.Repository, a: img.ImageInfo, b: img.ImageInfo) -> ImageDiff:
+def _patches(git, store, a: img.ImageInfo, b: img.ImageInfo) -> list[tuple[bytes, bytes]]:
+    pa, pb = ({p for p, e in load(git, x, img.WORLD_ATTRS, {}).items() if e.pointer} for x in (a, b))
+    ta, tb = (img.subtree(git, x.tree, img.WORLD_FS) for x in (a, b))
+    try:
+        return worldpatch.patches(git, store, ta, tb, pa, pb)
+    except DataError as e:
+        raise DataError(f"images {a.short}..{b.short}: {e.message}", e.code) from None
+
+
+def diff(git: pygit2.Repository, a: img.ImageInfo, b: img.ImageInfo, store=None) -> ImageDiff:
+    """Compare ``a`` with ``b``; with a side ``store``, also each world file's unified diff."""
     for image in (a, b):  # the process table is listed under "other" when it changed, but must parse
         load(git, image, img.WORLD_PROCS)
-    return ImageDiff(a.id, b.id, _world(git, a, b), _trace(git, a, b), _effects(git, a, b), _env(git, a, b), _other(git, a, b))
+    return ImageDiff(a.id, b.id, _world(git, a, b), _trace(git, a, b), _effects(git, a, b), _env(git, a, b),
+                     _other(git, a, b), _patches(git, store, a, b) if store is not None else None)

@@ -94,8 +94,9 @@ class Repo:
             return []
         return history.log(self.git, start, limit, first_parent)
 
-    def diff(self, a: str, b: str) -> diff_mod.ImageDiff:
-        return diff_mod.diff(self.git, self.resolve(a), self.resolve(b))
+    def diff(self, a: str, b: str, patch: bool = False) -> diff_mod.ImageDiff:
+        """Compare two images; ``patch=True`` adds each world file's unified diff (``.patch``)."""
+        return diff_mod.diff(self.git, self.resolve(a), self.resolve(b), self.store if patch else None)
 
     def read_layer(self, rev: str, path: str) -> bytes | None:
         """The raw bytes of one file of an image tree (e.g. ``trace/messages.jsonl``)."""

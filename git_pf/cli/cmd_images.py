@@ -1,14 +1,13 @@
 """``git pf show``, ``git pf log`` and ``git pf diff``: reading images."""
 from __future__ import annotations
 
+import signal
 import subprocess
 from typing import Optional
 
 import typer
 
-from .. import layercheck, refs
-from ..cache.table import sharing as cache_sharing
-from ..errors import UsageError
+from ..errors import EXIT_NEGATIVE, UsageError
 from . import format as fmt
 from .app import JsonOpt, app, emit, open_repo
 
@@ -16,6 +15,9 @@ from .app import JsonOpt, app, emit, open_repo
 @app.command()
 def show(rev: str = typer.Argument("HEAD", help="The image to show."), as_json: bool = JsonOpt) -> None:
     """Show an image: id, parents, agent, subject and a summary of every layer."""
+    from .. import layercheck
+    from ..cache.table import sharing as cache_sharing
+
     repo = open_repo()
     image = repo.resolve(rev)
     layercheck.check(repo.git, image)  # a summary of an image whose layers do not parse would mislead
@@ -53,18 +55,22 @@ def log(
     first_parent: bool = typer.Option(False, "--first-parent", help="Follow only the first parent of merges."),
     oneline: bool = typer.Option(False, "--oneline", help="One line per image."),
     as_json: bool = JsonOpt,
-) -> None:
+) -> Optional[int]:
     """List the images of a line of history, newest first."""
     repo = open_repo()
     if max_count is not None and max_count < 0:
         raise UsageError("-n must not be negative")
     if graph and not as_json:
+        from .. import refs
+
         start = refs.resolve(repo.git, rev or "HEAD")
         args = ["git", "--git-dir", str(repo.git_dir), "log", "--graph", "--format=%h %s", start]
         args += ["--first-parent"] if first_parent else []
         args += [f"--max-count={max_count}"] if max_count is not None else []
-        subprocess.run(args, check=True)
-        return
+        code = subprocess.run(args).returncode  # git gives its own message when it fails
+        if code == -signal.SIGPIPE:  # the reader of our stdout went away: end as git did
+            raise BrokenPipeError
+        return EXIT_NEGATIVE if code else 0
     images = repo.log(rev, max_count, first_parent)
 
     def human() -> None:
@@ -79,21 +85,29 @@ def log(
     emit(as_json, [i.to_json() for i in images], human)
 
 
-@app.command()
+class _BareArgsUsage(typer.core.TyperCommand):
+    """A usage line as git writes one: required arguments bare (``A B``), not in braces."""
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in super().collect_usage_pieces(ctx)]
+
+
+@app.command(cls=_BareArgsUsage)
 def diff(
-    a: str = typer.Argument(..., help="The old image."),
-    b: str = typer.Argument(..., help="The new image."),
+    a: str = typer.Argument(..., metavar="A", help="The old image."),
+    b: str = typer.Argument(..., metavar="B", help="The new image."),
     stat: bool = typer.Option(False, "--stat", help="Counts per layer only."),
+    patch: bool = typer.Option(False, "-p", "--patch", help="Also the unified diff of world files, as git diff prints it."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Compare two images layer by layer: files, messages, effects, env."""
-    d = open_repo().diff(a, b)
+    d = open_repo().diff(a, b, patch=patch)
 
     def human() -> None:
         w = d.world
         typer.echo(f"world:   {len(w.added)} added, {len(w.changed)} changed, {len(w.removed)} removed"
                    + (f", {len(w.attrs_changed)} attrs changed" if w.attrs_changed else ""))
-        if not stat:
+        if not stat and not patch:
             for sign, paths in (("A", w.added), ("M", w.changed), ("D", w.removed), ("T", w.attrs_changed)):
                 for p in paths:
                     typer.echo(f"  {sign} {p}")
@@ -111,5 +125,10 @@ def diff(
                     typer.echo(f"  {sign} {k}")
         for path in d.other:
             typer.echo(f"other:   {path} changed")
+        if d.patches:
+            typer.echo("")
+            stdout = typer.get_binary_stream("stdout")
+            stdout.write(d.patch)
+            stdout.flush()
 
     emit(as_json, d.to_json(), human)
