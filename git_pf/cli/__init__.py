@@ -3,15 +3,31 @@
 ``app`` holds the Typer application; each ``cmd_*`` module registers the
 commands of one concept; ``commands`` imports them all. ``main``, the console
 entry point, only adds signal handling around ``app.main`` (standard library
-only: its import time is every command's).
+only: its import time is every command's) and answers ``--version`` itself.
 """
 from __future__ import annotations
 
 import sys
 
-from .app import app, main as _run_command
+from .. import __version__
 
 _PR_SET_PDEATHSIG = 1
+
+
+def version_line() -> str:
+    return f"git-pf {__version__}"
+
+
+def _run_command() -> int:
+    """Runs the command. ``--version`` is answered before Typer and the commands load;
+    everything else goes through ``app.main``."""
+    if sys.argv[1:] == ["--version"]:
+        from .pipe import write
+
+        return write(version_line() + "\n")
+    from .app import main as run
+
+    return run()
 
 
 def main() -> None:
@@ -66,4 +82,4 @@ def _die_with_git() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-__all__ = ["app", "main"]
+__all__ = ["main", "version_line"]

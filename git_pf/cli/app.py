@@ -2,14 +2,16 @@
 
 Every command module registers on ``app``. ``main`` turns every failure into
 one line on stderr and a meaningful exit code (docs/cli.md); a traceback is
-shown only with ``GIT_PF_DEBUG=1``.
+shown only with ``GIT_PF_DEBUG=1``. This module and the command modules
+import only Typer and the standard library at load time (``-h`` loads them
+all); a command imports what it runs inside its function.
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import typer
 
@@ -18,9 +20,11 @@ try:  # Typer >= 0.20 vendors its own click; its exceptions are the ones raised
 except ImportError:  # pragma: no cover - older Typer on the real click
     from click import exceptions as click_exc
 
-from .. import __version__
 from ..errors import EXIT_NEGATIVE, EXIT_USAGE, PfError
-from ..repo import Repo
+from . import pipe, version_line
+
+if TYPE_CHECKING:
+    from ..repo import Repo
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 
@@ -39,7 +43,7 @@ JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON instea
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"git-pf {__version__}")
+        typer.echo(version_line())
         raise typer.Exit()
 
 
@@ -51,6 +55,8 @@ def _root(
 
 
 def open_repo() -> Repo:
+    from ..repo import Repo
+
     return Repo.open(os.environ.get("GIT_PF_REPO", "."))
 
 
@@ -65,6 +71,17 @@ def warn(line: str) -> None:
     typer.echo(f"warning: {line}", err=True)
 
 
+# Python API parameters whose command-line flag is not ``--`` + the name with ``-`` for ``_``.
+_FLAGS = {"directory": "--mount"}
+
+
+def flag_message(e: PfError) -> str:
+    """The error's line as the CLI shows it: the flag where the API names a parameter."""
+    if not e.param:
+        return e.message
+    return f"{_FLAGS.get(e.param) or '--' + e.param.replace('_', '-')}: {e.detail}"
+
+
 def _fail(text: str, code: int) -> int:
     sys.stderr.write(f"git pf: {text}\n")
     return code
@@ -75,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         result = app(args=argv, prog_name="git pf", standalone_mode=False)
+        sys.stdout.flush()  # a reader that went away shows here, inside this boundary, not at exit
     except click_exc.NoArgsIsHelpError as e:
         typer.echo(e.ctx.get_help() if e.ctx is not None else "usage: git pf COMMAND [ARGS]...")
         return EXIT_USAGE
@@ -84,22 +102,36 @@ def main(argv: list[str] | None = None) -> int:
     except click_exc.ClickException as e:
         return _fail(e.format_message(), EXIT_USAGE)
     except PfError as e:
-        return _fail(f"error: {e.message}", e.code)
+        return _fail(f"error: {flag_message(e)}", e.code)
     except (KeyboardInterrupt, typer.Abort):
         return _fail("interrupted", 130)
-    except BrokenPipeError:
-        return 0
+    except SystemExit as e:  # Typer's own answer to a broken pipe (exit 1); nothing else exits so
+        if isinstance(e.__context__, BrokenPipeError):
+            return _broken_pipe(e.__context__)
+        raise
+    except BrokenPipeError as e:
+        return _broken_pipe(e)
     except OSError as e:
-        if os.environ.get("GIT_PF_DEBUG"):
-            raise
-        name = os.fsdecode(e.filename) if isinstance(e.filename, bytes) else e.filename
-        where = f": '{name}'" if name else ""
-        return _fail(f"error: {e.strerror or e}{where}", EXIT_NEGATIVE)
+        return _os_error(e)
     except Exception as e:  # a bug: still one line, with a way to see more
         if os.environ.get("GIT_PF_DEBUG"):
             raise
         return _fail(f"internal error: {type(e).__name__}: {e} (GIT_PF_DEBUG=1 shows the traceback)", 70)
     return result if isinstance(result, int) else 0
+
+
+def _broken_pipe(e: BrokenPipeError) -> int:
+    if pipe.closed_stdout():  # `git pf log | head -1`: end quietly, as git does
+        return pipe.quiet_exit()
+    return _os_error(e)  # a pipe to a child process: a real failure
+
+
+def _os_error(e: OSError) -> int:
+    if os.environ.get("GIT_PF_DEBUG"):
+        raise e
+    name = os.fsdecode(e.filename) if isinstance(e.filename, bytes) else e.filename
+    where = f": '{name}'" if name else ""
+    return _fail(f"error: {e.strerror or e}{where}", EXIT_NEGATIVE)
 
 
 def run() -> None:

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import typer
 
-from .. import mounts as mounts_mod
 from ..errors import UsageError
 from . import format as fmt
 from .app import JsonOpt, app, emit, open_repo, warn
@@ -58,6 +57,8 @@ def umount(
 @app.command("mounts")
 def list_mounts(as_json: bool = JsonOpt) -> None:
     """List mounts with their image, mode, status and upper-layer size."""
+    from .. import mounts as mounts_mod
+
     states = [s.to_json() for s in mounts_mod.all_states(open_repo().git_dir)]
 
     def human() -> None:

@@ -6,7 +6,6 @@ from pathlib import Path
 import typer
 
 from ..errors import EXIT_NEGATIVE
-from ..repo import Repo
 from .app import JsonOpt, app, emit, open_repo
 
 
@@ -16,6 +15,8 @@ def init(
     as_json: bool = JsonOpt,
 ) -> None:
     """Make DIR a git repository ready for git-pf (does nothing to one that already is)."""
+    from ..repo import Repo
+
     repo, created = Repo.init(directory)
     emit(as_json, {"git_dir": str(repo.git_dir), "created": created},
          lambda: typer.echo(f"{'Initialized' if created else 'Reinitialized'} git-pf repository in {repo.git_dir}"))

@@ -6,9 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from .. import jsonl
 from ..errors import UsageError
-from ..world import env as env_mod
 from .app import JsonOpt, app, emit, open_repo, warn
 
 
@@ -46,7 +44,9 @@ def snapshot(
     """Snapshot the sandbox at --fs-root, or a mount (--mount), and the given layers as a new image; print its id.
 
     Layers not given (messages, effects, env) are carried over from the parent image."""
+    from .. import jsonl
     from ..image import Agent
+    from ..world import env as env_mod
 
     if env is not None and capture_env:
         raise UsageError("--env and --capture-env cannot be used together")

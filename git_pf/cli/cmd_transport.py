@@ -8,8 +8,6 @@ from typing import List, Optional
 
 import typer
 
-from ..transport import fetch as fetch_mod, gc as gc_mod, install as install_mod, push as push_mod, remotes
-from ..transport.progress import Progress
 from .app import JsonOpt, app, emit, open_repo
 
 QuietOpt = typer.Option(False, "-q", "--quiet", help="No progress output.")
@@ -29,6 +27,8 @@ def install(
     as_json: bool = JsonOpt,
 ) -> None:
     """Chain the git-pf pre-push hook and configure remotes so plain git push/fetch carry images."""
+    from ..transport import install as install_mod
+
     changed = install_mod.install(open_repo(), remote)
 
     def human() -> None:
@@ -46,6 +46,8 @@ def install(
 @app.command()
 def uninstall(as_json: bool = JsonOpt) -> None:
     """Remove what 'git pf install' added and put back any hook it displaced."""
+    from ..transport import install as install_mod
+
     removed = install_mod.uninstall(open_repo())
     emit(as_json, removed, lambda: typer.echo(
         f"removed {len(removed['hooks'])} hooks and {len(removed['config'])} config values"))
@@ -61,6 +63,9 @@ def push(
     as_json: bool = JsonOpt,
 ) -> None:
     """Push images and every side-store object they reach that the remote lacks."""
+    from ..transport import push as push_mod, remotes
+    from ..transport.progress import Progress
+
     repo = open_repo()
     result = push_mod.push(repo, remotes.resolve(repo, remote), list(revs or []), all_, force, Progress(quiet or as_json))
     up = result.upload
@@ -76,6 +81,9 @@ def fetch(
     as_json: bool = JsonOpt,
 ) -> None:
     """Fetch image refs and trees; side-store objects come later, when first needed."""
+    from ..transport import fetch as fetch_mod, remotes
+    from ..transport.progress import Progress
+
     repo = open_repo()
     result = fetch_mod.fetch(repo, remotes.resolve(repo, remote), Progress(quiet or as_json))
 
@@ -99,6 +107,9 @@ def clone(
     as_json: bool = JsonOpt,
 ) -> None:
     """git clone + image refs + install: ready for 'git pf checkout'."""
+    from ..transport import fetch as fetch_mod
+    from ..transport.progress import Progress
+
     if directory is None:
         name = url.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
         directory = Path(name[:-4] if name.endswith(".git") else name)
@@ -115,6 +126,8 @@ def gc(
     as_json: bool = JsonOpt,
 ) -> None:
     """Remove side-store objects that no image (ref, remote-tracking ref, running mount) reaches."""
+    from ..transport import gc as gc_mod
+
     result = gc_mod.gc(open_repo(), dry_run, prune)
 
     def human() -> None:
@@ -135,6 +148,9 @@ def pre_push(remote: str = typer.Argument(...), url: str = typer.Argument(...)) 
     """The pre-push hook: upload side-store objects of the images being pushed."""
     if os.environ.get("GIT_PF_SKIP_PUSH", "0") not in ("0", "", "false", "no"):
         return
+    from ..transport import push as push_mod
+    from ..transport.progress import Progress
+
     repo = open_repo()
     lines = sys.stdin.read().splitlines()
     result = push_mod.pre_push(repo, remote, url, lines, Progress(False))

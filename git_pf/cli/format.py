@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import TYPE_CHECKING
 
-from ..image import ImageInfo
+if TYPE_CHECKING:
+    from ..image import ImageInfo
 
 
 def size(n: int) -> str:

@@ -1,0 +1,116 @@
+"""Start-up stays light and a closed pipe ends a command quietly (docs/cli.md).
+
+Every ``git pf`` call pays for what the entry point imports, so ``import git_pf``
+and ``git pf --version`` / ``-h`` must not load pygit2, torch, rich, zstandard or
+the command implementations; these tests read ``sys.modules`` of a fresh
+interpreter, so the laziness cannot regress unseen. Timing lives in
+benchmarks/bench_cli.py, never here.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import BIN
+
+HEAVY = ("pygit2", "torch", "rich", "zstandard", "pathspec", "pyfastcdc")
+# What the CLI may load for --version and -h: the package root, its errors and the CLI layer.
+LIGHT_PF = ("git_pf", "git_pf.errors")
+
+
+def _modules_after(code: str) -> dict:
+    """Run ``code`` in a fresh interpreter; return its stdout and the modules it loaded."""
+    body = "".join(f"    {line}\n" for line in code.splitlines())
+    script = (f"import sys, json\ntry:\n{body}except SystemExit:\n    pass\n"
+              "sys.stderr.write('MODULES ' + json.dumps(sorted(sys.modules)) + '\\n')\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    line = [l for l in proc.stderr.splitlines() if l.startswith("MODULES ")]
+    assert line, proc.stderr
+    return {"stdout": proc.stdout, "modules": set(json.loads(line[-1][len("MODULES "):]))}
+
+
+def _heavy(modules: set) -> list:
+    return sorted(m for m in modules if m.split(".")[0] in HEAVY)
+
+
+def _implementation(modules: set) -> list:
+    """git_pf modules outside the package root, its errors and the CLI layer."""
+    return sorted(m for m in modules if m.startswith("git_pf") and m not in LIGHT_PF and not m.startswith("git_pf.cli"))
+
+
+def test_import_git_pf_loads_nothing_heavy():
+    got = _modules_after("import git_pf")
+    assert _heavy(got["modules"]) == []
+    assert _implementation(got["modules"]) == []
+
+
+def test_lazy_exports_still_resolve():
+    got = _modules_after("import git_pf\n"
+                         "print(json.dumps([getattr(git_pf, n).__module__ for n in git_pf.__all__ if n != '__version__']))")
+    assert set(json.loads(got["stdout"])) == {"git_pf.repo", "git_pf.image", "git_pf.errors"}
+
+
+@pytest.mark.parametrize("args", [["--version"], ["-h"], ["snapshot", "-h"], ["log", "-h"]])
+def test_version_and_help_load_no_pygit2_torch_rich_nor_commands(args):
+    got = _modules_after(f"sys.argv = ['git-pf', *{args!r}]\nimport git_pf.cli\ngit_pf.cli.main()")
+    assert _heavy(got["modules"]) == []
+    assert _implementation(got["modules"]) == []
+    assert got["stdout"].strip(), "the command printed nothing"
+
+
+def test_version_is_answered_before_typer_loads():
+    got = _modules_after("sys.argv = ['git-pf', '--version']\nimport git_pf.cli\ngit_pf.cli.main()")
+    assert got["stdout"].startswith("git-pf ")
+    assert not {m for m in got["modules"] if m.split(".")[0] in ("typer", "click")}
+
+
+# Output after the first line must exceed a pipe's 64 KiB buffer, so that the reader
+# (`head -1`) is gone while git-pf is still writing: the pipe is then certainly closed.
+BIG = 120_000
+
+
+@pytest.fixture
+def big_images(run_pf, tmp_path):
+    """Two images: the second has a 120 kB subject and 1,500 new variables, so log, show and
+    diff print far more than a pipe holds."""
+    run_pf("init", "repo")
+    sb = tmp_path / "sb"
+    sb.mkdir()
+    (sb / "a.txt").write_text("a\n")
+    repo = tmp_path / "repo"
+    first = run_pf("snapshot", "--fs-root", sb, "-m", "first", "-q", cwd=repo).stdout.strip()
+    env = tmp_path / "env.json"
+    env.write_text(json.dumps({f"VARIABLE_{i:05d}_{'X' * 60}": "v" for i in range(1500)}))
+    second = run_pf("snapshot", "--fs-root", sb, "--env", env, "-m", "S" * BIG, "-q", cwd=repo).stdout.strip()
+    return repo, first, second
+
+
+@pytest.mark.parametrize("command, reader, first_line", [
+    ("log", "head -1", "image {second}"),
+    ("log --graph", "head -c 20", "* {short} SSS"),  # the 120 kB subject is its first line
+    ("show", "head -1", "image {second}"),
+    ("diff {first} {second}", "head -1", "world:   0 added, 0 changed, 0 removed"),
+])
+def test_closed_pipe_ends_quietly_with_141_as_git_does(big_images, command, reader, first_line):
+    repo, first, second = big_images
+    cmd = command.format(first=first, second=second)
+    shell = f"git pf {cmd} | {reader}; echo \"status=${{PIPESTATUS[0]}}\" >&2"
+    proc = subprocess.run(["bash", "-c", shell], cwd=repo, capture_output=True, text=True,
+                          env=dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}"))
+    out = proc.stdout.splitlines()
+    assert len(out) == 1 and out[0].startswith(first_line.format(second=second, short=second[:7])), proc.stdout[:200]
+    assert proc.stderr == "status=141\n"  # no traceback, no "Exception ignored", no message
+
+
+def test_output_into_a_full_disk_is_an_error_not_a_closed_pipe(big_images):
+    repo, _, _ = big_images
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    proc = subprocess.run(["bash", "-c", "git pf show >/dev/full"], cwd=repo, capture_output=True, text=True,
+                          env=dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}"))
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("git pf: error: No space left on device") and proc.stderr.count("\n") == 1
