@@ -35,8 +35,9 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT)  # end the session cleanly
 log = logging.getLogger("git_pf.fuse")
 
 
-def options(state: MountState) -> list[str]:
-    opts = ["default_permissions", f"fsname={mounts.FSNAME}", "subtype=pf"]
+def options(git_dir: str, state: MountState) -> list[str]:
+    """Mount options; the fsname names the repository, so ``umount DIR`` finds it from DIR alone."""
+    opts = ["default_permissions", f"fsname={mounts.fsname(git_dir)}", "subtype=pf"]
     return opts + ["ro"] if state.mode == "ro" else opts
 
 
@@ -50,6 +51,7 @@ class Daemon:
         from .view import View
 
         self.state = state
+        self.git_dir = git_dir
         self.repo = Repo.open(git_dir)
         _attach_lazy_fetch(self.repo)
         self._Lower, self._View = Lower, View
@@ -101,15 +103,16 @@ class Daemon:
             _reply(f, {"ok": True})
             return
         try:
-            self.switch(req["image"])
+            self.switch(req["image"], {os.fsencode(k) for k in req.get("keep", ())})
         except Exception as e:
             log.exception("switching to the new image failed")
             _reply(f, {"ok": False, "error": f"switching to the new image failed: {e}"})
             return
         _reply(f, {"ok": True})
 
-    def switch(self, image: str) -> None:
-        """Follow ``image`` (which holds the upper layer's changes) and empty the upper layer."""
+    def switch(self, image: str, keep: set[bytes] = frozenset()) -> None:
+        """Follow ``image`` (which holds the upper layer's changes) and empty the upper layer, but for
+        ``keep``: the paths the snapshot's ignore rules left out of the image."""
         lower = self._Lower(self.repo.git, self.repo.store, image)
         self.state.image = image
         self.state.save(durable=True)
@@ -117,7 +120,7 @@ class Daemon:
         self.ops.follow(self._View(lower, upper))  # the upper layer is valid over the new image too
         if upper is not None:
             try:
-                clear_upper(self.state, self.ops.open_paths())
+                clear_upper(self.state, set(self.ops.open_paths()) | keep)
             finally:
                 upper.reload()
         log.info("now following image %s", image)
@@ -126,7 +129,7 @@ class Daemon:
     def run(self, ready) -> None:
         from .session import Session
 
-        self.session = Session(self.ops.handlers(), self.state.mountpoint, options(self.state), MAX_BACKGROUND,
+        self.session = Session(self.ops.handlers(), self.state.mountpoint, options(self.git_dir, self.state), MAX_BACKGROUND,
                                idle=(self.ops.idle_ready, self.ops.idle_step))
         self.session.mount()
         if self.ops.readonly:

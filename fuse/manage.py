@@ -27,7 +27,7 @@ def branch_of(git, rev: str, image_id: str) -> str | None:
         return None
 
 
-def _check_mountpoint(repo, mp: str) -> None:
+def _check_mountpoint(repo, mp: str, force: bool = False) -> None:
     git_real = os.path.realpath(repo.git_dir)
     if mp == git_real or mp.startswith(git_real + os.sep):
         raise UsageError(f"cannot mount inside the git directory: '{mp}'")
@@ -41,6 +41,20 @@ def _check_mountpoint(repo, mp: str) -> None:
         os.mkdir(mp)
     elif not os.path.isdir(mp) or os.path.islink(mp):
         raise UsageError(f"cannot mount at '{mp}': not a directory")
+    elif not force:
+        _check_empty(mp)
+
+
+def _check_empty(mp: str) -> None:
+    """A mount hides what its directory holds: refuse a non-empty one (as checkout --into does)."""
+    try:
+        with os.scandir(mp) as it:
+            empty = next(it, None) is None
+    except OSError as e:
+        raise UsageError(f"cannot mount at '{mp}': {e.strerror or e}") from None
+    if not empty:
+        raise UsageError(f"cannot mount at '{mp}': it is not empty (use --force to mount over its contents, "
+                         f"which hides them while mounted)")
 
 
 def _state_for(repo, mp: str, image: str, mode: str, branch: str | None) -> tuple[MountState, list[str]]:
@@ -63,11 +77,11 @@ def _state_for(repo, mp: str, image: str, mode: str, branch: str | None) -> tupl
 
 
 def mount(repo, rev: str, directory, rw: bool = False, foreground: bool = False,
-          branch: str | None = None) -> tuple[MountState, list[str]]:
+          branch: str | None = None, force: bool = False) -> tuple[MountState, list[str]]:
     image = repo.resolve(rev)
     branch = branch or branch_of(repo.git, rev, image.id)
     mp = mounts.canonical(directory)
-    _check_mountpoint(repo, mp)
+    _check_mountpoint(repo, mp, force)
     state, notes = _state_for(repo, mp, image.id, "rw" if rw else "ro", branch)
     try:
         return daemon.start(str(repo.git_dir), state, foreground), notes
@@ -105,16 +119,26 @@ def _wait_exit(pid: int) -> None:
         time.sleep(0.02)
 
 
-def mount_forks(repo, forks, directory) -> list:
-    """Mount each fork copy-on-write at ``directory/<fork name>``: one daemon per fork, all
-    reading the same git object database and side store. Returns ``[(fork, state)]``."""
+def fork_and_mount(repo, rev: str, n: int, prefix: str | None, explore: str | None, directory,
+                   force: bool = False) -> list:
+    """Fork ``rev`` and mount each fork copy-on-write at ``directory/<fork name>``: one daemon per
+    fork, all reading the same git object database and side store. Every mount point is checked
+    before any fork is written. Returns ``[(fork, state)]``."""
+    from git_pf import fork as fork_mod
+
     base = mounts.canonical(directory)
+    if not os.path.isdir(base) and not os.path.isdir(os.path.dirname(base)):
+        raise UsageError(f"--mount: parent directory of '{directory}' does not exist")
+    if not force:
+        for name in fork_mod.planned_names(repo, rev, n, prefix):
+            mp = os.path.join(base, name)
+            if os.path.isdir(mp) and not os.path.islink(mp) and not mounts.is_mounted(mp):
+                _check_empty(mp)
+    forks = repo.fork(rev, n, prefix, explore)
     if not os.path.isdir(base):
-        if not os.path.isdir(os.path.dirname(base)):
-            raise UsageError(f"--mount: parent directory of '{directory}' does not exist")
         os.mkdir(base)
     out = []
     for f in forks:
-        state, _ = mount(repo, f.id, os.path.join(base, f.name), rw=True, branch=f.name)
+        state, _ = mount(repo, f.id, os.path.join(base, f.name), rw=True, branch=f.name, force=force)
         out.append((f, state))
     return out

@@ -43,13 +43,24 @@ def default_prefix(git, rev: str, source: img.ImageInfo) -> str:
     return f"fork-{source.id[:8]}"
 
 
-def fork(repo, rev: str, n: int, prefix: str | None = None, explore: str | None = None) -> list[Fork]:
-    git = repo.git
+def _plan(git, rev: str, n: int, prefix: str | None) -> tuple[img.ImageInfo, str, int]:
+    """The source image, the branch prefix and the first index the forks will take."""
     if not 1 <= n <= MAX_FORKS:
         raise UsageError(f"-n must be between 1 and {MAX_FORKS}")
     source = img.read_image(git, refs.resolve(git, rev))
     prefix = refs.check_name(prefix or default_prefix(git, rev, source), "fork prefix")
-    start = _next_index(refs.list_refs(git, refs.HEADS), prefix)
+    return source, prefix, _next_index(refs.list_refs(git, refs.HEADS), prefix)
+
+
+def planned_names(repo, rev: str, n: int, prefix: str | None = None) -> list[str]:
+    """The branch names ``fork`` would give now (so their mount points can be checked first)."""
+    _, prefix, start = _plan(repo.git, rev, n, prefix)
+    return [f"{prefix}-{i}" for i in range(start, start + n)]
+
+
+def fork(repo, rev: str, n: int, prefix: str | None = None, explore: str | None = None) -> list[Fork]:
+    git = repo.git
+    source, prefix, start = _plan(git, rev, n, prefix)
     tree = source.tree
     if explore is not None and explore != source.manifest.get("label"):
         manifest = dict(source.manifest, label=explore)

@@ -4,7 +4,10 @@
 image's ``world/fs`` tree and ``fs.attrs``, walks the upper layer (whiteouts
 remove lower paths, upper files replace or add entries, upper directories
 are merged into their lower counterparts), and reads only the files found
-there. Untouched subtrees keep their ids. ``clear_upper`` then empties the
+there. Upper entries new to the image that the ``.gitignore`` files (as the
+mount shows them) ignore are left out, by the same rules as an ``--fs-root``
+capture (``world.ignore``), and stay in the upper layer. Untouched subtrees
+keep their ids. ``clear_upper`` then empties the
 upper layer in a crash-safe order once the mount follows the new image.
 Never touches the mountpoint itself and never imports pyfuse3.
 """
@@ -21,13 +24,14 @@ import pygit2
 
 from . import config, image as img, interrupts, mounts, pointer as pointer_fmt, refs
 from .errors import UsageError
-from .gittree import MODE_LINK, MODE_TREE, read_blob, read_tree
+from .gittree import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, read_blob, read_tree
 from .mounts import WHITEOUT_PREFIX, MountState
 from .snapshot import SnapshotRequest, SnapshotResult, rewrite_reason, take
 from .world import attrs as attrs_mod
 from .world.attrs import DEFAULT_DIR_MODE, PathAttrs
 from .world.capture import Capture, CaptureStats, entry_reader
 from .world.env import Env
+from .world.ignore import ALWAYS_IGNORED_TOP, IgnoreRules
 from .world.names import to_tree
 from .world.restore import iter_world
 from .world.xattrs import read_user_xattrs
@@ -42,6 +46,7 @@ class MountWorld:
         self.state = state
         self.name = os.path.basename(state.mountpoint) or state.mountpoint
         self.captured = captured  # called once the upper layer is read
+        self.ignored: set[bytes] = set()  # upper paths the ignore rules left out: they stay in the upper layer
 
     def capture(self, repo, parent) -> Capture:
         git = repo.git
@@ -49,9 +54,10 @@ class MountWorld:
         world = img.subtree(git, lower.tree, img.WORLD_FS)
         attrs = attrs_mod.decode(img.read_file(git, lower.tree, img.WORLD_ATTRS) or b"")
         builder = _Builder(repo, attrs, lower.manifest.get("layers", {}).get("world", {}))
-        tree = builder.dir(os.fsencode(self.state.upper), b"", bytes.fromhex(world) if world else None)
+        tree = builder.dir(os.fsencode(self.state.upper), b"", bytes.fromhex(world) if world else None, IgnoreRules())
         if tree is None:
             tree = builder.reader.writer.write([])
+        self.ignored = builder.ignored
         if self.captured is not None:
             self.captured()
         return Capture(tree.hex(), list(builder.attrs.values()) + builder.reader.attrs, builder.stats())
@@ -68,33 +74,40 @@ class _Builder:
         self.files = totals.get("files", 0)
         self.bytes = totals.get("bytes", 0)
         self.pointers = totals.get("pointers", 0)
+        self.ignored: set[bytes] = set()
 
     def stats(self) -> CaptureStats:
         read = self.reader.stats
         return CaptureStats(self.files + read.files, self.bytes + read.bytes, self.pointers + read.pointers,
                             read.files_read, read.skipped)
 
-    def dir(self, abs_dir: bytes, rel: bytes, base: bytes | None) -> bytes | None:
-        """The new tree of one merged directory; None when it ends up empty."""
+    def dir(self, abs_dir: bytes, rel: bytes, base: bytes | None, rules: IgnoreRules) -> bytes | None:
+        """The new tree of one merged directory; None when it ends up empty. ``rules``: the ignore
+        rules that apply in it, before its own ``.gitignore``."""
         entries = {n: (m, o) for n, m, o in read_tree(self.git, base)} if base else {}
         names = sorted(os.listdir(abs_dir))
         for name in names:
             if name.startswith(_WH):
                 real = name[len(_WH):]
                 self._drop(_join(rel, real), entries.pop(to_tree(real), None))
+        rules = self._rules(abs_dir, rel, rules, entries)
         for name in names:
             if name.startswith(_WH):
                 continue
             path, child = os.path.join(abs_dir, name), _join(rel, name)
             st = os.lstat(path)
             tname = to_tree(name)
+            if tname not in entries and ((not rel and name in ALWAYS_IGNORED_TOP)
+                                         or rules.ignored(child, stat.S_ISDIR(st.st_mode))):
+                self.ignored.add(child)  # new and ignored: left out, as a full snapshot leaves it out
+                continue
             old = entries.pop(tname, None)
             if stat.S_ISDIR(st.st_mode):
                 keep = old is not None and old[0] == MODE_TREE
                 if old is not None and not keep:  # a file replaced by a directory
                     self._drop(child, old)
                 self.attrs.pop(child, None)
-                sub = self.dir(path, child, old[1] if keep else None)
+                sub = self.dir(path, child, old[1] if keep else None, rules)
                 self._dir_attrs(path, child, st, sub is None)
                 if sub is not None:
                     entries[tname] = (MODE_TREE, sub)
@@ -106,6 +119,22 @@ class _Builder:
         if not entries:
             return None
         return self.reader.writer.write((n, m, o) for n, (m, o) in entries.items())
+
+    def _rules(self, abs_dir: bytes, rel: bytes, rules: IgnoreRules, lower: dict) -> IgnoreRules:
+        """``rules`` plus the directory's ``.gitignore`` as the mount shows it: the upper layer's
+        regular file, else the image's (``lower``: the entries not whited out)."""
+        path = os.path.join(abs_dir, b".gitignore")
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            st = None
+        if st is not None:
+            return rules.descend(abs_dir, rel) if stat.S_ISREG(st.st_mode) else rules
+        old = lower.get(b".gitignore")
+        attr = self.attrs.get(_join(rel, b".gitignore"))
+        if old is None or old[0] not in (MODE_FILE, MODE_EXEC) or (attr is not None and attr.pointer):
+            return rules
+        return rules.with_file(rel, read_blob(self.git, old[1]))
 
     def _drop(self, rel: bytes, old: tuple[int, bytes] | None) -> None:
         """Forget a lower path (and, for a directory, everything below it)."""
@@ -148,8 +177,8 @@ def _join(rel: bytes, name: bytes) -> bytes:
 def clear_upper(state: MountState, keep: set[bytes] = frozenset()) -> None:
     """Empty the upper layer once the mount follows an image that holds its changes.
 
-    ``keep``: relative paths of files still open, which stay (with their
-    directories), as do fifos, sockets and devices, which no image records. Whiteouts go first, so at every instant the view is
+    ``keep``: relative paths of files still open and of entries the ignore rules left
+    out of the image, which stay (with their directories), as do fifos, sockets and devices, which no image records. Whiteouts go first, so at every instant the view is
     the new image's world."""
     root = os.fsencode(state.upper)
     keep = set(keep)
@@ -193,8 +222,8 @@ def pick_state(git_dir, directory) -> MountState:
     if len(states) == 1:
         return states[0]
     if not states:
-        raise UsageError(f"--mount: '{directory}' is not a git-pf mount of this repository (see 'git pf mounts')")
-    raise UsageError(f"--mount: '{directory}' has {len(states)} retained upper layers; mount the image to resume first")
+        raise UsageError(f"'{directory}' is not a git-pf mount of this repository (see 'git pf mounts')", param="directory")
+    raise UsageError(f"'{directory}' has {len(states)} retained upper layers; mount the image to resume first", param="directory")
 
 
 def _branch(repo, state: MountState, name: str | None) -> str:
@@ -208,21 +237,26 @@ def _branch(repo, state: MountState, name: str | None) -> str:
 
 def snapshot_mount(repo, directory, *, name: str | None = None, agent=None, messages=None, effects=None, env=None,
                    no_redact=frozenset(), message: str | None = None, label: str | None = None, ignore=(),
-                   allow_empty: bool = False, layers: tuple = (), rewrite_effects: bool | str = False) -> SnapshotResult:
+                   allow_empty: bool = False, layers: tuple = (), rewrite_effects: bool | str = False,
+                   switch: bool = False) -> SnapshotResult:
     """Snapshot a mount: a new image whose parent is the mounted image; the mount then follows it."""
     if ignore:
-        raise UsageError("--ignore does not apply to --mount (a mount snapshot records exactly what it shows)")
+        raise UsageError("--ignore does not apply to --mount (a mount snapshot applies the .gitignore files the mount shows)")
     state = pick_state(repo.git_dir, directory)
     if isinstance(agent, str) or agent is None:
         agent = img.Agent.parse(agent)
     if isinstance(env, dict):
         env = Env(None, dict(env))
 
+    world = MountWorld(state)
+
     def take_now(image: str, captured=None) -> SnapshotResult:
         state.image = image
+        world.captured = captured
         req = SnapshotRequest(Path(state.mountpoint), name and refs.check_name(name), agent, messages, effects, env,
                               frozenset(no_redact), message, label, (), allow_empty, tuple(layers),
-                              world=MountWorld(state, captured), parent=image, rewrite_effects=rewrite_reason(rewrite_effects))
+                              world=world, parent=image, rewrite_effects=rewrite_reason(rewrite_effects),
+                              switch=switch)
         req = dataclasses.replace(req, branch=_branch(repo, state, name))
         return take(repo, req)
 
@@ -230,7 +264,7 @@ def snapshot_mount(repo, directory, *, name: str | None = None, agent=None, mess
         result = take_now(state.image)
         state.image = result.image.id
         state.save(durable=True)
-        clear_upper(state)
+        clear_upper(state, world.ignored)
         return result
     ctl = mounts.Control(state, timeout=120.0)
     held = interrupts.Deferred()  # from the end of the capture until the mount follows the new image
@@ -244,19 +278,20 @@ def snapshot_mount(repo, directory, *, name: str | None = None, agent=None, mess
         except BaseException:
             ctl.try_ask({"op": "thaw"})  # a daemon that is gone needs no thaw
             raise
-        _switch(ctl, state, result)
+        _switch(ctl, state, result, world.ignored)
         return result
     finally:
         ctl.close()
         held.end()
 
 
-def _switch(ctl: mounts.Control, state: MountState, result: SnapshotResult) -> None:
-    """Have the daemon follow the new image. When it has ended meanwhile, do its part here (the
-    upper layer then has no other user) and say so: the image is whole and on its branch."""
+def _switch(ctl: mounts.Control, state: MountState, result: SnapshotResult, keep: set[bytes]) -> None:
+    """Have the daemon follow the new image, keeping the ignored upper paths ``keep``. When it has
+    ended meanwhile, do its part here (the upper layer then has no other user) and say so: the
+    image is whole and on its branch."""
     new = result.image.id
     try:
-        ctl.ask({"op": "switch", "image": new})
+        ctl.ask({"op": "switch", "image": new, "keep": sorted(os.fsdecode(k) for k in keep)})
         return
     except mounts.DaemonLost as e:
         if mounts.pid_alive(state.pid):
@@ -264,7 +299,7 @@ def _switch(ctl: mounts.Control, state: MountState, result: SnapshotResult) -> N
                                     f"but the mount may not follow it (see 'git pf mounts')") from None
     state.image = new
     state.save(durable=True)
-    clear_upper(state)
+    clear_upper(state, keep)
     raise mounts.DaemonLost(f"the daemon of the mount at '{state.mountpoint}' ended during the snapshot; image "
                             f"{new[:12]} holds its changes and is on '{result.branch}'; run 'git pf umount "
                             f"{state.mountpoint}', then mount '{result.branch}' again")

@@ -154,17 +154,35 @@ def unescape(field: str) -> str:
     return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
 
 
-def is_mounted(mountpoint: str) -> bool:
-    """True when a git-pf FUSE filesystem is mounted at ``mountpoint``."""
+def fsname(git_dir: str | os.PathLike) -> str:
+    r"""The ``fsname`` mount option of a mount of ``git_dir``: ``git-pf:<git dir>``, so the kernel's
+    mount table names each mount's repository (fusermount3 reads ``\\`` and ``\,`` as escapes)."""
+    return FSNAME + ":" + os.fspath(git_dir).replace("\\", "\\\\").replace(",", "\\,")
+
+
+def listed() -> dict[str, str | None]:
+    """Every git-pf FUSE mount the kernel lists: mountpoint -> its git directory (None for a
+    mount made before the fsname carried it)."""
+    found: dict[str, str | None] = {}
     try:
         with open("/proc/self/mounts", encoding="utf-8", errors="surrogateescape") as f:
             for line in f:
                 parts = line.split(" ")
-                if len(parts) > 2 and parts[0] == FSNAME and unescape(parts[1]) == mountpoint:
-                    return True
+                if len(parts) < 3:
+                    continue
+                source = unescape(parts[0])
+                if source == FSNAME:
+                    found[unescape(parts[1])] = None
+                elif source.startswith(FSNAME + ":") and len(source) > len(FSNAME) + 1:
+                    found[unescape(parts[1])] = source[len(FSNAME) + 1:]
     except OSError:
         pass
-    return False
+    return found
+
+
+def is_mounted(mountpoint: str) -> bool:
+    """True when a git-pf FUSE filesystem is mounted at ``mountpoint``."""
+    return mountpoint in listed()
 
 
 def unmount(mountpoint: str, lazy: bool = False) -> None:
@@ -239,3 +257,20 @@ class Control:
                 part.close()  # closing flushes: a daemon that is gone makes that fail
             except OSError:
                 pass
+
+
+def everywhere() -> list[dict]:
+    """Every git-pf mount the kernel lists, each as its record's ``to_json`` plus ``repository``
+    (the git directory its fsname names); a mount without a readable record has ``image`` null
+    and status ``unrecorded``."""
+    rows = []
+    for mp, git_dir in sorted(listed().items()):
+        try:
+            states = [s for s in for_mountpoint(Path(git_dir), mp) if s.status() != "unmounted"] if git_dir else []
+        except OSError:  # a repository this user cannot read
+            states = []
+        row = states[0].to_json() if states else {
+            "id": None, "image": None, "mountpoint": mp, "mode": None, "pid": None, "branch": None,
+            "status": "unrecorded", "upper_bytes": 0}
+        rows.append(dict(row, repository=git_dir))
+    return rows

@@ -13,7 +13,8 @@ from .app import JsonOpt, app, emit, open_repo, warn
 @app.command()
 def snapshot(
     fs_root: Optional[Path] = typer.Option(None, "--fs-root", help="The sandbox directory to capture."),
-    mount: Optional[Path] = typer.Option(None, "--mount", help="Snapshot a git-pf mount instead: only what changed in it is read."),
+    # str, not Path: click stat()s a Path while parsing, which would hang on a stopped mount daemon
+    mount: Optional[str] = typer.Option(None, "--mount", help="Snapshot a git-pf mount instead: only what changed in it is read."),
     name: Optional[str] = typer.Option(None, "--name", help="Branch to add the image to (default: the current one, else main)."),
     switch: bool = typer.Option(False, "--switch", help="Make that branch the current one (else the current branch stays)."),
     agent: Optional[str] = typer.Option(None, "--agent", help="Agent identity as KIND[/VERSION]."),

@@ -31,6 +31,7 @@ def fork(
     name: Optional[str] = typer.Option(None, "--name", help="Branch name prefix (forks are PREFIX-1..N)."),
     explore: Optional[str] = typer.Option(None, "--explore", help="What the forks explore (their label)."),
     mount: Optional[Path] = typer.Option(None, "--mount", help="Also mount each fork copy-on-write at DIR/<fork name>."),
+    force: bool = typer.Option(False, "--force", help="With --mount: mount over non-empty directories."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Make N forks of an image, one branch each; print '<id> <branch>' per fork."""
@@ -42,5 +43,5 @@ def fork(
 
     manage = _fuse()
     repo = open_repo()
-    rows = [dict(f.to_json(), mountpoint=s.mountpoint) for f, s in manage.mount_forks(repo, repo.fork(rev, n, name, explore), mount)]
+    rows = [dict(f.to_json(), mountpoint=s.mountpoint) for f, s in manage.fork_and_mount(repo, rev, n, name, explore, mount, force)]
     emit(as_json, rows, lambda: [typer.echo(f"{r['id']} {r['name']} {r['mountpoint']}") for r in rows])

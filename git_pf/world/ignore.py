@@ -7,8 +7,9 @@ an ignored directory is never entered. ``--ignore`` patterns act like a
 ``.gitignore`` file (as git's command-line excludes do). The
 top-level ``.pf/`` directory (where checkout writes non-world layers) is
 always skipped. Each stack has a ``token`` (its ``.gitignore`` files by
-content digest) so a cache can tell that the same rules apply. Pure path
-logic plus reading ``.gitignore`` files.
+content digest) so a cache can tell that the same rules apply. Used by both
+the ``--fs-root`` capture and the mount snapshot. Pure path logic plus reading
+``.gitignore`` files.
 """
 from __future__ import annotations
 
@@ -54,6 +55,11 @@ class IgnoreRules:
                 data = f.read()
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError):
             return self
+        return self.with_file(rel_dir, data)
+
+    def with_file(self, rel_dir: bytes, data: bytes) -> "IgnoreRules":
+        """Rules inside ``rel_dir`` whose ``.gitignore`` holds ``data`` (read from anywhere:
+        a mount snapshot reads it from the upper layer or the image)."""
         prefix = os.fsdecode(rel_dir) + "/" if rel_dir else ""
         level = _Level(prefix, _compile(data), hashlib.sha1(data).digest())
         return IgnoreRules(self._levels + (level,), self._override)
