@@ -42,31 +42,33 @@ class CheckoutResult:
     image: img.ImageInfo
     path: Path
     layers: tuple[str, ...]
-    stats: RestoreStats
+    stats: RestoreStats  # the world's files
+    layer_files: tuple[str, ...] = ()  # files the other layers wrote, relative to ``path``
 
     def to_json(self) -> dict:
         return {"id": self.image.id, "path": str(self.path), "layers": list(self.layers),
-                "files": self.stats.files, "bytes": self.stats.bytes, "pointers": self.stats.pointers}
+                "files": self.stats.files, "bytes": self.stats.bytes, "pointers": self.stats.pointers,
+                "layer_files": list(self.layer_files)}
 
 
 def parse_layers(spec: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
     names = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
     unknown = [n for n in names if n not in LAYERS]
     if unknown or not names:
-        raise UsageError(f"--layers: unknown layer '{unknown[0] if unknown else ''}' (choose from {','.join(LAYERS)})")
+        raise UsageError(f"unknown layer '{unknown[0] if unknown else ''}' (choose from {','.join(LAYERS)})", param="layers")
     return tuple(dict.fromkeys(names))
 
 
 def _prepare_dest(dest: Path, force: bool) -> bool:
     """Check the destination; True when it exists and must be replaced."""
     if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
-        raise UsageError(f"--into: '{dest}' exists and is not a directory")
+        raise UsageError(f"'{dest}' exists and is not a directory", param="into")
     if not dest.exists():
         if not dest.parent.is_dir():
-            raise UsageError(f"--into: parent directory of '{dest}' does not exist")
+            raise UsageError(f"parent directory of '{dest}' does not exist", param="into")
         return False
     if any(os.scandir(dest)) and not force:
-        raise UsageError(f"--into: '{dest}' is not empty (use --force to replace its contents)")
+        raise UsageError(f"'{dest}' is not empty (use --force to replace its contents)", param="into")
     return True
 
 
@@ -91,18 +93,20 @@ def checkout(repo, rev: str, into: Path, layers=("world",), force: bool = False)
     try:
         os.chmod(tmp, 0o777 & ~umask)
         try:
-            stats = _fill(repo, image, layers, tmp, world, files)
+            stats, written = _fill(repo, image, layers, tmp, world, files)
         except DataError as e:  # name the image: the object may be missing on a remote
             raise DataError(f"image {image.short}: {e.message}", e.code) from None
         _swap_into_place(tmp, dest, replace, repo.git_dir)
     finally:
         siblings.drop(tmp, repo.git_dir)
-    return CheckoutResult(image, dest, layers, stats)
+    return CheckoutResult(image, dest, layers, stats, written)
 
 
-def _fill(repo, image: img.ImageInfo, layers: tuple[str, ...], tmp: Path, world, files) -> RestoreStats:
+def _fill(repo, image: img.ImageInfo, layers: tuple[str, ...], tmp: Path, world, files) -> tuple[RestoreStats, tuple[str, ...]]:
+    """Write the layers into ``tmp``: the world's stats, and the paths the other layers wrote."""
     git = repo.git
     stats = RestoreStats()
+    written: list[bytes] = []
     if world is not None:
         stats = restore(git, repo.store, world, os.fsencode(tmp))
     side = SIDECAR.encode() if world is not None else b""
@@ -113,9 +117,12 @@ def _fill(repo, image: img.ImageInfo, layers: tuple[str, ...], tmp: Path, world,
                 target = os.path.join(side, layer.encode()) if len(layers) > 1 else b""
                 out.mkdirs(target)
                 getattr(importlib.import_module(module), func)(repo, image, tmp / os.fsdecode(target))
+                for base, _, names in os.walk(os.path.join(os.fsencode(tmp), target)):
+                    written += [os.path.relpath(os.path.join(base, n), os.fsencode(tmp)) for n in names]
         for name, blob in files:
             out.write_bytes(os.path.join(side, name), read_blob(git, blob))
-    return stats
+            written.append(os.path.join(side, name))
+    return stats, tuple(sorted(os.fsdecode(p) for p in written))
 
 
 def _check_layer_data(git, image: img.ImageInfo, layers: tuple[str, ...]) -> None:

@@ -14,18 +14,30 @@ EXIT_DATA = 3  # repository data is damaged or missing (corrupt or absent object
 
 
 class PfError(Exception):
-    """A user-facing failure: one line of text and an exit code."""
+    """A user-facing failure: one line of text and an exit code.
+
+    ``param`` names the Python API parameter the message is about (``fs_root``): the
+    message then reads ``fs_root: …`` and the CLI shows the flag instead (``--fs-root: …``)."""
 
     code = EXIT_USAGE
 
-    def __init__(self, message: str, code: int | None = None):
+    def __init__(self, message: str, code: int | None = None, param: str | None = None):
         super().__init__(message)
         if code is not None:
             self.code = code
+        self.param = param
+
+    @property
+    def detail(self) -> str:
+        """The message without the parameter's name."""
+        return str(self.args[0])
 
     @property
     def message(self) -> str:
-        return str(self.args[0])
+        return f"{self.param}: {self.detail}" if self.param else self.detail
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class UsageError(PfError):

@@ -49,7 +49,7 @@ class Agent:
             return cls(None, None, fingerprint)
         kind, _, version = spec.partition("/")
         if not kind:
-            raise UsageError(f"--agent: '{spec}' is not KIND[/VERSION]")
+            raise UsageError(f"'{spec}' is not KIND[/VERSION]", param="agent")
         return cls(kind, version or None, fingerprint)
 
     def to_json(self) -> dict:

@@ -81,7 +81,7 @@ def capture(root: int) -> dict:
         raise UsageError("--capture-procs needs /proc (Linux)")
     table = _all()
     if root not in table:
-        raise UsageError(f"--capture-procs: no process with pid {root}")
+        raise UsageError(f"no process with pid {root}", param="capture_procs")
     children: dict[int, list[int]] = {}
     for proc in table.values():
         children.setdefault(proc["ppid"], []).append(proc["pid"])

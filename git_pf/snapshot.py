@@ -100,18 +100,18 @@ def resolve_fs_root(fs_root: Path, git_dir: Path) -> bytes:
     try:
         real = os.path.realpath(fs_root, strict=True)
     except FileNotFoundError:
-        raise UsageError(f"--fs-root: '{fs_root}' does not exist") from None
+        raise UsageError(f"'{fs_root}' does not exist", param="fs_root") from None
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise UsageError(f"--fs-root: '{fs_root}' is a symlink loop") from None
-        raise UsageError(f"--fs-root: cannot resolve '{fs_root}': {e.strerror}") from None
+            raise UsageError(f"'{fs_root}' is a symlink loop", param="fs_root") from None
+        raise UsageError(f"cannot resolve '{fs_root}': {e.strerror}", param="fs_root") from None
     if not os.path.isdir(real):
-        raise UsageError(f"--fs-root: '{fs_root}' is not a directory")
+        raise UsageError(f"'{fs_root}' is not a directory", param="fs_root")
     if not os.access(real, os.R_OK | os.X_OK):
-        raise UsageError(f"--fs-root: '{fs_root}' is not readable")
+        raise UsageError(f"'{fs_root}' is not readable", param="fs_root")
     git_real = os.path.realpath(git_dir)
     if real == git_real or real.startswith(git_real + os.sep):
-        raise UsageError(f"--fs-root: '{fs_root}' is inside the git directory")
+        raise UsageError(f"'{fs_root}' is inside the git directory", param="fs_root")
     return os.fsencode(real)
 
 
@@ -232,15 +232,15 @@ def _check_effects(ledger: list[dict], parent, rewrite: str | None, repo) -> boo
     repeats = effects_mod.repeated_irreversible(ledger)
     if repeats:
         key, first, again = repeats[0]
-        raise UsageError(f"--effects: irreversible effect {key} is recorded twice (entries {first} and {again}); "
-                         f"an irreversible effect happens once")
+        raise UsageError(f"irreversible effect {key} is recorded twice (entries {first} and {again}); "
+                         f"an irreversible effect happens once", param="effects")
     base = _layer(None, parent, img.EFFECTS_LEDGER, effects_mod.decode, repo)
     problem = effects_mod.extension_problem(base, ledger)
     if problem is None:
         return False
     if rewrite is None:
-        raise UsageError(f"--effects: not an extension of the parent image's ledger: {problem} "
-                         f"(the ledger only grows; --rewrite-effects records a deliberate rewrite)")
+        raise UsageError(f"not an extension of the parent image's ledger: {problem} "
+                         f"(the ledger only grows; --rewrite-effects records a deliberate rewrite)", param="effects")
     return True
 
 

@@ -44,7 +44,7 @@ def encode(exchanges: list[dict], keep: frozenset[str] = frozenset()) -> list[tu
         try:
             data = canonjson.encode(redact_json(exchange, keep))
         except RecursionError:
-            raise InputFormatError(f"--tape: exchange {seq} is nested too deeply") from None
+            raise InputFormatError(f"exchange {seq} is nested too deeply", param="tape") from None
         out.append((entry_name(seq, data), data))
     return out
 

@@ -75,18 +75,18 @@ def load(path) -> KVFile:
     """Read an interchange file; one-line errors for anything malformed."""
     path = Path(path)
     if not path.is_file():
-        raise UsageError(f"--kv: '{path}' does not exist or is not a file")
+        raise UsageError(f"'{path}' does not exist or is not a file", param="kv")
     try:
         doc = _header(path)
     except (ValueError, OSError) as e:
-        raise InputFormatError(f"--kv: '{path}' is not a readable safetensors file ({e})") from None
+        raise InputFormatError(f"'{path}' is not a readable safetensors file ({e})", param="kv") from None
     meta = doc.get("__metadata__") or {}
     if meta.get("format") != pg.VERSION:
-        raise InputFormatError(f"--kv: '{path}' is not a {pg.VERSION} KV file (format {meta.get('format')!r})")
+        raise InputFormatError(f"'{path}' is not a {pg.VERSION} KV file (format {meta.get('format')!r})", param="kv")
     n = int(meta["layers"]) if str(meta.get("layers", "")).isdigit() else 0
     want = {"token_ids"} | {f"layers.{i}.{kv}" for i in range(n) for kv in ("keys", "values")}
     if n < 1 or set(doc) - {"__metadata__"} != want:
-        raise InputFormatError(f"--kv: '{path}' does not hold token_ids and {n} layers of keys/values")
+        raise InputFormatError(f"'{path}' does not hold token_ids and {n} layers of keys/values", param="kv")
     return _read_tensors(path, n, meta)
 
 
@@ -98,5 +98,5 @@ def _read_tensors(path: Path, n: int, meta: dict) -> KVFile:
             tokens = f.get_tensor("token_ids").tolist()
             layers = [(f.get_tensor(f"layers.{i}.keys"), f.get_tensor(f"layers.{i}.values")) for i in range(n)]
     except (SafetensorError, ValueError, OSError) as e:
-        raise InputFormatError(f"--kv: '{path}' is not a readable safetensors file ({str(e).splitlines()[0]})") from None
+        raise InputFormatError(f"'{path}' is not a readable safetensors file ({str(e).splitlines()[0]})", param="kv") from None
     return KVFile(layers, tokens, meta.get("model") or None, meta.get("adapter") or None)

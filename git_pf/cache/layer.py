@@ -134,7 +134,7 @@ class CacheInput:
             raise UsageError(f"--model-fingerprint '{model}' differs from the model '{kv.model}' recorded in '{path}'")
         model = model or kv.model
         if not model:
-            raise UsageError(f"--kv: '{path}' records no model fingerprint; give --model-fingerprint")
+            raise UsageError(f"'{path}' records no model fingerprint; give --model-fingerprint", param="kv")
         return cls.from_cache(kv.layers, kv.tokens, model=model, adapter=adapter or kv.adapter,
                               page_tokens=page_tokens)
 

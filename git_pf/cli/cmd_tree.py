@@ -20,8 +20,16 @@ def checkout(
 ) -> None:
     """Write an image's layers into a directory, exactly; all or nothing."""
     result = open_repo().checkout(rev, into, layers, force)
-    emit(as_json, result.to_json(), lambda: typer.echo(
-        f"checked out {result.image.short} into {result.path}: {result.stats.files} files, {fmt.size(result.stats.bytes)}"))
+    def human() -> None:
+        parts = [f"{result.stats.files} files, {fmt.size(result.stats.bytes)}"] if "world" in result.layers else []
+        if result.layer_files or "world" not in result.layers:
+            parts.append(f"{len(result.layer_files)} layer files")
+        typer.echo(f"checked out {result.image.short} into {result.path}: {'; '.join(parts)}")
+        if "world" not in result.layers:
+            for path in result.layer_files:
+                typer.echo(f"  {path}")
+
+    emit(as_json, result.to_json(), human)
 
 
 @app.command()

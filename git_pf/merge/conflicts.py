@@ -57,11 +57,11 @@ def _load(repo, dest: Path) -> dict:
 
 def _check_dest(dest: Path) -> None:
     if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
-        raise UsageError(f"--checkout: '{dest}' exists and is not a directory")
+        raise UsageError(f"'{dest}' exists and is not a directory", param="checkout")
     if dest.exists() and any(os.scandir(dest)):
-        raise UsageError(f"--checkout: '{dest}' is not empty")
+        raise UsageError(f"'{dest}' is not empty", param="checkout")
     if not dest.parent.is_dir():
-        raise UsageError(f"--checkout: parent directory of '{dest}' does not exist")
+        raise UsageError(f"parent directory of '{dest}' does not exist", param="checkout")
 
 
 def merge_with_checkout(repo, req: engine.MergeRequest, dest: Path) -> engine.MergeResult:

@@ -84,8 +84,8 @@ def parse_prefer(items) -> dict[str, str]:
     out = {}
     for layer, side in pairs:
         if layer not in layer_names() or side not in SIDES:
-            raise UsageError(f"--prefer: expected LAYER=ours|theirs with LAYER one of {','.join(layer_names())}, "
-                             f"got '{layer}={side}'")
+            raise UsageError(f"expected LAYER=ours|theirs with LAYER one of {','.join(layer_names())}, "
+                             f"got '{layer}={side}'", param="prefer")
         out[layer] = side
     return out
 
@@ -97,7 +97,7 @@ def _branch(git, into: str | None) -> str:
     if name.startswith(refs.HEADS):
         name = name[len(refs.HEADS):]
     if refs.branch_tip(git, refs.check_name(name)) is None:
-        raise UsageError(f"--into: no such branch '{name}'")
+        raise UsageError(f"no such branch '{name}'", param="into")
     return name
 
 

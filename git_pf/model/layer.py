@@ -26,15 +26,15 @@ def _read_config(directory: Path) -> bytes:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise UsageError(f"--adapter: '{directory}' has no {CONFIG_FILE} (not a peft adapter directory)") from None
+        raise UsageError(f"'{directory}' has no {CONFIG_FILE} (not a peft adapter directory)", param="adapter") from None
     except OSError as e:
-        raise UsageError(f"--adapter: cannot read '{path}': {e.strerror}") from None
+        raise UsageError(f"cannot read '{path}': {e.strerror}", param="adapter") from None
     try:
         doc = json.loads(data)
     except (UnicodeDecodeError, ValueError) as e:
-        raise UsageError(f"--adapter: '{path}' is not valid JSON ({e})") from None
+        raise UsageError(f"'{path}' is not valid JSON ({e})", param="adapter") from None
     if not isinstance(doc, dict):
-        raise UsageError(f"--adapter: '{path}' is not a JSON object")
+        raise UsageError(f"'{path}' is not a JSON object", param="adapter")
     return data
 
 
@@ -42,13 +42,13 @@ def check_adapter_dir(directory: Path) -> bytes:
     """Validate a peft adapter directory; returns its config bytes."""
     if not directory.is_dir():
         what = "does not exist" if not directory.exists() else "is not a directory"
-        raise UsageError(f"--adapter: '{directory}' {what}")
+        raise UsageError(f"'{directory}' {what}", param="adapter")
     config = _read_config(directory)
     weights = directory / WEIGHTS_FILE
     if not weights.exists():
         hint = " (adapter_model.bin is not supported: save with safe_serialization=True)" \
             if (directory / "adapter_model.bin").exists() else ""
-        raise UsageError(f"--adapter: '{directory}' has no {WEIGHTS_FILE}{hint}")
+        raise UsageError(f"'{directory}' has no {WEIGHTS_FILE}{hint}", param="adapter")
     store_mod.read_header(weights, "--adapter")
     return config
 
@@ -73,7 +73,7 @@ class ModelInput:
             check_adapter_dir(adapter_dir)
         if delta_file is not None:
             if delta_file.is_dir():
-                raise UsageError(f"--delta: '{delta_file}' is a directory, not a safetensors file")
+                raise UsageError(f"'{delta_file}' is a directory, not a safetensors file", param="delta")
             store_mod.read_header(delta_file, "--delta")
         return cls(adapter_dir, base, delta_file)
 

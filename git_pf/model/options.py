@@ -111,7 +111,7 @@ class MergeSpec:
 
     def check_sides(self, n: int) -> None:
         if self.weights is not None and len(self.weights) != n:
-            raise UsageError(f"--weights: {len(self.weights)} weights given for {n} adapters")
+            raise UsageError(f"{len(self.weights)} weights given for {n} adapters", param="weights")
 
     def kernel_options(self) -> dict:
         out: dict = {"seed": self.seed}

@@ -83,7 +83,7 @@ def prune_cutoff(repo, prune: str | None) -> float | None:
                       check=False)
     out = proc.stdout.decode().strip()
     if proc.returncode != 0 or not out.isdigit():
-        raise UsageError(f"--prune: cannot read date '{value}' (try 'now', 'never', '2.weeks.ago', an ISO date)")
+        raise UsageError(f"cannot read date '{value}' (try 'now', 'never', '2.weeks.ago', an ISO date)", param="prune")
     epoch = int(out)
     return float(epoch)
 

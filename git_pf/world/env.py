@@ -82,12 +82,12 @@ def from_file(path: Path) -> Env:
     """Read ``{"cwd": ..., "env": {...}}`` or a flat ``{"NAME": "value"}`` mapping."""
     obj = jsonl.read_json(path, "--env")
     if not isinstance(obj, dict):
-        raise InputFormatError(f"--env: '{path}' must hold a JSON object")
+        raise InputFormatError(f"'{path}' must hold a JSON object", param="env")
     if isinstance(obj.get("env"), dict):
         cwd, variables = obj.get("cwd"), obj["env"]
     else:
         cwd, variables = None, obj
     bad = [k for k, v in variables.items() if not isinstance(v, str)]
     if bad or (cwd is not None and not isinstance(cwd, str)):
-        raise InputFormatError(f"--env: '{path}': every value must be a string (not {bad[0] if bad else 'cwd'})")
+        raise InputFormatError(f"'{path}': every value must be a string (not {bad[0] if bad else 'cwd'})", param="env")
     return Env(cwd, dict(variables))
