@@ -20,6 +20,7 @@ def checkout(
 ) -> None:
     """Write an image's layers into a directory, exactly; all or nothing."""
     result = open_repo().checkout(rev, into, layers, force)
+
     def human() -> None:
         parts = [f"{result.stats.files} files, {fmt.size(result.stats.bytes)}"] if "world" in result.layers else []
         if result.layer_files or "world" not in result.layers:
