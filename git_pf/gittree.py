@@ -11,7 +11,7 @@ from typing import Iterable
 
 import pygit2
 
-from .errors import WriteFailed
+from .errors import DataError, WriteFailed
 from .packfile import BLOB, TREE, PackWriter
 
 MODE_FILE = 0o100644
@@ -72,20 +72,30 @@ class TreeWriter:
 
 
 def decode_tree(data: bytes) -> list[Entry]:
-    """Parse a raw tree object into ``(name, mode, raw oid)`` entries, in stored order."""
+    """Parse a raw tree object into ``(name, mode, raw oid)`` entries, in stored order.
+    Bytes that are no tree (a name holding NUL shifts every field after it) are a ValueError."""
     out: list[Entry] = []
     i, n = 0, len(data)
     while i < n:
-        sp = data.index(b" ", i)
-        nul = data.index(b"\x00", sp)
-        out.append((data[sp + 1 : nul], int(data[i:sp], 8), data[nul + 1 : nul + 21]))
+        sp = data.find(b" ", i)
+        nul = data.find(b"\x00", sp)
+        mode, oid = data[i:sp], data[nul + 1 : nul + 21]
+        if sp < 0 or nul < 0 or not mode.isdigit() or len(oid) != 20:
+            raise ValueError(f"malformed tree entry at byte {i}")
+        out.append((data[sp + 1 : nul], int(mode, 8), oid))
         i = nul + 21
     return out
 
 
 def read_tree(repo: pygit2.Repository, raw_oid: bytes) -> list[Entry]:
+    """The entries of tree ``raw_oid``; an object that is not a well-formed tree is a DataError."""
     kind, data = repo.odb.read(pygit2.Oid(raw=raw_oid))
-    return decode_tree(data)
+    try:
+        if kind != pygit2.enums.ObjectType.TREE:
+            raise ValueError("not a tree object")
+        return decode_tree(data)
+    except ValueError as e:
+        raise DataError(f"tree {raw_oid.hex()}: {e}") from None
 
 
 def read_blob(repo: pygit2.Repository, raw_oid: bytes) -> bytes:

@@ -2,9 +2,10 @@
 
 Image data is untrusted. ``validate_world`` walks a world tree once and checks
 every tree name (``name_problem`` / ``tree_name_problem``) and every
-``fs.attrs.jsonl`` path (``relpath_problem`` plus the kind of every prefix)
-before anything is written; a refused world is a ``DataError`` naming the
-bad path (docs/format.md "Names"; docs/security.md "Paths"). ``SafeDir``
+``fs.attrs.jsonl`` path (``relpath_problem`` plus the kind of every prefix),
+and that every tree is in git's order, before anything is written; a
+refused world is a ``DataError`` naming the bad path (docs/format.md
+"Names"; docs/security.md "Paths"). ``SafeDir``
 writes under one directory by ``openat``-style descent, never opening a path
 through a symlink it created or found. Writes nothing outside the directory a
 ``SafeDir`` is given; knows no layer but the world.
@@ -95,11 +96,16 @@ def validate_world(git, tree_hex: str | None, attrs: dict[bytes, attrs_mod.PathA
         rel_dir, oid = stack.pop()
         seen: set[bytes] = set()
         subtrees = []
+        last = b""
         for tname, mode, child in read_tree(git, oid):
             where = rel_dir + b"/" + tname if rel_dir else tname
             problem = tree_name_problem(tname)
             if problem:
                 raise DataError(f"{img.WORLD_FS.decode()}: unsafe name '{show(where)}' ({problem})")
+            key = tname + b"/" if mode == MODE_TREE else tname
+            if key < last:  # git's merge asserts on such a tree; git fsck calls it treeNotSorted
+                raise DataError(f"{img.WORLD_FS.decode()}: '{show(where)}' is out of git's order in its tree")
+            last = key
             name = from_tree(tname)
             rel = rel_dir + b"/" + name if rel_dir else name
             if name in seen:

@@ -313,3 +313,32 @@ def test_mount_leaves_out_a_tree_name_holding_a_slash(tmp_path, world):
         assert not (mnt / "a").exists()
     finally:
         pf.cleanup()
+
+
+# -- found by tests/test_hostile_property.py ---------------------------------------------
+@pytest.mark.parametrize("extra", [(), ("--layers", "world,trace,effects,env")], ids=["world", "all-layers"])
+def test_nul_in_a_tree_name_is_refused_not_a_crash(world, run_pf, extra):
+    """A NUL inside a raw tree name shifts the mode and oid of every entry after it: the tree is malformed."""
+    repo_dir, area = world
+    craft(repo_dir, "evil", fs=[file_entry(repo_dir, b"n\0ul")])
+    before = listing(area)
+    assert_refused(checkout(run_pf, repo_dir, area, "evil", *extra), area, before, "tree", "malformed")
+    proc = run_pf("merge", "evil", "--into", "main", cwd=repo_dir, check=False)
+    assert proc.returncode == 3 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_unsorted_world_tree_is_refused_before_git_merges_it(world, run_pf, tmp_path):
+    """git's merge-ort aborts on a tree whose entries are out of order; such a tree is damaged data."""
+    repo_dir, area = world
+    shared = file_entry(repo_dir, b"shared.txt", b"uno\ntwo\nthree\n")
+    craft(repo_dir, "evil", fs=[file_entry(repo_dir, b"x"), shared])
+    sb = tmp_path / "sb"
+    (sb / "shared.txt").write_text("ONE\ntwo\nthree\n")
+    Repo.open(repo_dir).snapshot(sb, name="main", message="ours")
+    tip = plumb(repo_dir, "rev-parse", "refs/pf/heads/main")
+    before = listing(area)
+    assert_refused(checkout(run_pf, repo_dir, area, "evil"), area, before, "'shared.txt'", "order")
+    for extra in ((), ("--checkout", str(area / "out"))):
+        proc = run_pf("merge", "evil", "--into", "main", *extra, cwd=repo_dir, check=False)
+        assert_refused(proc, area, before, "'shared.txt'", "order")
+        assert plumb(repo_dir, "rev-parse", "refs/pf/heads/main") == tip
