@@ -22,12 +22,12 @@ HEAVY = ("pygit2", "torch", "rich", "zstandard", "pathspec", "pyfastcdc")
 LIGHT_PF = ("git_pf", "git_pf.errors")
 
 
-def _modules_after(code: str) -> dict:
+def _modules_after(code: str, cwd=None) -> dict:
     """Run ``code`` in a fresh interpreter; return its stdout and the modules it loaded."""
     body = "".join(f"    {line}\n" for line in code.splitlines())
     script = (f"import sys, json\ntry:\n{body}except SystemExit:\n    pass\n"
               "sys.stderr.write('MODULES ' + json.dumps(sorted(sys.modules)) + '\\n')\n")
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=cwd)
     line = [l for l in proc.stderr.splitlines() if l.startswith("MODULES ")]
     assert line, proc.stderr
     return {"stdout": proc.stdout, "modules": set(json.loads(line[-1][len("MODULES "):]))}
@@ -66,6 +66,32 @@ def test_version_is_answered_before_typer_loads():
     got = _modules_after("sys.argv = ['git-pf', '--version']\nimport git_pf.cli\ngit_pf.cli.main()")
     assert got["stdout"].startswith("git-pf ")
     assert not {m for m in got["modules"] if m.split(".")[0] in ("typer", "click")}
+
+
+def test_commands_convert_their_parameters_without_pydantic(run_pf, tmp_path):
+    """Typer 0.2x would import pydantic (50-70 ms) to convert plain str/int/Path values."""
+    run_pf("init", "repo")
+    (tmp_path / "sb").mkdir()
+    (tmp_path / "sb" / "a.txt").write_text("a\n")
+    repo = tmp_path / "repo"
+    run_pf("snapshot", "--fs-root", tmp_path / "sb", "--ignore", "*.tmp", "--ignore", "x/", "-m", "one", cwd=repo)
+    for args in (["log", "-n", "5"], ["show", "HEAD"],
+                 ["snapshot", "--fs-root", str(tmp_path / "sb"), "--kv-page-tokens", "8", "--ignore", "*.o", "-q"]):
+        got = _modules_after(f"sys.argv = ['git-pf', *{args!r}]\nimport git_pf.cli\ngit_pf.cli.main()", cwd=repo)
+        assert not {m for m in got["modules"] if m.split(".")[0] in ("pydantic", "pydantic_core", "torch")}, args
+    assert "one" in run_pf("log", "-n", "1", cwd=repo).stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["log", "-n", "abc"], "Invalid value for '-n' / '--max-count'"),
+    (["snapshot", "--fs-root", ".", "--kv-page-tokens", "0"], "Invalid value for '--kv-page-tokens'"),
+    (["merge", "x", "--density", "half"], "Invalid value for '--density'"),
+])
+def test_values_the_fast_conversion_does_not_take_get_typers_own_message(run_pf, tmp_path, args, message):
+    run_pf("init", "repo")
+    proc = run_pf(*args, cwd=tmp_path / "repo", check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"git pf: {message}") and proc.stderr.count("\n") == 1, proc.stderr
 
 
 # Output after the first line must exceed a pipe's 64 KiB buffer, so that the reader
@@ -114,3 +140,33 @@ def test_output_into_a_full_disk_is_an_error_not_a_closed_pipe(big_images):
                           env=dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}"))
     assert proc.returncode == 1
     assert proc.stderr.startswith("git pf: error: No space left on device") and proc.stderr.count("\n") == 1
+
+
+def test_fast_conversion_gives_what_typer_gives_for_every_parameter(tmp_path):
+    """Every parameter of every command, fed sample values: where git_pf.cli.coerce converts a
+    value itself, the result (value and type) is the one Typer's own conversion gives."""
+    coercion = pytest.importorskip("typer._coercion")
+    import typer
+
+    from git_pf.cli import coerce, commands  # noqa: F401  (registers every command)
+    from git_pf.cli.app import app
+
+    (tmp_path / "f").write_text("x")
+    samples = {str: ["x", "", "ünï code", "a b", "-"], bool: [True, False], int: ["0", "7", "-3", "+4", "007", 5, 16],
+               float: ["0.5", "1", "-2e3", ".5", "5.", 2], "path": ["sb", "nonexistent/x", str(tmp_path / "f"),
+                                                                     str(tmp_path), "."],
+               "list": [("a", "b"), (), ["x"]]}
+    taken = 0
+    for command in typer.main.get_command(app).commands.values():
+        for param in command.params:
+            d = param.type_descriptor
+            kind = ("path" if d.annotation is coerce.Path else "list" if d.annotation == coerce.List[str]
+                    else d.annotation)
+            for value in samples.get(kind, []):
+                ours = coerce._convert(d.annotation, d.parameter_info, value)
+                if ours is coerce._TYPER:
+                    continue
+                theirs = coercion.build_runtime_param(d)._coerce_value(value, param=param, ctx=None)
+                assert (ours, type(ours)) == (theirs, type(theirs)), (command.name, param.name, value)
+                taken += 1
+    assert taken > 100  # the fast path did take the plain values

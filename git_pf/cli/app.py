@@ -21,10 +21,12 @@ except ImportError:  # pragma: no cover - older Typer on the real click
     from click import exceptions as click_exc
 
 from ..errors import EXIT_NEGATIVE, EXIT_USAGE, PfError
-from . import pipe, version_line
+from . import coerce, pipe, version_line
 
 if TYPE_CHECKING:
     from ..repo import Repo
+
+coerce.install()  # plain values without pydantic: 50-70 ms less on every call
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 
