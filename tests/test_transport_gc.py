@@ -24,7 +24,7 @@ def _setup(tmp_path):
         sb = tmp_path / f"sb-{name}"
         sb.mkdir()
         (sb / "big.bin").write_bytes(rand_bytes(2 * MiB, seed))
-        pf("snapshot", "--fs-root", sb, "--name", name, "-m", name, cwd=repo)
+        pf("snapshot", "--fs-root", sb, "--name", name, "--switch", "-m", name, cwd=repo)
     drop = pf("show", "drop", "--json", cwd=repo).stdout
     return repo, json.loads(drop)["id"]
 
