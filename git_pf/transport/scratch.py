@@ -27,18 +27,9 @@ from typing import Iterator
 import pygit2
 
 from ..gittree import MODE_TREE, read_tree
+from ..mounts import pid_alive
 
 PREFIX = "transfer-"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def sweep(git_dir: Path) -> list[Path]:
@@ -49,7 +40,7 @@ def sweep(git_dir: Path) -> list[Path]:
             if not entry.name.startswith(PREFIX):
                 continue
             pid = entry.name[len(PREFIX):].partition("-")[0]
-            if pid.isdigit() and not _alive(int(pid)):
+            if pid.isdigit() and not pid_alive(int(pid)):
                 shutil.rmtree(entry.path, ignore_errors=True)
                 removed.append(Path(entry.path))
     return removed
