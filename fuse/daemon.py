@@ -22,7 +22,7 @@ import threading
 import time
 
 from git_pf import mounts
-from git_pf.errors import UsageError
+from git_pf.errors import DataError, PfError, UsageError
 from git_pf.mount_snapshot import clear_upper
 from git_pf.mounts import MountState
 
@@ -251,8 +251,9 @@ def _child(git_dir: str, state: MountState, w: int) -> None:
         daemon.run(ready)
     except BaseException as e:  # report to the waiting parent, then leave
         code = 1
-        try:
-            os.write(w, f"error {type(e).__name__}: {e}\n".encode())
+        try:  # the exit code the parent gives: 3 for damaged image data, else 2
+            exit_code = e.code if isinstance(e, PfError) else UsageError.code
+            os.write(w, f"error {exit_code} {type(e).__name__}: {e}\n".encode())
         except OSError:
             pass
         logging.getLogger("git_pf.fuse").exception("daemon failed")
@@ -276,5 +277,7 @@ def _wait_ready(r: int, state: MountState) -> MountState:
     if data.startswith(b"ok "):
         state.pid = int(data.split()[1])
         return state
-    msg = data.decode(errors="replace").strip().removeprefix("error ") or "the daemon did not start in time"
-    raise UsageError(f"cannot mount at '{state.mountpoint}': {msg} (log: {state.log})")
+    code, _, msg = data.decode(errors="replace").strip().removeprefix("error ").partition(" ")
+    code, msg = (int(code), msg) if code.isdigit() else (UsageError.code, f"{code} {msg}".strip())
+    msg = f"cannot mount at '{state.mountpoint}': {msg or 'the daemon did not start in time'} (log: {state.log})"
+    raise (DataError if code == DataError.code else UsageError)(msg, code)

@@ -342,3 +342,22 @@ def test_unsorted_world_tree_is_refused_before_git_merges_it(world, run_pf, tmp_
         proc = run_pf("merge", "evil", "--into", "main", *extra, cwd=repo_dir, check=False)
         assert_refused(proc, area, before, "'shared.txt'", "order")
         assert plumb(repo_dir, "rev-parse", "refs/pf/heads/main") == tip
+
+
+@requires_fuse
+def test_mount_of_an_image_with_malformed_attrs_is_a_data_error(tmp_path, world):
+    """The daemon's DataError reaches the user as exit 3 (damaged data), not exit 2 (bad input)."""
+    repo_dir, area = world
+    craft(repo_dir, "evil", attrs=b'{"path":""}\n')
+    pf = Pf(tmp_path)
+    pf.repo = repo_dir
+    (area / "mnt").mkdir()
+    before = listing(area)
+    try:
+        pf.mountpoints.add(str(area / "mnt"))
+        proc = pf.run("mount", "evil", str(area / "mnt"), check=False)
+        assert proc.returncode == 3, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and "world/fs.attrs.jsonl:1" in proc.stderr, proc.stderr
+        assert not os.path.ismount(area / "mnt") and listing(area) == before
+    finally:
+        pf.cleanup()
