@@ -2,7 +2,7 @@
 
 Worlds are drawn from an alphabet of dangerous tree names (``..``, ``.``, ``.git`` in two cases, escaped
 forms canonical or not, names holding ``/`` or NUL written as raw tree bytes, ``.pf``, duplicates, a
-symlink and a directory of one name), symlinks (absolute, relative, dangling, into a victim directory
+symlink and a directory of one name, trees out of git's order), symlinks (absolute, relative, dangling, into a victim directory
 beside the target), ``fs.attrs.jsonl`` lines (absolute, ``..``, through a symlink, directory entries
 on files and symlinks, modes and xattrs on symlinks, pointer flags anywhere) and tape entry names.
 Each drawn image goes through the real ``git-pf`` CLI: checkout (world, and world with every file
