@@ -21,7 +21,7 @@ from .gittree import diff_trees
 from .errors import DataError
 from .layercheck import load
 from .world.env import Env
-from .world.names import from_tree
+from .world.names import real_path
 
 _KNOWN = {img.MANIFEST, img.WORLD_ATTRS, img.WORLD_ENV, img.TRACE_MESSAGES, img.EFFECTS_LEDGER}
 
@@ -89,16 +89,12 @@ class ImageDiff:
                     or e.added or e.changed or e.removed or self.other)
 
 
-def _unescape(path: bytes) -> str:
-    return os.fsdecode(b"/".join(from_tree(p) for p in path.split(b"/")))
-
-
 def _world(git, a: img.ImageInfo, b: img.ImageInfo) -> WorldDiff:
     out = WorldDiff()
     ta, tb = (img.subtree(git, x.tree, img.WORLD_FS) for x in (a, b))
     for path, old, new in diff_trees(git, bytes.fromhex(ta) if ta else None, bytes.fromhex(tb) if tb else None):
         bucket = out.added if old is None else out.removed if new is None else out.changed
-        bucket.append(_unescape(path))
+        bucket.append(os.fsdecode(real_path(path)))
     aa, ab = (load(git, x, img.WORLD_ATTRS, {}) for x in (a, b))
     touched = set(out.added) | set(out.changed) | set(out.removed)
     for p in sorted(aa.keys() | ab.keys()):

@@ -19,7 +19,7 @@ import pygit2
 from . import pointer as pointer_fmt
 from .errors import DataError
 from .gittree import MODE_EXEC, MODE_FILE, MODE_LINK, diff_trees, read_blob
-from .world.names import from_tree
+from .world.names import real_path
 
 TEXT_LIMIT = 4 * 1024 * 1024  # a pointer's content is read for a text diff only up to this size
 _ABBREV = 7
@@ -46,10 +46,6 @@ def quote(name: bytes) -> bytes:
         return name
     out = b"".join(_ESCAPES.get(c) or (b"\\%03o" % c if c < 0x20 or c >= 0x7F else bytes([c])) for c in name)
     return b'"' + out + b'"'
-
-
-def _unescape(path: bytes) -> bytes:
-    return b"/".join(from_tree(p) for p in path.split(b"/"))
 
 
 def _side(git, store, path: bytes, entry, is_pointer: bool) -> _Side | None:
@@ -137,7 +133,7 @@ def patches(git: pygit2.Repository, store, tree_a: str | None, tree_b: str | Non
     found = []
     for tpath, old, new in diff_trees(git, bytes.fromhex(tree_a) if tree_a else None,
                                       bytes.fromhex(tree_b) if tree_b else None):
-        path = _unescape(tpath)
+        path = real_path(tpath)
         sa = _side(git, store, path, old, path in pointers_a)
         sb = _side(git, store, path, new, path in pointers_b)
         if sa and sb and (sa.mode == MODE_LINK) != (sb.mode == MODE_LINK):  # git: a delete, then an add

@@ -16,20 +16,12 @@ import pygit2
 from .. import image as img, pointer as pointer_fmt
 from ..gittree import MODE_EXEC, MODE_FILE, MODE_TREE, TreeWriter, lookup, read_blob
 from ..world import attrs as attrs_mod
-from ..world.names import from_tree, to_tree
+from ..world.names import real_path, tree_path
 from . import fsattrs, gitmerge
 from .layer import LayerResult, MergeContext
 from .tree3 import AMBIGUOUS, blob, entry, pick
 
 SUMMARY_FIELDS = ("files", "bytes", "pointers")
-
-
-def tree_path(real: bytes) -> bytes:
-    return b"/".join(to_tree(c) for c in real.split(b"/"))
-
-
-def real_path(tree: bytes) -> bytes:
-    return b"/".join(from_tree(c) for c in tree.split(b"/"))
 
 
 class WorldMerger:
