@@ -89,13 +89,12 @@ class ImageDiff:
                     or e.added or e.changed or e.removed or self.other)
 
 
-def _world(git, a: img.ImageInfo, b: img.ImageInfo) -> WorldDiff:
+def _world(git, a: img.ImageInfo, b: img.ImageInfo, aa: dict, ab: dict) -> WorldDiff:
     out = WorldDiff()
     ta, tb = (img.subtree(git, x.tree, img.WORLD_FS) for x in (a, b))
     for path, old, new in diff_trees(git, bytes.fromhex(ta) if ta else None, bytes.fromhex(tb) if tb else None):
         bucket = out.added if old is None else out.removed if new is None else out.changed
         bucket.append(os.fsdecode(real_path(path)))
-    aa, ab = (load(git, x, img.WORLD_ATTRS, {}) for x in (a, b))
     touched = set(out.added) | set(out.changed) | set(out.removed)
     for p in sorted(aa.keys() | ab.keys()):
         ja, jb = (x[p].to_json() if p in x else None for x in (aa, ab))
@@ -131,8 +130,8 @@ def _other(git, a, b) -> list[str]:
     return sorted(out)
 
 
-def _patches(git, store, a: img.ImageInfo, b: img.ImageInfo) -> list[tuple[bytes, bytes]]:
-    pa, pb = ({p for p, e in load(git, x, img.WORLD_ATTRS, {}).items() if e.pointer} for x in (a, b))
+def _patches(git, store, a: img.ImageInfo, b: img.ImageInfo, aa: dict, ab: dict) -> list[tuple[bytes, bytes]]:
+    pa, pb = ({p for p, e in x.items() if e.pointer} for x in (aa, ab))
     ta, tb = (img.subtree(git, x.tree, img.WORLD_FS) for x in (a, b))
     try:
         return worldpatch.patches(git, store, ta, tb, pa, pb)
@@ -144,5 +143,6 @@ def diff(git: pygit2.Repository, a: img.ImageInfo, b: img.ImageInfo, store=None)
     """Compare ``a`` with ``b``; with a side ``store``, also each world file's unified diff."""
     for image in (a, b):  # the process table is listed under "other" when it changed, but must parse
         load(git, image, img.WORLD_PROCS)
-    return ImageDiff(a.id, b.id, _world(git, a, b), _trace(git, a, b), _effects(git, a, b), _env(git, a, b),
-                     _other(git, a, b), _patches(git, store, a, b) if store is not None else None)
+    aa, ab = (load(git, x, img.WORLD_ATTRS, {}) for x in (a, b))
+    return ImageDiff(a.id, b.id, _world(git, a, b, aa, ab), _trace(git, a, b), _effects(git, a, b), _env(git, a, b),
+                     _other(git, a, b), _patches(git, store, a, b, aa, ab) if store is not None else None)
