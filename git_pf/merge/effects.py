@@ -14,7 +14,8 @@ same key always, under another key (same tool and argument hash) unless
 from __future__ import annotations
 
 from .. import canonjson, effects as ledger_fmt, image as img
-from ..errors import DataError, PfError
+from ..errors import DataError
+from ..layercheck import load
 from .layer import LayerResult, MergeContext
 from .tree3 import base_entry, blob, entry, pick
 
@@ -24,22 +25,21 @@ IRREVERSIBLE = "irreversible"
 
 def read_ledger(git, image) -> list[dict]:
     """An image's ledger, parsed and chain-checked; DataError naming the image otherwise."""
-    data = img.read_file(git, image.tree, img.EFFECTS_LEDGER) if image is not None else None
-    if not data:
-        return []
-    try:
-        entries = ledger_fmt.decode(data)
-        problems = ledger_fmt.verify(entries)
-    except PfError as e:
-        raise DataError(f"image {image.short}: {e.message}") from None
+    entries = load(git, image, img.EFFECTS_LEDGER, [])
+    problems = ledger_fmt.verify(entries)
     if problems:
         raise DataError(f"image {image.short}: effects {problems[0]}")
     return entries
 
 
+def _unlinked(e: dict) -> dict:
+    """An entry without its chain link."""
+    return {k: v for k, v in e.items() if k != "prev"}
+
+
 def _bare(e: dict) -> bytes:
     """An entry without its chain link, as canonical bytes (what two sides compare)."""
-    return canonjson.canonical_bytes({k: v for k, v in e.items() if k != "prev"})
+    return canonjson.canonical_bytes(_unlinked(e))
 
 
 class _Union:
@@ -54,10 +54,9 @@ class _Union:
         self.before_fork = {e["idempotency_key"] for b in bases for e in b}
         done = [e for e in held if e["side_effect_class"] == IRREVERSIBLE]
         done_keys = {e["idempotency_key"] for e in done}
-        done_calls: dict[tuple, list[str]] = {}
+        done_calls: dict[tuple, dict[str, None]] = {}  # keys in first-seen order, each once
         for e in done:
-            keys = done_calls.setdefault((e["tool"], e["args_hash"]), [])
-            keys += [e["idempotency_key"]] if e["idempotency_key"] not in keys else []
+            done_calls.setdefault((e["tool"], e["args_hash"]), {})[e["idempotency_key"]] = None
         self.added: list[dict] = []
         self.conflicts: list[str] = []
         self.duplicates: list[dict] = []
@@ -77,8 +76,7 @@ class _Union:
                                     for k in done_calls.get((e["tool"], e["args_hash"]), [])]
                 done_keys.add(key)  # theirs repeating its own key is a re-run too
             self.added.append(e)
-        self.merged = ledger_fmt.chain(ours + [{k: v for k, v in e.items() if k != "prev"} for e in self.added],
-                                       "merged ledger")  # ours' links are sound (checked), theirs' re-made
+        self.merged = ledger_fmt.chain(ours + [_unlinked(e) for e in self.added], "merged ledger")  # ours' links are sound (checked), theirs' re-made
 
 
 class EffectsMerger:
