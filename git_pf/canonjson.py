@@ -37,12 +37,17 @@ def encode_lines(values: list[Any]) -> bytes:
     return b"".join(encode(v) for v in values)
 
 
-def loads(data: bytes | str) -> Any:
-    """One JSON document read from an image; DataError when it is longer than
-    ``pf.maxJsonLine`` (refused before it is parsed)."""
+def check_length(data: bytes | str) -> None:
+    """DataError when a JSON document read from an image is longer than ``pf.maxJsonLine``
+    (so it is refused before it is parsed)."""
     limit = limits.active().max_json_line
     if len(data) > limit:
         raise DataError(f"a JSON document of {len(data)} bytes in an image is over pf.maxJsonLine ({limit})")
+
+
+def loads(data: bytes | str) -> Any:
+    """One JSON document read from an image, after ``check_length``."""
+    check_length(data)
     return json.loads(data)
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pygit2
 
-from . import canonjson, jsonl
+from . import jsonl
 from .errors import DataError, UsageError
 from .gittree import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, TreeWriter, edit, lookup, read_blob
 
@@ -178,10 +178,6 @@ def _manifest_problem(manifest: dict) -> str | None:
         for key in SUMMARY_COUNTS.get(name, ()):
             if key in summary and not _is_count(summary[key]):
                 return f"layers.{name}.{key} must be a non-negative integer"
-    try:
-        canonjson.dumps(manifest)
-    except ValueError:
-        return "holds NaN or Infinity (not JSON)"
     return None
 
 

@@ -61,16 +61,13 @@ def _loads(text: str | bytes, where: str, error: type[PfError]):
 
 
 def loads(data: bytes, where: str):
-    """One JSON document read from an image (``canonjson.loads``, with its size limit); any
-    problem is a ``DataError`` naming ``where``."""
+    """One JSON document read from an image (within ``pf.maxJsonLine``, no NaN / Infinity);
+    any problem is a ``DataError`` naming ``where``."""
     try:
-        return canonjson.loads(data)
+        canonjson.check_length(data)
     except DataError as e:
         raise DataError(f"{where}: {e.message}") from None
-    except RecursionError:
-        raise DataError(f"{where}: nested too deeply") from None
-    except ValueError as e:  # UnicodeDecodeError included
-        raise DataError(f"{where}: not valid JSON ({str(e).split(':')[0]})") from None
+    return _loads(data, where, DataError)
 
 
 def read_bytes(path: Path, flag: str) -> bytes:

@@ -46,6 +46,8 @@ CASES = {
     "manifest_count_not_an_integer": ("pf.json",
                                       b'{"agent":{},"label":"","layers":{"world":{"files":"many"}},"schema":1}\n',
                                       "layers.world.files"),
+    "manifest_nan": ("pf.json", b'{"agent":{},"label":"","layers":{"world":{"note":NaN}},"schema":1}\n',
+                     "not valid JSON"),
     "messages_line_not_json": ("trace/messages.jsonl", b'{"role":"user"}\n{"role":\n', ":2: not valid JSON"),
     "messages_line_not_an_object": ("trace/messages.jsonl", b'[1]\n', "must be a JSON object"),
     "messages_nan": ("trace/messages.jsonl", b'{"n":NaN}\n', "not valid JSON"),
