@@ -26,6 +26,7 @@ import pygit2
 from . import canonjson, image as img, jsonl, limits
 from .errors import DataError, InputFormatError, MissingObject
 from .gittree import MODE_FILE, MODE_TREE, lookup, read_blob, read_tree
+from .safepath import show
 from .secrets import redact_json
 
 PATH = img.TRACE_TAPE
@@ -66,7 +67,7 @@ def read_input(path: Path, flag: str = "--tape") -> list[dict]:
 
 def _where(name: bytes) -> str:
     """An entry's path for an error message: one line, whatever bytes the name holds."""
-    return PATH.decode() + "/" + ascii(name.decode("utf-8", "backslashreplace"))[1:-1]
+    return PATH.decode() + "/" + show(name)
 
 
 def entries(git, tree_hex: str) -> dict[bytes, bytes]:
