@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 
-from git_pf import mounts, refs
+from git_pf import liveness, mounts, refs
 from git_pf.errors import UsageError
 from git_pf.mounts import MountState
 
@@ -115,7 +115,7 @@ def umount(repo, directory, discard: bool = False) -> MountState:
 
 def _wait_exit(pid: int) -> None:
     deadline = time.monotonic() + EXIT_WAIT
-    while mounts.pid_alive(pid) and time.monotonic() < deadline:
+    while liveness.pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.02)
 
 

@@ -22,7 +22,7 @@ from typing import Callable
 
 import pygit2
 
-from . import config, image as img, interrupts, mounts, pointer as pointer_fmt, refs
+from . import config, image as img, interrupts, liveness, mounts, pointer as pointer_fmt, refs
 from .errors import UsageError
 from .gittree import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, read_blob, read_tree
 from .mounts import WHITEOUT_PREFIX, MountState
@@ -294,7 +294,7 @@ def _switch(ctl: mounts.Control, state: MountState, result: SnapshotResult, keep
         ctl.ask({"op": "switch", "image": new, "keep": sorted(os.fsdecode(k) for k in keep)})
         return
     except mounts.DaemonLost as e:
-        if mounts.pid_alive(state.pid):
+        if liveness.pid_alive(state.pid):
             raise mounts.DaemonLost(f"{e.message}; image {new[:12]} was written on '{result.branch}', "
                                     f"but the mount may not follow it (see 'git pf mounts')") from None
     state.image = new

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import EXIT_NEGATIVE, PfError, UsageError
+from .liveness import pid_alive
 
 FORMAT = 1
 WHITEOUT_PREFIX = ".pf-wh."  # upper/<dir>/.pf-wh.<name>: <name> is deleted from the lower layer
@@ -132,22 +133,6 @@ def canonical(directory: str | os.PathLike) -> str:
     path = os.path.abspath(directory)
     parent, name = os.path.split(path)
     return os.path.join(os.path.realpath(parent), name)
-
-
-def pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is not alive
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return True
 
 
 def unescape(field: str) -> str:

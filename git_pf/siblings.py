@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .mounts import pid_alive
+from .liveness import pid_alive
 
 KINDS = ("checkout", "old", "merge")
 _PATTERN = re.compile(r"\.pf-(checkout|old|merge)-(\d+)-[a-z0-9_]+$")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from git_pf import Repo, mount_snapshot, mounts
+from git_pf import Repo, liveness, mount_snapshot
 from git_pf.errors import EXIT_NEGATIVE, PfError
 from mount_helpers import VENV_BIN, pf, requires_fuse, snapshot  # noqa: F401
 
@@ -20,9 +20,9 @@ BIG = 40 << 20  # enough that a snapshot takes a moment
 
 def _wait_gone(pid: int, seconds: float = 15.0) -> bool:
     deadline = time.monotonic() + seconds
-    while mounts.pid_alive(pid) and time.monotonic() < deadline:
+    while liveness.pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.02)
-    return not mounts.pid_alive(pid)
+    return not liveness.pid_alive(pid)
 
 
 def _tip(repo_dir: Path, branch: str) -> str | None:

@@ -15,13 +15,12 @@ are unlisted there, and git's gc prunes their blobs.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 
 from .. import config, refs as refs_mod, sidestore, siblings
 from ..errors import UsageError
-from ..mounts import pid_alive
+from ..liveness import may_have_written, pid_alive
 from . import gitcmd, reach
 
 DEFAULT_PRUNE = "2.weeks.ago"
@@ -150,7 +149,7 @@ def _clean_tmp(repo, cutoff: float, dry_run: bool, result: GcResult) -> None:
         try:
             st = f.lstat()
             writer = sidestore.temp_writer(f.name)
-            if writer is not None and _writer_running(writer, st.st_mtime):
+            if writer is not None and may_have_written(writer, st.st_mtime):
                 result.temp_live += 1
                 continue
             if writer is None and st.st_mtime >= min(cutoff, time.time() - 3600):
@@ -162,19 +161,3 @@ def _clean_tmp(repo, cutoff: float, dry_run: bool, result: GcResult) -> None:
         except OSError:
             pass
 
-
-def _writer_running(pid: int, written: float) -> bool:
-    """True when process ``pid`` runs and was started before ``written`` (with a 2 s margin:
-    the boot time is whole seconds), so it may be the writer of a file last written then."""
-    if pid == os.getpid():
-        return True
-    if not pid_alive(pid):
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
-        with open("/proc/stat", "rb") as f:
-            boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
-    except (OSError, ValueError, IndexError, StopIteration):
-        return True  # cannot tell: keep the file
-    return boot + ticks / os.sysconf("SC_CLK_TCK") <= written + 2
