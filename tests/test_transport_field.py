@@ -4,6 +4,8 @@ exits 1, and a plain `git push` works in a repository that holds only images."""
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 from pathlib import Path
 
 import pygit2
@@ -78,6 +80,30 @@ def test_a_killed_transfer_leaves_a_scratch_repository_that_the_next_one_removes
     with remote_of("daemon", tmp_path) as (url, _):
         pf("push", url, "main", cwd=a)
     assert not dead.exists()
+
+
+
+def test_a_scratch_repository_whose_pid_was_reused_by_a_later_process_is_removed(tmp_path):
+    """The pid in a scratch's name now names a process started after the scratch was made (its
+    writer was killed and the pid reused): the next transfer removes it; a live writer's stays."""
+    from git_pf.transport import scratch
+
+    git_dir = tmp_path / "r.git"
+    sh("git", "init", "-q", "--bare", git_dir)
+    live = subprocess.Popen(["sleep", "60"])
+    try:
+        reused = git_dir / "pf" / f"transfer-{live.pid}-old"
+        (reused / "objects").mkdir(parents=True)
+        an_hour_ago = time.time() - 3600
+        os.utime(reused, (an_hour_ago, an_hour_ago))  # made before that process started
+        running = git_dir / "pf" / f"transfer-{live.pid}-new"  # made while it runs: may be its own
+        running.mkdir()
+        with scratch.repository(pygit2.Repository(str(git_dir))) as (path, _):
+            assert path.is_dir()
+        assert not reused.exists() and running.is_dir()
+    finally:
+        live.kill()
+        live.wait()
 
 
 def test_a_failed_transfer_exits_1_not_2(tmp_path):

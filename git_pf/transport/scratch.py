@@ -8,9 +8,10 @@ side store. Both run in a scratch repository instead:
 ``$GIT_DIR/pf/transfer-<pid>-<random>``, which borrows this repository's
 objects through ``objects/info/alternates`` and its config through an
 ``include`` (so remote names, URL rewrites and credentials work as here), and
-is removed when the transfer ends. What must stay (an index commit and its tree, a few KB) is copied in
-with ``copy_index``; a scratch left by a killed process is removed by the
-next transfer (docs/transport.md, "Scratch repositories").
+is removed when the transfer ends. What must stay (an index commit and its
+tree, a few KB) is copied in with ``copy_index``; a scratch left by a killed
+process (its pid gone, or reused since: ``liveness``) is removed by the next
+transfer (docs/transport.md, "Scratch repositories").
 
 Writes only inside ``$GIT_DIR/pf/transfer-*`` and raw objects into the
 repository's object database; never refs.
@@ -27,20 +28,25 @@ from typing import Iterator
 import pygit2
 
 from ..gittree import MODE_TREE, read_tree
-from ..mounts import pid_alive
+from ..liveness import may_have_written
 
 PREFIX = "transfer-"
 
 
 def sweep(git_dir: Path) -> list[Path]:
-    """Remove scratch repositories whose process is gone; the paths removed."""
+    """Remove scratch repositories whose process is gone (or whose pid now names a process
+    started after the scratch was made); the paths removed."""
     removed = []
     with contextlib.suppress(FileNotFoundError):
         for entry in os.scandir(git_dir / "pf"):
             if not entry.name.startswith(PREFIX):
                 continue
             pid = entry.name[len(PREFIX):].partition("-")[0]
-            if pid.isdigit() and not pid_alive(int(pid)):
+            try:
+                made = entry.stat(follow_symlinks=False).st_mtime
+            except OSError:
+                continue
+            if pid.isdigit() and not may_have_written(int(pid), made):
                 shutil.rmtree(entry.path, ignore_errors=True)
                 removed.append(Path(entry.path))
     return removed
