@@ -191,12 +191,8 @@ def iter_tensors(store: SideStore, index: TensorIndex) -> Iterator[tuple[IndexEn
     """Every tensor's verified bytes, in data order (missing objects fetched in one batch); a
     frame that does not decode to the size the index gives is refused before it is decoded."""
     store.ensure(index.object_ids())
-
-    def read(oid: str, size: int) -> bytes:
-        return store.get(oid, size=size)
-
-    for entry, data in zip(index.tensors, _ordered(read, [(t.sha256, t.size) for t in index.tensors])):
-        yield entry, data
+    read = _ordered(lambda oid, size: store.get(oid, size=size), [(t.sha256, t.size) for t in index.tensors])
+    yield from zip(index.tensors, read)
 
 
 def checked_header(index: TensorIndex) -> bytes:
