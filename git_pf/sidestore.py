@@ -606,23 +606,15 @@ class SideStore:
         """Yield the verified chunks of a large object.
 
         Integrity is a hash chain: the chunk index is verified against its name,
-        every chunk against its name, and each chunk's size against the index, so
-        the whole content needs no second hash pass (``oid`` names the whole
+        every chunk against its name and its size against the index (whose sizes add up
+        to ``size``, ``chunks_of``), so the whole content needs no second hash pass (``oid`` names the whole
         content; with a single chunk it is that chunk's name)."""
         chunks = self.chunks_of(oid, size, index_oid)
         self.ensure(c.oid for c in chunks)
 
         def load(c: Chunk) -> bytes:
-            data = self.get(c.oid, size=c.size)
-            if len(data) != c.size:
-                raise CorruptObject(f"large object {oid}: chunk {c.oid[:12]} has the wrong size")
-            return data
+            return self.get(c.oid, size=c.size)  # refused unless it decodes to c.size bytes
 
-        total = 0
         # Chunks are read, decoded and verified a few ahead on other threads (all of
         # that releases the GIL) while the caller writes the current one.
-        for data in _read_ahead(load, chunks):
-            total += len(data)
-            yield data
-        if total != size:
-            raise CorruptObject(f"large object {oid} does not reassemble to its recorded size")
+        yield from _read_ahead(load, chunks)
