@@ -1,6 +1,10 @@
 """Field fixes in the CLI: what chafed when the product was tried as a new user would."""
 from __future__ import annotations
 
+import json
+
+from merge_helpers import snap
+
 
 def _image(run_pf, tmp_path, name="main"):
     sb = tmp_path / "sb"
@@ -21,10 +25,6 @@ def test_branch_on_an_existing_name_says_it_already_exists(run_pf, tmp_path):
 
 
 def test_merge_json_reports_a_conflicted_world_as_conflict_and_counts_paths_in_english(repo, run_pf, tmp_path):
-    import json
-
-    from merge_helpers import snap
-
     base = snap(repo, "main", {"doc.txt": "a\n", "other.txt": "o\n"})
     repo.create_branch("fork", base.id)
     snap(repo, "main", {"doc.txt": "ours\n", "other.txt": "o\n"})
@@ -41,8 +41,6 @@ def test_merge_json_reports_a_conflicted_world_as_conflict_and_counts_paths_in_e
 
 
 def test_snapshot_onto_another_branch_keeps_the_current_one_unless_switch(run_pf, tmp_path):
-    import json
-
     _image(run_pf, tmp_path)
     repo = tmp_path / "repo"
 
