@@ -22,7 +22,7 @@ from . import image as img
 from .errors import DataError
 from .gittree import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, read_tree
 from .world import attrs as attrs_mod
-from .world.names import from_tree, to_tree
+from .world.names import ESCAPE_PREFIX, from_tree, to_tree
 
 DIR, FILE, LINK = "dir", "file", "symlink"
 _FILE_MODES = {MODE_FILE: FILE, MODE_EXEC: FILE, 0o100664: FILE, MODE_LINK: LINK, MODE_TREE: DIR}
@@ -55,9 +55,9 @@ def tree_name_problem(tname: bytes) -> str | None:
     problem = name_problem(tname)
     if problem is None and tname.lower() == b".git":
         problem = "a raw .git entry (a sandbox .git is stored escaped)"
-    if problem is None and to_tree(from_tree(tname)) != tname:
+    if problem is None and tname.startswith(ESCAPE_PREFIX) and to_tree(from_tree(tname)) != tname:
         problem = "an escaped name that is not canonical"
-    return problem or name_problem(from_tree(tname))
+    return problem  # a canonical escaped name unescapes to .git or to another escaped name: valid names
 
 
 def relpath_problem(path: bytes) -> str | None:
