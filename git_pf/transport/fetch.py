@@ -16,7 +16,7 @@ from pathlib import Path
 import pygit2
 
 from .. import refs as refs_mod
-from ..errors import PfError, TransferFailed, UsageError
+from ..errors import TransferFailed, UsageError
 from . import adapters, gitcmd, remotes
 from .progress import Progress
 from .remotes import Remote

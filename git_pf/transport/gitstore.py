@@ -193,9 +193,9 @@ class GitAdapter:
                 # A lease, not a fast-forward check: that check walks history this repository does
                 # not hold. The server still moves the ref only from the tip we built on.
                 lease = f"--force-with-lease={OBJECTS_REF}:{self.tip or ''}"
-                proc = gitcmd.run(path, [*_NO_DELTA, "push", "--no-verify", lease, *progress.git_flag,
-                                         self.remote.arg, f"{commit}:{OBJECTS_REF}"], check=False, quiet_stderr=not progress.enabled,
-                                  cwd=self.cwd)
+                args = [*_NO_DELTA, "push", "--no-verify", lease, *progress.git_flag, self.remote.arg,
+                        f"{commit}:{OBJECTS_REF}"]
+                proc = gitcmd.run(path, args, check=False, quiet_stderr=not progress.enabled, cwd=self.cwd)
                 if proc.returncode == 0:
                     scratch.copy_index(there, self.git, commit)
                     self._set_tip(commit)
@@ -204,7 +204,7 @@ class GitAdapter:
                 self.refresh()
                 if self.tip == before:  # not a lost race: a real failure
                     raise TransferFailed(f"pushing {OBJECTS_REF} to '{self.remote.arg}' failed: "
-                                  f"{gitcmd.last_line(proc.stderr)}")
+                                         f"{gitcmd.last_line(proc.stderr)}")
         raise TransferFailed(f"pushing {OBJECTS_REF} to '{self.remote.arg}' kept losing races with other pushes; try again")
 
     def _push_batch_direct(self, store: SideStore, batch: list[str]) -> int:

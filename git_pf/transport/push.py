@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import refs as refs_mod
-from ..errors import DataError, PfError, TransferFailed, UsageError
+from ..errors import DataError, TransferFailed, UsageError
 from . import adapters, gitcmd, reach, remotes
 from .progress import Progress
 from .remotes import Remote
