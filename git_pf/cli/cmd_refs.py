@@ -75,10 +75,12 @@ def switch(
     as_json: bool = JsonOpt,
 ) -> None:
     """Make BRANCH the current branch: where a bare snapshot, merge, log or push goes."""
+    from .. import refs
+
     repo = open_repo()
     if create:
         repo.create_branch(name, "HEAD")
-    elif repo.git.references.get(f"refs/pf/heads/{name}") is None:
+    elif refs.branch_tip(repo.git, name) is None:
         raise UsageError(f"no such branch '{name}' (create it with -c)")
     repo.switch(name)
     emit(as_json, {"branch": name, "id": repo.current_branch_tip()},
