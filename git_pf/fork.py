@@ -55,7 +55,11 @@ def _plan(git, rev: str, n: int, prefix: str | None) -> tuple[img.ImageInfo, str
 def planned_names(repo, rev: str, n: int, prefix: str | None = None) -> list[str]:
     """The branch names ``fork`` would give now (so their mount points can be checked first)."""
     _, prefix, start = _plan(repo.git, rev, n, prefix)
-    return [f"{prefix}-{i}" for i in range(start, start + n)]
+    return [_name(prefix, i) for i in range(start, start + n)]
+
+
+def _name(prefix: str, i: int) -> str:
+    return f"{prefix}-{i}"
 
 
 def fork(repo, rev: str, n: int, prefix: str | None = None, explore: str | None = None) -> list[Fork]:
@@ -71,7 +75,7 @@ def fork(repo, rev: str, n: int, prefix: str | None = None, explore: str | None 
     subject = f"fork of {source.short}" + (f": {explore}" if explore else "")
     forks = []
     for i in range(start, start + n):
-        name = f"{prefix}-{i}"
+        name = _name(prefix, i)
         message = img.format_message(subject, [("Pf-Fork", f"{source.id} {i - start + 1}/{n}")])
         commit = str(git.create_commit(None, sig, sig, message, tree, [source.id]))
         refs.update_branch(git, name, commit, None, f"pf fork: {subject}")
