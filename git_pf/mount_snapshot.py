@@ -42,10 +42,10 @@ _WH = os.fsencode(WHITEOUT_PREFIX)
 class MountWorld:
     """The world of a mount: its lower image plus its upper layer."""
 
-    def __init__(self, state: MountState, captured: Callable[[], None] | None = None):
+    def __init__(self, state: MountState):
         self.state = state
         self.name = os.path.basename(state.mountpoint) or state.mountpoint
-        self.captured = captured  # called once the upper layer is read
+        self.captured: Callable[[], None] | None = None  # called once the upper layer is read
         self.ignored: set[bytes] = set()  # upper paths the ignore rules left out: they stay in the upper layer
 
     def capture(self, repo, parent) -> Capture:
