@@ -87,11 +87,8 @@ def checkout(repo, rev: str, into: Path, layers=("world",), force: bool = False)
     except DataError as e:
         raise DataError(f"image {image.short}: {e.message}", e.code) from None
     siblings.remove_leftovers(dest, repo.git_dir)
-    umask = os.umask(0)
-    os.umask(umask)
     tmp = siblings.make(dest, "checkout", repo.git_dir)
     try:
-        os.chmod(tmp, 0o777 & ~umask)
         try:
             stats, written = _fill(repo, image, layers, tmp, world, files)
         except DataError as e:  # name the image: the object may be missing on a remote

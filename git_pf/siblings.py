@@ -26,8 +26,12 @@ def _markers(git_dir: Path) -> Path:
 
 
 def make(dest: Path, kind: str, git_dir: Path) -> Path:
-    """A new empty sibling of ``dest``, recorded until ``drop``."""
+    """A new empty sibling of ``dest``, recorded until ``drop``, with the mode ``mkdir`` would give
+    it (the umask's, not ``mkdtemp``'s 0700): renamed into place, it is the target."""
     tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.pf-{kind}-{os.getpid()}-"))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)
     markers = _markers(git_dir)
     markers.mkdir(parents=True, exist_ok=True)
     (markers / tmp.name).write_text(str(tmp))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -296,6 +297,25 @@ def test_leftover_of_a_killed_checkout_is_removed_by_gc(world, run_pf, tmp_path)
     assert not left.exists()
     assert sorted(os.listdir(area)) == ["victim"]
     assert not list((repo_dir / ".git" / "pf" / "scratch").iterdir())
+
+
+def test_checkout_and_merge_checkout_targets_get_the_mode_of_the_umask(world, run_pf, tmp_path):
+    """The temporary sibling renamed into place becomes the target: its mode is mkdir's, not mkdtemp's 0700."""
+    repo_dir, area = world
+    r, sb = Repo.open(repo_dir), tmp_path / "sb"
+    r.create_branch("rival", "main")
+    (sb / "shared.txt").write_text("ONE\ntwo\nthree\n")
+    r.snapshot(sb, name="main", message="ours")
+    (sb / "shared.txt").write_text("uno\ntwo\nthree\n")
+    r.snapshot(sb, name="rival", message="theirs")
+    old = os.umask(0o027)
+    try:
+        run_pf("checkout", "main", "--into", area / "out", cwd=repo_dir)
+        proc = run_pf("merge", "rival", "--into", "main", "--checkout", area / "mrg", cwd=repo_dir, check=False)
+    finally:
+        os.umask(old)
+    assert proc.returncode == 1, proc.stderr  # a conflict, left in area/mrg
+    assert [stat.S_IMODE(os.stat(area / d).st_mode) for d in ("out", "mrg")] == [0o750, 0o750]
 
 
 # -- the mount --------------------------------------------------------------------------

@@ -136,9 +136,6 @@ def _write_dir(repo, dest: Path, tree: str, attrs: dict, conflicts: list[dict]) 
     siblings.remove_leftovers(dest, repo.git_dir)
     tmp = siblings.make(dest, "merge", repo.git_dir)
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)
         restore(repo.git, repo.store, world, os.fsencode(tmp))
         with safepath.SafeDir(os.fsencode(tmp)) as out:
             out.write_bytes(os.fsencode(CONFLICT_LIST), "".join(f"{c['message']}\n" for c in conflicts).encode())
