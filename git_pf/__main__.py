@@ -1,4 +1,5 @@
-"""``python -m git_pf`` runs the ``git-pf`` command."""
-from .cli.app import run
+"""``python -m git_pf`` runs the ``git-pf`` command, through the same entry point (signals,
+the early ``--version``)."""
+from .cli import main
 
-run()
+main()

@@ -170,3 +170,9 @@ def test_fast_conversion_gives_what_typer_gives_for_every_parameter(tmp_path):
                 assert (ours, type(ours)) == (theirs, type(theirs)), (command.name, param.name, value)
                 taken += 1
     assert taken > 100  # the fast path did take the plain values
+
+
+def test_python_dash_m_git_pf_goes_through_the_same_entry_point():
+    got = _modules_after("sys.argv = ['git-pf', '--version']\nimport runpy\nrunpy.run_module('git_pf', run_name='__main__')")
+    assert got["stdout"].startswith("git-pf ")
+    assert not {m for m in got["modules"] if m.split(".")[0] in ("typer", "click")}  # answered early, as git-pf does

@@ -135,6 +135,3 @@ def _os_error(e: OSError) -> int:
     where = f": '{name}'" if name else ""
     return _fail(f"error: {e.strerror or e}{where}", EXIT_NEGATIVE)
 
-
-def run() -> None:
-    sys.exit(main())
