@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import importlib
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import image as img, layercheck, refs, safepath, siblings, tape
 from .errors import DataError, UsageError
-from .gittree import MODE_TREE, lookup, read_blob, read_tree
+from .gittree import MODE_TREE, lookup, read_blob
 from .world.restore import RestoreStats, restore
 
-LAYER_FILES = {  # paths of files, or of trees written file by file (trace/tape)
+LAYER_FILES = {  # paths of files, or of the tape, written entry by entry
     "trace": [img.TRACE_MESSAGES, img.TRACE_TAPE],
     "effects": [img.EFFECTS_LEDGER],
     "env": [img.WORLD_ENV, img.WORLD_PROCS],
@@ -79,20 +80,16 @@ def checkout(repo, rev: str, into: Path, layers=("world",), force: bool = False)
     dest = Path(os.path.abspath(into))
     replace = _prepare_dest(dest, force)
     _check_layer_data(git, image, layers)
-    try:  # every path is checked before anything is written
+    with _naming(image):  # every path is checked before anything is written
         world = safepath.validate_image(git, image.tree) if "world" in layers else None
-        files = _layer_files(git, image.tree, layers, sidecar=world is not None)
+        files = _layer_files(git, image.tree, layers)
         if world is not None and len(layers) > 1 and SIDECAR.encode() in world.kinds:
             raise DataError(f"world/fs: '{SIDECAR}' is where checkout writes the other layers")
-    except DataError as e:
-        raise DataError(f"image {image.short}: {e.message}", e.code) from None
     siblings.remove_leftovers(dest, repo.git_dir)
     tmp = siblings.make(dest, "checkout", repo.git_dir)
     try:
-        try:
+        with _naming(image):  # the object may be missing on a remote
             stats, written = _fill(repo, image, layers, tmp, world, files)
-        except DataError as e:  # name the image: the object may be missing on a remote
-            raise DataError(f"image {image.short}: {e.message}", e.code) from None
         _swap_into_place(tmp, dest, replace, repo.git_dir)
     finally:
         siblings.drop(tmp, repo.git_dir)
@@ -130,29 +127,31 @@ def _check_layer_data(git, image: img.ImageInfo, layers: tuple[str, ...]) -> Non
             if path in layercheck.PARSERS:
                 layercheck.load(git, image, path)
     if "trace" in layers:
-        try:
+        with _naming(image):
             tape.read(git, image.tree)
-        except DataError as e:
-            raise DataError(f"image {image.short}: {e.message}", e.code) from None
 
 
-def _layer_files(git, tree: str, layers: tuple[str, ...], sidecar: bool) -> list[tuple[bytes, bytes]]:
-    """(path, raw blob oid) of every file the plain layers write: a file of the image, or every
-    file of a tree there (trace/tape), its names checked (docs/format.md)."""
+@contextmanager
+def _naming(image: img.ImageInfo):
+    """A DataError raised inside names ``image``."""
+    try:
+        yield
+    except DataError as e:
+        raise DataError(f"image {image.short}: {e.message}", e.code) from None
+
+
+def _layer_files(git, tree: str, layers: tuple[str, ...]) -> list[tuple[bytes, bytes]]:
+    """(path, raw blob oid) of every file the plain layers write: each layer file (a tree there is
+    absent, as its reader has it) and each tape entry (``tape.entries``, which checks their names)."""
     out = []
     for layer in layers:
         for path in LAYER_FILES.get(layer, []):
+            if path == tape.PATH:
+                out += [(path + b"/" + name, oid) for name, oid in sorted(tape.entries(git, tree).items())]
+                continue
             found = lookup(git, bytes.fromhex(tree), path)
-            if found is None:
-                continue
-            mode, oid = found
-            if mode != MODE_TREE:
-                out.append((path, oid))
-                continue
-            for name, m, o in read_tree(git, oid):
-                if m != MODE_TREE:
-                    safepath.check_relpath(name, os.fsdecode(path))
-                    out.append((path + b"/" + name, o))
+            if found is not None and found[0] != MODE_TREE:
+                out.append((path, found[1]))
     return out
 
 

@@ -6,6 +6,7 @@ rightly rejects the hostile trees these tests build on purpose.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import stat
@@ -215,6 +216,18 @@ def test_case6_tape_entry_climbing_out_of_the_target_is_refused(world, run_pf):
     proc = run_pf("checkout", "evil", "--layers", "trace", "--into", deep / "out", cwd=repo_dir, check=False)
     assert_refused(proc, area, before, "../../../../x.json")
     assert not (deep / "out").exists()
+
+
+def test_case6_layer_file_that_is_a_tree_is_absent_to_checkout_as_to_its_reader(world, run_pf):
+    repo_dir, area = world
+    commit = craft(repo_dir, "evil")
+    git = pygit2.Repository(str(repo_dir))
+    messages = tree(git, [(b"x", FILE, blob(git, b"not read\n"))])
+    root = put(git, git[commit].tree.id.raw, b"trace/messages.jsonl", DIR, messages)
+    plumb(repo_dir, "update-ref", "refs/pf/heads/evil", plumb(repo_dir, "commit-tree", root.hex(), "-m", "crafted"))
+    proc = run_pf("checkout", "evil", "--layers", "trace", "--into", area / "out", "--json", cwd=repo_dir)
+    assert json.loads(proc.stdout)["layer_files"] == []
+    assert list((area / "out").iterdir()) == []
 
 
 # -- 7: merge ---------------------------------------------------------------------------
