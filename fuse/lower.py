@@ -190,8 +190,8 @@ class Lower:
             index: dict[bytes, list[bytes]] = {}
             for rel, a in self.attrs.items():
                 if a.is_dir and rel:
-                    if relpath_problem(rel):
-                        self._refuse(b"", rel, f"fs.attrs path: {relpath_problem(rel)}")
+                    if problem := relpath_problem(rel):
+                        self._refuse(b"", rel, f"fs.attrs path: {problem}")
                         continue
                     index.setdefault(rel.rpartition(b"/")[0], []).append(rel)
             self._dirs_by_parent = index

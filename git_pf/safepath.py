@@ -232,8 +232,8 @@ class SafeDir:
 
     def _leaf(self, rel: bytes) -> tuple[int, bytes]:
         parent, _, name = rel.rpartition(b"/")
-        if name_problem(name):
-            raise DataError(f"unsafe path '{show(rel)}' ({name_problem(name)})")
+        if problem := name_problem(name):
+            raise DataError(f"unsafe path '{show(rel)}' ({problem})")
         return self._dir(parent), name
 
     def mkdirs(self, rel: bytes) -> None:
