@@ -20,7 +20,7 @@ from .errors import PfError
 from .gittree import lookup, read_blob
 from .sidestore import SideStore
 from .world import attrs as attrs_mod
-from .world.names import to_tree
+from .world.names import tree_path
 
 
 @dataclass
@@ -50,7 +50,7 @@ def _check_pointers(git, store: SideStore, image: img.ImageInfo, report: FsckRep
     for rel, entry in attrs.items():
         if not entry.pointer or world is None:
             continue
-        found = lookup(git, bytes.fromhex(world), b"/".join(to_tree(p) for p in rel.split(b"/")))
+        found = lookup(git, bytes.fromhex(world), tree_path(rel))
         where = f"image {image.short} path '{os.fsdecode(rel)}'"
         if found is None:
             report.problems.append(f"{where}: attrs name a pointer that is not in the tree")
