@@ -131,8 +131,9 @@ def _conflicted_world(repo, result, world: LayerResult):
 
 def _write_dir(repo, dest: Path, tree: str, attrs: dict, conflicts: list[dict]) -> None:
     world = safepath.validate_world(repo.git, tree, attrs)  # before anything is written
-    if b".pf" in world.kinds:
-        raise DataError(f"world/fs: '.pf' is where --checkout writes {CONFLICT_LIST}")
+    side = CONFLICT_LIST.parts[0]
+    if os.fsencode(side) in world.kinds:
+        raise DataError(f"world/fs: '{side}' is where --checkout writes {CONFLICT_LIST}")
     siblings.remove_leftovers(dest, repo.git_dir)
     tmp = siblings.make(dest, "merge", repo.git_dir)
     try:
