@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .liveness import pid_alive
+from .liveness import may_have_written
 
 KINDS = ("checkout", "old", "merge")
 _PATTERN = re.compile(r"\.pf-(checkout|old|merge)-(\d+)-[a-z0-9_]+$")
@@ -54,16 +54,23 @@ def _remove_dir(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _dead_owner(name: str, stem: str | None = None) -> bool:
-    """True when ``name`` is a sibling (of ``.<stem>`` when given) whose process is gone."""
+def _dead_owner(path: Path, stem: str | None = None) -> bool:
+    """True when ``path`` is a sibling (of ``.<stem>`` when given) whose process is gone, or
+    whose pid now belongs to a process started after the sibling was made."""
+    name = path.name
     if stem is not None:
         if not name.startswith(f".{stem}"):
             return False
-        name = name[len(stem) + 1:]
-        found = _PATTERN.fullmatch(name)
+        found = _PATTERN.fullmatch(name[len(stem) + 1:])
     else:
         found = _PATTERN.search(name)
-    return found is not None and not pid_alive(int(found.group(2)))
+    if found is None:
+        return False
+    try:
+        made = os.lstat(path).st_mtime
+    except FileNotFoundError:
+        return False
+    return not may_have_written(int(found.group(2)), made)
 
 
 def remove_leftovers(dest: Path, git_dir: Path) -> list[Path]:
@@ -74,7 +81,7 @@ def remove_leftovers(dest: Path, git_dir: Path) -> list[Path]:
     except OSError:
         return removed
     for name in names:
-        if _dead_owner(name, dest.name):
+        if _dead_owner(dest.parent / name, dest.name):
             drop(dest.parent / name, git_dir)
             removed.append(dest.parent / name)
     return removed
@@ -87,7 +94,7 @@ def remove_recorded(git_dir: Path) -> list[Path]:
     if not markers.is_dir():
         return removed
     for marker in markers.iterdir():
-        if not _dead_owner(marker.name):
+        if not _dead_owner(marker):
             continue
         try:
             path = Path(marker.read_text())

@@ -303,6 +303,20 @@ def test_leftover_of_a_killed_checkout_is_removed_by_the_next_checkout(world, ru
     assert sorted(os.listdir(area)) == sorted([".out.pf-checkout-%d-inflight" % os.getpid(), "out", "victim"])
 
 
+def test_leftover_whose_pid_was_reused_by_a_later_process_is_removed(world, run_pf, tmp_path):
+    repo_dir, area = world
+    later = subprocess.Popen(["sleep", "60"])  # a live process that started after the leftover was made
+    try:
+        left = area / f".out.pf-checkout-{later.pid}-old"
+        (left / "d").mkdir(parents=True)
+        os.utime(left, (time.time() - 3600, time.time() - 3600))
+        run_pf("checkout", "main", "--into", area / "out", cwd=repo_dir)
+        assert not left.exists()
+    finally:
+        later.kill()
+        later.wait()
+
+
 def test_leftover_of_a_killed_checkout_is_removed_by_gc(world, run_pf, tmp_path):
     repo_dir, area = world
     left = _killed_checkout(repo_dir, area, tmp_path)
