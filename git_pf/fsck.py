@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 
 import pygit2
 
-from . import effects as effects_mod, image as img, layercheck, pointer as pointer_fmt, refs, safepath
+from . import effects as effects_mod, image as img, layercheck, refs, safepath
+from .store import pointer as pointer_fmt
 from .errors import PfError
 from .gittree import lookup, read_blob
-from .sidestore import SideStore
+from .store.sidestore import SideStore
 from .world import attrs as attrs_mod
 from .world.names import tree_path
 

@@ -12,7 +12,7 @@ from typing import Iterable
 import pygit2
 
 from .errors import DataError, WriteFailed
-from .packfile import BLOB, TREE, PackWriter
+from .store.packfile import BLOB, TREE, PackWriter
 
 MODE_FILE = 0o100644
 MODE_EXEC = 0o100755

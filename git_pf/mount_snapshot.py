@@ -22,7 +22,8 @@ from typing import Callable
 
 import pygit2
 
-from . import config, image as img, interrupts, liveness, mounts, pointer as pointer_fmt, refs
+from . import config, image as img, interrupts, liveness, mounts, refs
+from .store import pointer as pointer_fmt
 from .errors import UsageError
 from .gittree import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, read_blob, read_tree
 from .mounts import WHITEOUT_PREFIX, MountState

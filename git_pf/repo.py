@@ -13,7 +13,7 @@ import pygit2
 
 from . import checkout as checkout_mod, config, diff as diff_mod, fork as fork_mod, fsck as fsck_mod, history, image as img, limits, refs
 from .errors import NotARepository, UsageError
-from .sidestore import SideStore
+from .store.sidestore import SideStore
 from .snapshot import SnapshotRequest, SnapshotResult, rewrite_reason, take
 from .world.env import Env
 

@@ -16,7 +16,7 @@ import os
 
 import pygit2
 
-from . import pointer as pointer_fmt
+from .store import pointer as pointer_fmt
 from .errors import DataError
 from .gittree import MODE_EXEC, MODE_FILE, MODE_LINK, diff_trees, read_blob
 from .world.names import real_path

@@ -1,5 +1,5 @@
 """Looking at the page cache of a file, for tests of I/O that goes past it (dropping it:
-``git_pf.directio.evict``)."""
+``git_pf.store.directio.evict``)."""
 from __future__ import annotations
 
 import ctypes

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from git_pf import pointer
+from git_pf.store import pointer
 from git_pf.errors import CorruptObject, DataError
-from git_pf.sidestore import SideStore
+from git_pf.store.sidestore import SideStore
 from world_helpers import make_grid
 
 
@@ -198,7 +198,7 @@ def test_a_snapshot_waits_for_a_branch_lock_held_for_a_moment(repo, tmp_path):
 def test_objects_written_past_the_page_cache_read_back_verified_when_cold(tmp_path):
     """``put(direct=True)`` (the KV layer's pages) writes a large frame past the page cache,
     in a batch as alone; a cold read goes past it too, and is verified like any read."""
-    from git_pf.directio import evict
+    from git_pf.store.directio import evict
     from pagecache_helpers import direct_io_works, resident_pages
 
     if not direct_io_works(tmp_path):
@@ -252,7 +252,7 @@ def test_frames_compressed_into_the_write_buffer_are_whole_zstd_frames(tmp_path,
 def test_a_temp_name_left_by_a_killed_writer_is_skipped(tmp_path):
     """Temp files are named by process and counter; one left under the next name (a killed
     writer whose pid came round again) is neither reused nor a failure."""
-    from git_pf import sidestore
+    from git_pf.store import sidestore
 
     store = SideStore(tmp_path / "objects")
     store.put(b"first")

@@ -9,7 +9,7 @@ import pygit2
 import pytest
 from dulwich.repo import Repo as DulwichRepo
 
-from git_pf.directio import evict
+from git_pf.store.directio import evict
 from git_pf.transport import packread, packwrite
 from pagecache_helpers import direct_io_works, resident_pages
 from transport_helpers import bare, origin_of, pf, rand_bytes, sh, source_repo

@@ -13,7 +13,8 @@ import os
 
 import pygit2
 
-from .. import image as img, pointer as pointer_fmt
+from .. import image as img
+from ..store import pointer as pointer_fmt
 from ..gittree import MODE_EXEC, MODE_FILE, MODE_TREE, TreeWriter, lookup, read_blob
 from ..world import attrs as attrs_mod
 from ..world.names import real_path, tree_path

@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from .. import kernels
-from ..sidestore import SideStore
+from ..store.sidestore import SideStore
 from . import store as store_mod, tensors as tensors_mod
 from .options import MergeRefused, MergeSpec
 from .state import Adapter

@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Iterator
 
 from .. import canonjson, cores
 from ..errors import DataError, UsageError
-from ..sidestore import OID_RE, SideStore
+from ..store.sidestore import OID_RE, SideStore
 from . import stfile
 
 INDEX_VERSION = 1

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ..sidestore import SideStore
+from ..store.sidestore import SideStore
 from .store import TensorIndex, iter_tensors
 
 DTYPES: dict[str, torch.dtype] = {

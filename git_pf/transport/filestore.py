@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 
-from ..sidestore import SideStore, verify_frame
+from ..store.sidestore import SideStore, verify_frame
 from .progress import Progress
 
 def _link(src: str | Path, dst: Path) -> bool:

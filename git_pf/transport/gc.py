@@ -18,7 +18,8 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from .. import config, refs as refs_mod, sidestore, siblings
+from .. import config, refs as refs_mod, siblings
+from ..store import sidestore
 from ..errors import UsageError
 from ..liveness import may_have_written, pid_alive
 from . import gitcmd, reach

@@ -20,7 +20,7 @@ from pathlib import Path
 import pygit2
 
 from ..errors import PfError, TransferFailed, UsageError
-from ..sidestore import SideStore
+from ..store.sidestore import SideStore
 from . import gitcmd, held, index as idx, packread, packwrite, scratch
 from .progress import Progress
 from .remotes import Remote

@@ -20,8 +20,8 @@ import os
 import struct
 from pathlib import Path
 
-from .. import directio
-from ..packfile import BLOB as _BLOB
+from ..store import directio
+from ..store.packfile import BLOB as _BLOB
 
 _IDX_MAGIC = b"\xfftOc\x00\x00\x00\x02"
 

@@ -20,8 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
 
-from .. import directio, writeback
-from ..packfile import BLOB, entry_header, idx_bytes, object_id
+from .. import writeback
+from ..store import directio
+from ..store.packfile import BLOB, entry_header, idx_bytes, object_id
 
 _STORED = 65535  # the most bytes one stored deflate block holds
 _STAGE = 8 * 1024 * 1024  # one staging buffer: hashed and written as one piece

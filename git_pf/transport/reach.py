@@ -15,10 +15,10 @@ from typing import Iterable, Iterator
 
 import pygit2
 
-from .. import pointer as pointer_fmt
+from ..store import pointer as pointer_fmt
 from ..errors import DataError, PfError
 from ..gittree import MODE_LINK, MODE_TREE, read_tree
-from ..sidestore import SideStore, decode_chunk_index
+from ..store.sidestore import SideStore, decode_chunk_index
 
 # Layers that reference side-store objects without pointer blobs:
 # name -> "module:function", function(git, tree_hex) -> iterable of oids.

@@ -22,8 +22,8 @@ import pygit2
 
 from ..errors import UsageError
 from ..gittree import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, Entry, TreeWriter
-from ..pointer import Pointer
-from ..sidestore import SideStore
+from ..store.pointer import Pointer
+from ..store.sidestore import SideStore
 from .attrs import DEFAULT_DIR_MODE, DEFAULT_EXEC_MODE, DEFAULT_FILE_MODE, PathAttrs
 from .ignore import ALWAYS_IGNORED_TOP, IgnoreRules
 from .names import to_tree

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 
 import pygit2
 
-from .. import pointer as pointer_fmt, writeback
+from .. import writeback
+from ..store import pointer as pointer_fmt
 from ..errors import DataError
 from ..gittree import MODE_EXEC, MODE_LINK, MODE_TREE, read_blob, read_tree
 from ..safepath import DIR, SafeDir, World
-from ..sidestore import SideStore
+from ..store.sidestore import SideStore
 from .attrs import DEFAULT_EXEC_MODE, DEFAULT_FILE_MODE, PathAttrs
 from .names import from_tree
 

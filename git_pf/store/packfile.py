@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pygit2
 
-from .errors import WriteFailed
+from ..errors import WriteFailed
 
 KIND_NAMES = {1: b"commit", 2: b"tree", 3: b"blob", 4: b"tag"}
 BLOB, TREE = 3, 2

@@ -31,9 +31,10 @@ from typing import Callable, Hashable, Iterable, Iterator, Protocol
 
 import zstandard
 
-from . import cores, directio, limits, writeback
+from .. import cores, limits, writeback
+from . import directio
 from .chunking import MIN_CHUNK, chunk_spans
-from .errors import CorruptObject, MissingObject, WriteFailed
+from ..errors import CorruptObject, MissingObject, WriteFailed
 
 OID_RE = re.compile(r"^[0-9a-f]{64}$")
 ZSTD_LEVEL = 3

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from . import limits
+from .. import limits
 from .sidestore import LargeObject
 
 VERSION = "https://git-pf.dev/spec/pointer/v1"
