@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from safetensors.torch import load_file, save_file
 
-import git_pf.cache as kc
+import git_pf.layers.cache as kc
 from git_pf import Repo, cores
 from git_pf.store import directio
 

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from git_pf import Repo
-from git_pf.model import stfile
-from git_pf.model.layer import ModelInput
+from git_pf.layers.model import stfile
+from git_pf.layers.model.layer import ModelInput
 
 from .common import git_env, report, sh, timed, verdict, workdir
 

@@ -26,9 +26,9 @@ from git_pf.errors import DataError
 from git_pf.gittree import MODE_EXEC, MODE_LINK, MODE_TREE, read_blob, read_tree
 from git_pf.safepath import relpath_problem, show, tree_name_problem
 from git_pf.store.sidestore import Chunk, SideStore
-from git_pf.world import attrs as attrs_mod
-from git_pf.world.attrs import DEFAULT_DIR_MODE, DEFAULT_EXEC_MODE, DEFAULT_FILE_MODE
-from git_pf.world.names import from_tree
+from git_pf.layers.world import attrs as attrs_mod
+from git_pf.layers.world.attrs import DEFAULT_DIR_MODE, DEFAULT_EXEC_MODE, DEFAULT_FILE_MODE
+from git_pf.layers.world.names import from_tree
 
 CHUNK_CACHE_BYTES = 64 * 1024 * 1024
 BLOB_CACHE_BYTES = 32 * 1024 * 1024

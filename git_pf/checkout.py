@@ -20,10 +20,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import image as img, layercheck, refs, safepath, siblings, tape
+from . import image as img, layercheck, refs, safepath, siblings
+from .layers.trace import tape
 from .errors import DataError, UsageError
 from .gittree import MODE_TREE, lookup, read_blob
-from .world.restore import RestoreStats, restore
+from .layers.world.restore import RestoreStats, restore
 
 LAYER_FILES = {  # paths of files, or of the tape, written entry by entry
     "trace": [img.TRACE_MESSAGES, img.TRACE_TAPE],
@@ -33,7 +34,7 @@ LAYER_FILES = {  # paths of files, or of the tape, written entry by entry
 # Layers with their own writer, imported only when asked for (so the core never
 # imports torch): name -> "module:function", function(repo, image, dest: Path) -> None.
 # The function writes the layer's files into ``dest`` (created, empty).
-EXTRA_LAYERS: dict[str, str] = {"cache": "git_pf.cache.export:write_layer", "model": "git_pf.model.checkout:write"}
+EXTRA_LAYERS: dict[str, str] = {"cache": "git_pf.layers.cache.export:write_layer", "model": "git_pf.layers.model.checkout:write"}
 LAYERS = ("world",) + tuple(LAYER_FILES) + tuple(EXTRA_LAYERS)
 SIDECAR = ".pf"
 

@@ -16,12 +16,15 @@ from dataclasses import asdict, dataclass, field
 
 import pygit2
 
-from . import effects as effects_mod, image as img, tape, trace, worldpatch
+from . import image as img, worldpatch
+from .layers.effects import ledger as effects_mod
+from .layers.trace import tape
+from .layers.trace import messages as trace
 from .gittree import diff_trees
 from .errors import DataError
 from .layercheck import load
-from .world.env import Env
-from .world.names import real_path
+from .layers.world.env import Env
+from .layers.world.names import real_path
 
 _KNOWN = {img.MANIFEST, img.WORLD_ATTRS, img.WORLD_ENV, img.TRACE_MESSAGES, img.EFFECTS_LEDGER}
 

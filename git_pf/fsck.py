@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 
 import pygit2
 
-from . import effects as effects_mod, image as img, layercheck, refs, safepath
+from . import image as img, layercheck, refs, safepath
+from .layers.effects import ledger as effects_mod
 from .store import pointer as pointer_fmt
 from .errors import PfError
 from .gittree import lookup, read_blob
 from .store.sidestore import SideStore
-from .world import attrs as attrs_mod
-from .world.names import tree_path
+from .layers.world import attrs as attrs_mod
+from .layers.world.names import tree_path
 
 
 @dataclass

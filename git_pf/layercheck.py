@@ -14,10 +14,13 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from . import effects, image as img, procs, trace
+from . import image as img
+from .layers.effects import ledger as effects
+from .layers.world import procs
+from .layers.trace import messages as trace
 from .errors import DataError
-from .world import attrs
-from .world.env import Env
+from .layers.world import attrs
+from .layers.world.env import Env
 
 PARSERS: dict[bytes, Callable[[bytes], object]] = {
     img.MANIFEST: img.parse_manifest,

@@ -28,14 +28,14 @@ from .errors import UsageError
 from .gittree import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, read_blob, read_tree
 from .mounts import WHITEOUT_PREFIX, MountState
 from .snapshot import SnapshotRequest, SnapshotResult, rewrite_reason, take
-from .world import attrs as attrs_mod
-from .world.attrs import DEFAULT_DIR_MODE, PathAttrs
-from .world.capture import Capture, CaptureStats, entry_reader
-from .world.env import Env
-from .world.ignore import ALWAYS_IGNORED_TOP, IgnoreRules
-from .world.names import to_tree
-from .world.restore import iter_world
-from .world.xattrs import read_user_xattrs
+from .layers.world import attrs as attrs_mod
+from .layers.world.attrs import DEFAULT_DIR_MODE, PathAttrs
+from .layers.world.capture import Capture, CaptureStats, entry_reader
+from .layers.world.env import Env
+from .layers.world.ignore import ALWAYS_IGNORED_TOP, IgnoreRules
+from .layers.world.names import to_tree
+from .layers.world.restore import iter_world
+from .layers.world.xattrs import read_user_xattrs
 
 _WH = os.fsencode(WHITEOUT_PREFIX)
 

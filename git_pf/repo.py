@@ -15,7 +15,7 @@ from . import checkout as checkout_mod, config, diff as diff_mod, fork as fork_m
 from .errors import NotARepository, UsageError
 from .store.sidestore import SideStore
 from .snapshot import SnapshotRequest, SnapshotResult, rewrite_reason, take
-from .world.env import Env
+from .layers.world.env import Env
 
 
 class Repo:

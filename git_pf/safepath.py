@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from . import image as img
 from .errors import DataError
 from .gittree import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, read_tree
-from .world import attrs as attrs_mod
-from .world.names import ESCAPE_PREFIX, from_tree, to_tree
+from .layers.world import attrs as attrs_mod
+from .layers.world.names import ESCAPE_PREFIX, from_tree, to_tree
 
 DIR, FILE, LINK = "dir", "file", "symlink"
 _FILE_MODES = {MODE_FILE: FILE, MODE_EXEC: FILE, 0o100664: FILE, MODE_LINK: LINK, MODE_TREE: DIR}

@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from . import canonjson, config, effects as effects_mod, image as img, maintenance, refs, trace
+from . import canonjson, config, image as img, maintenance, refs
+from .layers.effects import ledger as effects_mod
+from .layers.trace import messages as trace
 from .errors import UsageError
-from .world import attrs as attrs_mod
-from .world.capture import Capture, CaptureStats, capture
-from .world.env import Env, redact
-from .world.statcache import StatCache
+from .layers.world import attrs as attrs_mod
+from .layers.world.capture import Capture, CaptureStats, capture
+from .layers.world.env import Env, redact
+from .layers.world.statcache import StatCache
 
 
 class LayerInput(Protocol):

@@ -19,7 +19,7 @@ import pygit2
 from .store import pointer as pointer_fmt
 from .errors import DataError
 from .gittree import MODE_EXEC, MODE_FILE, MODE_LINK, diff_trees, read_blob
-from .world.names import real_path
+from .layers.world.names import real_path
 
 TEXT_LIMIT = 4 * 1024 * 1024  # a pointer's content is read for a text diff only up to this size
 _ABBREV = 7

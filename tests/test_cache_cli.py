@@ -5,7 +5,7 @@ from safetensors.torch import save_file
 import torch
 from transformers import DynamicCache
 
-import git_pf.cache as kc
+import git_pf.layers.cache as kc
 from cache_helpers import deterministic_torch, feed, prompt, tiny_llama  # noqa: F401 (autouse fixture)
 
 

@@ -10,8 +10,8 @@ import torch
 
 from transformers import DynamicCache
 
-import git_pf.cache as kc
-from git_pf.cache.table import sharing
+import git_pf.layers.cache as kc
+from git_pf.layers.cache.table import sharing
 from cache_helpers import deterministic_torch, feed, prompt, tiny_llama  # noqa: F401 (autouse fixture)
 
 

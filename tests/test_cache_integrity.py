@@ -9,8 +9,8 @@ import torch
 import zstandard
 from transformers import DynamicCache
 
-import git_pf.cache as kc
-from git_pf.cache.table import read
+import git_pf.layers.cache as kc
+from git_pf.layers.cache.table import read
 from git_pf.errors import CorruptObject
 from cache_helpers import deterministic_torch, decode, feed, prompt, tiny_llama  # noqa: F401 (autouse fixture)
 
@@ -125,7 +125,7 @@ def test_page_ids_chain_over_model_adapter_and_layout():
 
 
 def test_damaged_page_table_is_a_data_error():
-    from git_pf.cache import table as table_mod
+    from git_pf.layers.cache import table as table_mod
     from git_pf.errors import DataError
 
     model = tiny_llama()

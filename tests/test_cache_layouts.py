@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-import git_pf.cache as kc
-from git_pf.cache import pages as pg
-from git_pf.cache.table import read
+import git_pf.layers.cache as kc
+from git_pf.layers.cache import pages as pg
+from git_pf.layers.cache.table import read
 from cache_helpers import deterministic_torch  # noqa: F401 (autouse fixture)
 
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 import zstandard
 
-import git_pf.cache as kc
-from git_pf.cache import pages as pg, planes
-from git_pf.cache.table import PATH, RAW, Page, PageTable, decode, read
+import git_pf.layers.cache as kc
+from git_pf.layers.cache import pages as pg, planes
+from git_pf.layers.cache.table import PATH, RAW, Page, PageTable, decode, read
 from git_pf.errors import DataError
 from cache_helpers import deterministic_torch  # noqa: F401 (autouse fixture)
 

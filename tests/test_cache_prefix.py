@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-import git_pf.cache as kc
-from git_pf.cache.table import read
+import git_pf.layers.cache as kc
+from git_pf.layers.cache.table import read
 from git_pf.errors import MissingObject
 from cache_helpers import deterministic_torch, feed, prompt, tiny_llama  # noqa: F401 (autouse fixture)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
-import git_pf.cache as kc
+import git_pf.layers.cache as kc
 from cache_helpers import deterministic_torch, decode, feed, prompt, tiny_llama  # noqa: F401 (autouse fixture)
 
 HERE = Path(__file__).parent
@@ -28,7 +28,7 @@ RESTORE_AND_DECODE = textwrap.dedent("""
     model = tiny_llama()
     repo = Repo.open(repo_dir)
     cache, tokens = kc.restore(rev, repo=repo, model=model)
-    from git_pf.cache.table import read
+    from git_pf.layers.cache.table import read
     table = read(repo, repo.resolve(rev).tree)
     again = kc.capture(cache, tokens, model=model, page_tokens=table.layout.page_tokens).table
     fed, logits = decode(model, cache, first, steps)

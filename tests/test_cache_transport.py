@@ -6,7 +6,7 @@ import json
 
 from transformers import DynamicCache
 
-import git_pf.cache as kc
+import git_pf.layers.cache as kc
 from git_pf import Repo
 from cache_helpers import deterministic_torch, feed, prompt, tiny_llama  # noqa: F401 (autouse fixture)
 from transport_helpers import origin_of, pf

@@ -6,7 +6,7 @@ import json
 import pygit2
 import pytest
 
-from git_pf import effects
+from git_pf.layers.effects import ledger as effects
 from git_pf.errors import InputFormatError, UnknownRevision, UsageError
 
 

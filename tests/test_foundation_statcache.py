@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 from git_pf import config, image as img
-from git_pf.world import attrs as attrs_mod
-from git_pf.world.capture import capture
-from git_pf.world.statcache import StatCache
+from git_pf.layers.world import attrs as attrs_mod
+from git_pf.layers.world.capture import capture
+from git_pf.layers.world.statcache import StatCache
 from world_helpers import make_grid
 
 

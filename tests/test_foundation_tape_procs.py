@@ -10,7 +10,9 @@ import time
 
 import pytest
 
-from git_pf import Repo, procs, tape
+from git_pf import Repo
+from git_pf.layers.world import procs
+from git_pf.layers.trace import tape
 
 
 def _exchange(i: int, **extra) -> dict:

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from git_pf import effects as ledger_fmt
+from git_pf.layers.effects import ledger as ledger_fmt
 from merge_helpers import snap
 
 

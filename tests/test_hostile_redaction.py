@@ -18,7 +18,8 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from git_pf import Repo, tape
+from git_pf import Repo
+from git_pf.layers.trace import tape
 from git_pf.errors import DataError
 from git_pf.gittree import MODE_FILE, MODE_TREE, encode_tree
 from git_pf.secrets import REDACTED, looks_secret, redact_json, redact_text

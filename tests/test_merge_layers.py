@@ -6,7 +6,8 @@ import subprocess
 
 import pytest
 
-from git_pf import effects as ledger_fmt, trace as trace_fmt
+from git_pf.layers.effects import ledger as ledger_fmt
+from git_pf.layers.trace import messages as trace_fmt
 from git_pf.errors import UsageError
 from merge_helpers import snap
 

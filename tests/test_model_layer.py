@@ -12,8 +12,8 @@ import torch
 from safetensors.torch import save_file
 
 from git_pf.errors import UsageError
-from git_pf.model.layer import ModelInput
-from git_pf.model.state import read_state
+from git_pf.layers.model.layer import ModelInput
+from git_pf.layers.model.state import read_state
 
 from model_helpers import WEIGHTS, logits, make_adapter, sandbox, train
 
@@ -103,7 +103,7 @@ def test_bad_base_model_specs_are_refused(spec):
 
 
 def test_good_base_model_specs():
-    from git_pf.model.identity import BaseModel
+    from git_pf.layers.model.identity import BaseModel
 
     assert BaseModel.parse("org/m@main") == BaseModel("org/m", "main", None)
     assert BaseModel.parse(f"m:sha256:{SHA.upper()}") == BaseModel("m", None, SHA)

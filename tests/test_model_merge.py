@@ -10,11 +10,11 @@ from safetensors.torch import load_file
 
 from git_pf.errors import UsageError
 from git_pf.merge.layer import MergeContext
-from git_pf.model.layer import ModelInput
-from git_pf.model.merge import ModelMerger
-from git_pf.model.model_merge import model_merge
-from git_pf.model.options import MergeSpec
-from git_pf.model.state import ADAPTER, BASE, read_state
+from git_pf.layers.model.layer import ModelInput
+from git_pf.layers.model.merge import ModelMerger
+from git_pf.layers.model.model_merge import model_merge
+from git_pf.layers.model.options import MergeSpec
+from git_pf.layers.model.state import ADAPTER, BASE, read_state
 
 from model_helpers import WEIGHTS, commit_merge, logits, make_adapter, sandbox, train
 

@@ -16,7 +16,7 @@ from .app import JsonOpt, app, emit, open_repo
 def show(rev: str = typer.Argument("HEAD", help="The image to show."), as_json: bool = JsonOpt) -> None:
     """Show an image: id, parents, agent, subject and a summary of every layer."""
     from .. import layercheck
-    from ..cache.table import sharing as cache_sharing
+    from ..layers.cache.table import sharing as cache_sharing
 
     repo = open_repo()
     image = repo.resolve(rev)

@@ -27,8 +27,8 @@ def model_merge(
 
     The new image keeps the first image's other layers; its trailers record the
     method, the seed and every source image."""
-    from ..model.model_merge import model_merge as run
-    from ..model.options import MergeSpec
+    from ..layers.model.model_merge import model_merge as run
+    from ..layers.model.options import MergeSpec
 
     spec = MergeSpec.parse(method, density, drop, weights, seed, rank)
     repo = open_repo()

@@ -47,7 +47,7 @@ def snapshot(
     Layers not given (messages, effects, env) are carried over from the parent image."""
     from .. import jsonl
     from ..image import Agent
-    from ..world import env as env_mod
+    from ..layers.world import env as env_mod
 
     if env is not None and capture_env:
         raise UsageError("--env and --capture-env cannot be used together")
@@ -67,7 +67,7 @@ def snapshot(
     if kv is not None:
         extra += (_kv_layer(kv, model_fingerprint, kv_page_tokens),)
     if adapter is not None or base_model is not None or delta is not None:
-        from ..model.layer import ModelInput  # no torch: capture works on raw safetensors bytes
+        from ..layers.model.layer import ModelInput
 
         extra += (ModelInput.prepare(adapter, base_model, delta),)
     take = repo.snapshot if mount is None else _mount_snapshot(repo)
@@ -97,7 +97,8 @@ def snapshot(
 
 def _trace_world_layers(tape: Optional[Path], procs: Optional[Path], pid: Optional[int], keep: frozenset) -> tuple:
     """Layer inputs for --tape, --procs and --capture-procs."""
-    from .. import procs as procs_mod, tape as tape_mod
+    from ..layers.world import procs as procs_mod
+    from ..layers.trace import tape as tape_mod
 
     out: tuple = ()
     if tape is not None:
@@ -111,7 +112,7 @@ def _trace_world_layers(tape: Optional[Path], procs: Optional[Path], pid: Option
 def _kv_layer(path: Path, model: Optional[str], page_tokens: int):
     """The KV cache layer input for --kv (imports torch only here)."""
     try:
-        from ..cache.layer import CacheInput
+        from ..layers.cache.layer import CacheInput
     except ImportError as e:
         raise UsageError(f"--kv needs torch and safetensors (install git-pf[model]): {e}") from None
     return CacheInput.from_file(path, model=model, page_tokens=page_tokens)

@@ -25,13 +25,14 @@ from pathlib import Path
 from .. import config, image as img, refs, safepath, siblings
 from ..errors import EXIT_NEGATIVE, DataError, PfError, UsageError
 from ..gittree import MODE_TREE, TreeWriter, edit, lookup, read_blob
-from ..world import attrs as attrs_mod
-from ..world.capture import capture
-from ..world.restore import restore
-from ..world.statcache import StatCache
-from . import engine, gitmerge
+from ..layers.world import attrs as attrs_mod
+from ..layers.world.capture import capture
+from ..layers.world.restore import restore
+from ..layers.world.statcache import StatCache
+from . import engine
+from ..layers.world import gitmerge
 from .layer import LayerResult
-from .world import real_path, tree_path
+from ..layers.world.merge import real_path, tree_path
 
 STATE_VERSION = 1
 CONFLICT_LIST = Path(".pf") / "merge-conflicts.txt"

@@ -15,17 +15,20 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from .. import canonjson, config, image as img, layercheck, procs, refs, safepath, tape
+from .. import canonjson, config, image as img, layercheck, refs, safepath
+from ..layers.world import procs
+from ..layers.trace import tape
 from ..errors import DataError, UsageError
 from ..gittree import lookup
 from ..image import ImageInfo
-from . import gitmerge, plugins
-from .effects import ACCEPT, EffectsMerger
-from .env import EnvMerger
+from . import plugins
+from ..layers.world import gitmerge
+from ..layers.effects.merge import ACCEPT, EffectsMerger
+from ..layers.world.merge_env import EnvMerger
 from .layer import LayerResult, MergeContext
-from .trace import TraceMerger
+from ..layers.trace.merge import TraceMerger
 from .tree3 import entry, merge_paths
-from .world import SUMMARY_FIELDS, WorldMerger
+from ..layers.world.merge import SUMMARY_FIELDS, WorldMerger
 
 BUILTIN = {"world": WorldMerger, "env": EnvMerger, "trace": TraceMerger, "effects": EffectsMerger}
 CLAIMS = {"world": [img.WORLD_FS, img.WORLD_ATTRS], "env": [img.WORLD_ENV, img.WORLD_PROCS],

@@ -50,4 +50,4 @@ class LayerMerger(Protocol):
 
 
 # Plugged-in layers, imported lazily by the engine: layer name -> "module:ClassName".
-PLUGINS: dict[str, str] = {"cache": "git_pf.cache.merge:CacheMerger", "model": "git_pf.model.merge:ModelMerger"}
+PLUGINS: dict[str, str] = {"cache": "git_pf.layers.cache.merge:CacheMerger", "model": "git_pf.layers.model.merge:ModelMerger"}

@@ -22,8 +22,8 @@ from ..store.sidestore import SideStore, decode_chunk_index
 
 # Layers that reference side-store objects without pointer blobs:
 # name -> "module:function", function(git, tree_hex) -> iterable of oids.
-OBJECT_REFS: dict[str, str] = {"model": "git_pf.model.state:image_object_ids",
-                                "cache": "git_pf.cache.table:object_refs"}
+OBJECT_REFS: dict[str, str] = {"model": "git_pf.layers.model.state:image_object_ids",
+                                "cache": "git_pf.layers.cache.table:object_refs"}
 
 
 @dataclass(frozen=True)

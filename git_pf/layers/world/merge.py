@@ -1,0 +1,208 @@
+"""The world layer merger: ``world/fs`` by git's own tree merge, ``fs.attrs`` key-wise.
+
+The sandbox tree merges exactly as ``git merge-tree --write-tree`` merges it
+(line-level for text, rename-aware, exec bits kept, criss-cross through git's
+virtual base; see ``gitmerge``). On top of git's rules, a side-store pointer
+that no side wrote (two sides changed one large file differently) is a
+conflict. ``fs.attrs`` merges key-wise (``fsattrs``) and pointer flags are
+derived from the merged blobs. Writes only git objects.
+"""
+from __future__ import annotations
+
+import os
+
+import pygit2
+
+from ... import image as img
+from ...store import pointer as pointer_fmt
+from ...gittree import MODE_EXEC, MODE_FILE, MODE_TREE, TreeWriter, lookup, read_blob
+from . import attrs as attrs_mod
+from .names import real_path, tree_path
+from . import merge_attrs as fsattrs
+from . import gitmerge
+from ...merge.layer import LayerResult, MergeContext
+from ...merge.tree3 import AMBIGUOUS, blob, entry, pick
+
+SUMMARY_FIELDS = ("files", "bytes", "pointers")
+
+
+class WorldMerger:
+    """``start`` launches git's merge (so other layers can merge while git runs); ``merge`` finishes."""
+
+    name = "world"
+
+    def __init__(self):
+        self._started = None
+
+    def start(self, ctx: MergeContext) -> None:
+        git = ctx.repo.git
+        pair = lambda image: (entry(git, image, img.WORLD_FS), entry(git, image, img.WORLD_ATTRS))  # noqa: E731
+        found = {pair(b) for b in ctx.bases} or {(None, None)}
+        base = found.pop() if len(found) == 1 else AMBIGUOUS
+        theirs = pair(ctx.theirs)
+        choice = pick(base, pair(ctx.ours), theirs)
+        proc = stand = None
+        sizes: dict = {}
+        if choice == "both":
+            stand = gitmerge.stand_ins(git, ctx.ours.id, ctx.theirs.id, [b.id for b in ctx.bases])
+            proc = gitmerge.start_merge_tree(ctx.repo.git_dir, *stand, unrelated=not ctx.bases)
+            if len(ctx.bases) == 1:
+                sizes = _prefetch_sizes(git, base[0], pair(ctx.ours)[0], theirs[0])
+        self._started = (choice, theirs, stand, proc, sizes)
+
+    def merge(self, ctx: MergeContext) -> LayerResult:
+        if self._started is None:
+            self.start(ctx)
+        choice, theirs, stand, proc, sizes = self._started
+        self._started = None
+        if choice in ("unchanged", "same", "ours"):
+            return LayerResult("world", True, report={"resolution": choice}, trailer=f"world {choice}")
+        if choice == "theirs":
+            summary = _fields(ctx.theirs.manifest.get("layers", {}).get("world"))
+            return LayerResult("world", True, {img.WORLD_FS: theirs[0], img.WORLD_ATTRS: theirs[1]}, summary,
+                               {"resolution": "theirs"}, trailer="world theirs")
+        return _three_way(ctx, stand, gitmerge.finish(proc), sizes)
+
+
+def _fields(summary: dict | None) -> dict | None:
+    return {k: summary[k] for k in SUMMARY_FIELDS if k in summary} if summary else None
+
+
+def _attrs(git, image) -> dict:
+    data = img.read_file(git, image.tree, img.WORLD_ATTRS) if image is not None else None
+    return attrs_mod.decode(data or b"")
+
+
+def _pointer_oids(git, image, attrs: dict) -> set[bytes]:
+    world = entry(git, image, img.WORLD_FS)
+    out = set()
+    for path, e in attrs.items():
+        if e.pointer and world is not None:
+            found = lookup(git, world[1], tree_path(path))
+            if found is not None:
+                out.add(found[1])
+    return out
+
+
+def _prefetch_sizes(git, base, ours, theirs) -> dict[bytes, int]:
+    """While git merges: sizes of the blobs theirs changed and of ours' blobs at those paths
+    (the paths the merge will most likely change from ours), for the manifest counts."""
+    if not (base and ours and theirs):
+        return {}
+    mine = {p: n for p, _, n in _diff(git, base[1], ours[1])}
+    sizes: dict[bytes, int] = {}
+    for path, old, new in _diff(git, base[1], theirs[1]):
+        for e in (mine.get(path, old), new):
+            if e is not None and e[0] in (MODE_FILE, MODE_EXEC) and e[1] not in sizes:
+                sizes[e[1]] = git.odb.read_header(pygit2.Oid(raw=e[1]))[1]
+    return sizes
+
+
+def _three_way(ctx: MergeContext, stand: tuple[str, str], tm: gitmerge.TreeMerge, known: dict) -> LayerResult:
+    git = ctx.repo.git
+    ours_c, theirs_c = stand
+    sides = [ctx.ours, ctx.theirs, *ctx.bases]
+    attrs = [_attrs(git, s) for s in sides]
+    pointer_oids = set().union(*(_pointer_oids(git, s, a) for s, a in zip(sides, attrs)))
+    ours_world = entry(git, ctx.ours, img.WORLD_FS)
+    changed = _diff(git, ours_world[1] if ours_world else None, bytes.fromhex(tm.tree))
+    conflicts = _git_conflicts(tm, attrs, pointer_oids)
+    pointers = {p for p, e in attrs[0].items() if e.pointer}
+    flagged = {p for a in attrs for p, e in a.items() if e.pointer}
+    touched, sizes = set(), _Sizes(git, pointer_oids, known)
+    for path, old, new in changed:
+        real = real_path(path)
+        touched.add(real)
+        pointers.discard(real)
+        if new is not None and new[1] in pointer_oids:
+            pointers.add(real)
+        elif (new is not None and real in flagged and new != _at(git, ctx.theirs, path)
+              and all(c["path"] != os.fsdecode(real) for c in conflicts)):
+            # git merged a pointer's text: the result is a pointer no side wrote
+            conflicts.append({"path": os.fsdecode(real), "kind": "pointer",
+                              "message": f"CONFLICT (pointer): both sides changed large file '{os.fsdecode(real)}'"})
+    merged_tree = bytes.fromhex(tm.tree)
+    mode_of = lambda p: (lookup(git, merged_tree, tree_path(p)) or (None,))[0]  # noqa: E731
+    merged_attrs, attr_lines = fsattrs.merge(attrs[2:], attrs[0], attrs[1], pointers=pointers, touched=touched,
+                                             mode_of=mode_of)
+    conflicts += [{"path": None, "kind": "attrs", "message": line} for line in attr_lines]
+    changes = {img.WORLD_FS: (MODE_TREE, merged_tree), img.WORLD_ATTRS: blob(git, attrs_mod.encode(list(merged_attrs.values())))}
+    summary = _summary(ctx.ours.manifest.get("layers", {}).get("world"), changed, sizes)
+    report = {"resolution": "conflict" if conflicts else "merged", "changed": len(changed), "conflicts": conflicts}
+    trailer = f"world merged changed={len(changed)}"
+    result = LayerResult("world", not conflicts, changes, summary, report, [c["message"] for c in conflicts], trailer)
+    result.detail = {"ours": ours_c, "theirs": theirs_c, "unrelated": not ctx.bases, "merge": tm,
+                     "attrs": merged_attrs, "pointer_oids": pointer_oids}
+    return result
+
+
+def _at(git, image, path: bytes):
+    world = entry(git, image, img.WORLD_FS)
+    return lookup(git, world[1], path) if world else None
+
+
+def _diff(git, a: bytes | None, b: bytes) -> list[tuple[bytes, tuple | None, tuple | None]]:
+    """Changed paths from tree ``a`` (None: empty) to ``b`` by libgit2's tree diff (no renames)."""
+    a = a or TreeWriter(git).write([])
+    out = []
+    for d in git[pygit2.Oid(raw=a)].diff_to_tree(git[pygit2.Oid(raw=b)]).deltas:
+        o = (d.old_file.mode, d.old_file.id.raw) if d.old_file.mode else None
+        n = (d.new_file.mode, d.new_file.id.raw) if d.new_file.mode else None
+        out.append((d.new_file.raw_path if n else d.old_file.raw_path, o, n))
+    return out
+
+
+class _Sizes:
+    """Blob sizes, each read once; pointer blobs give the size of the file they stand for."""
+
+    def __init__(self, git, pointer_oids: set[bytes], known: dict[bytes, int]):
+        self.git, self.pointer_oids, self.cache = git, pointer_oids, known
+
+    def raw(self, oid: bytes) -> int:
+        if oid not in self.cache:
+            self.cache[oid] = self.git.odb.read_header(pygit2.Oid(raw=oid))[1]
+        return self.cache[oid]
+
+    def file(self, oid: bytes) -> int:
+        if oid in self.pointer_oids:
+            try:
+                return pointer_fmt.decode(read_blob(self.git, oid)).size
+            except ValueError:
+                pass
+        return self.raw(oid)
+
+
+def _git_conflicts(tm: gitmerge.TreeMerge, attrs: list[dict], pointer_oids: set[bytes]) -> list[dict]:
+    """git's conflict messages; a conflict on a side-store pointer is named as such."""
+    flagged = {p for a in attrs for p, e in a.items() if e.pointer}
+    staged_pointers = {s.path for s in tm.stages if bytes.fromhex(s.oid) in pointer_oids}
+    out = []
+    for m in tm.messages:
+        if not m.kind.startswith("CONFLICT"):
+            continue
+        path = m.paths[0] if m.paths else None
+        real = real_path(path) if path is not None else None
+        kind = m.kind[len("CONFLICT ("):-1] if m.kind.endswith(")") else m.kind
+        if path is not None and (real in flagged or path in staged_pointers):
+            kind, text = "pointer", f"CONFLICT (pointer): both sides changed large file '{os.fsdecode(real)}'"
+        else:
+            text = m.text
+        item = {"path": os.fsdecode(real) if real is not None else None, "kind": kind, "message": text}
+        if item not in out:
+            out.append(item)
+    return out
+
+
+def _summary(ours: dict | None, changed, sizes: _Sizes) -> dict | None:
+    if not ours or any(k not in ours for k in SUMMARY_FIELDS):
+        return None
+    out = {k: ours[k] for k in SUMMARY_FIELDS}
+    for _, old, new in changed:
+        for sign, e in ((-1, old), (1, new)):
+            if e is None:
+                continue
+            out["files"] += sign
+            if e[0] in (MODE_FILE, MODE_EXEC):
+                out["pointers"] += sign * (e[1] in sizes.pointer_oids)
+                out["bytes"] += sign * sizes.file(e[1])
+    return out

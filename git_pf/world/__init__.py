@@ -1,6 +1,0 @@
-"""The world layer: the agent's sandbox tree, its environment and processes.
-
-``capture`` turns a directory into a git tree plus ``fs.attrs`` records,
-``restore`` writes one back, ``env`` reads and redacts environments. Nothing
-here writes refs or commits; ``git_pf.image`` assembles images.
-"""
