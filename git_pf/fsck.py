@@ -40,9 +40,8 @@ class FsckReport:
 
 
 def _image_refs(git: pygit2.Repository) -> dict[str, str]:
-    from .transport.gc import is_index_ref  # objects indexes are not images
 
-    return {name: oid for name, oid in refs.list_refs(git, refs.ROOT).items() if not is_index_ref(name)}
+    return {name: oid for name, oid in refs.list_refs(git, refs.ROOT).items() if not refs.is_index_ref(name)}
 
 
 def _check_pointers(git, store: SideStore, image: img.ImageInfo, report: FsckReport, seen: set[str],

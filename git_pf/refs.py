@@ -88,6 +88,13 @@ def _when_unlocked(move) -> None:
         delay = min(2 * delay, 0.05)
 
 
+def is_index_ref(name: str) -> bool:
+    """True for ``objects`` and ``remotes/<r>/objects`` (names relative to
+    refs/pf/): objects indexes, not images."""
+    parts = name.split("/")
+    return name == "objects" or (len(parts) == 3 and parts[0] == "remotes" and parts[2] == "objects")
+
+
 def list_refs(repo: pygit2.Repository, prefix: str) -> dict[str, str]:
     """``{name: image id}`` of every direct ref under ``prefix``."""
     out = {}

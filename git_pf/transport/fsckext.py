@@ -14,7 +14,6 @@ import pygit2
 from .. import refs as refs_mod
 from ..errors import PfError
 from . import index as idx
-from .gc import is_index_ref
 
 
 def check_indexes(git: pygit2.Repository) -> tuple[list[str], Callable[[str], bool]]:
@@ -22,7 +21,7 @@ def check_indexes(git: pygit2.Repository) -> tuple[list[str], Callable[[str], bo
     problems: list[str] = []
     known: set[str] = set()
     for name, oid in refs_mod.list_refs(git, refs_mod.ROOT).items():
-        if not is_index_ref(name):
+        if not refs_mod.is_index_ref(name):
             continue
         try:
             known.update(idx.read_index(git, oid))

@@ -46,14 +46,8 @@ class GcResult:
                 "temp_removed": self.temp_removed, "temp_bytes": self.temp_bytes, "temp_live": self.temp_live}
 
 
-def is_index_ref(name: str) -> bool:
-    """True for ``objects`` and ``remotes/<r>/objects`` (names relative to refs/pf/)."""
-    parts = name.split("/")
-    return name == "objects" or (len(parts) == 3 and parts[0] == "remotes" and parts[2] == "objects")
-
-
 def root_refs(repo) -> dict[str, str]:
-    return {n: o for n, o in refs_mod.list_refs(repo.git, refs_mod.ROOT).items() if not is_index_ref(n)}
+    return {n: o for n, o in refs_mod.list_refs(repo.git, refs_mod.ROOT).items() if not refs_mod.is_index_ref(n)}
 
 
 def mount_images(git_dir) -> list[str]:

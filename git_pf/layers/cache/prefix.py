@@ -34,14 +34,13 @@ def longest_prefix(tokens, *, repo=None, model, adapter: str | None = None) -> M
     to the first ref by name. Images whose cache cannot be read are passed over."""
     from ...image import read_image
     from ...repo import Repo
-    from ...transport.gc import is_index_ref
 
     if repo is None or isinstance(repo, (str, bytes)) or hasattr(repo, "__fspath__"):
         repo = Repo.open(repo or ".")
     want, context = fingerprint(model), token_list(tokens)
     best, seen = Match(None, 0, None), set()
     for name, oid in sorted(refs.list_refs(repo.git, refs.ROOT).items()):
-        if is_index_ref(name) or oid in seen:
+        if refs.is_index_ref(name) or oid in seen:
             continue
         seen.add(oid)
         try:

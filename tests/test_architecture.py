@@ -1,0 +1,100 @@
+"""The direction of imports (docs/architecture.md), read from the source's import graph.
+
+Every ``import`` and ``from … import`` in the package is read with ``ast``, the ones inside
+functions included, so a lazy import that breaks a rule fails as a top-level one does."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_DIRS = {"git_pf": "git_pf", "git_pf.fuse": "fuse", "git_pf.kernels": "kernels"}
+UTILITIES = {"git_pf.errors", "git_pf.cores", "git_pf.limits", "git_pf.writeback"}
+# What no layer package may import: the porcelain, the transport, the mount, the merge engine.
+ABOVE_LAYERS = ("git_pf.cli", "git_pf.fuse", "git_pf.transport", "git_pf.mounts", "git_pf.mount_snapshot",
+                "git_pf.merge.engine", "git_pf.merge.conflicts", "git_pf.merge.report")
+# A rule that spans layers: the cache merge keeps the pages whose tokens the merged trace still holds.
+CROSS_LAYER = {("cache", "trace")}
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT)
+    for name, directory in PACKAGE_DIRS.items():
+        if rel.parts[0] == directory:
+            parts = [name, *rel.with_suffix("").parts[1:]]
+            return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    raise ValueError(path)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """``{module: {git_pf modules it imports}}`` for every module of the package."""
+    files = {_module_name(p): p for d in PACKAGE_DIRS.values() for p in (ROOT / d).rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = ".".join(package[: len(package) - node.level + 1] + [node.module] if node.module else
+                                package[: len(package) - node.level + 1]) if node.level else node.module or ""
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    targets.add(full if full in files else base)
+            elif isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names)
+        graph[module] = {t for t in targets if t.split(".")[0] == "git_pf" and t != module}
+    return graph
+
+
+def _under(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "layers" else None
+
+
+def violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that goes against docs/architecture.md, one line each."""
+    out = []
+    for module, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            edge = f"{module} imports {target}"
+            if _under(module, "git_pf.store") and not (_under(target, "git_pf.store") or target in UTILITIES):
+                out.append(f"{edge}: the store imports only the store and utilities")
+            if _under(module, "git_pf.kernels") and not _under(target, "git_pf.kernels"):
+                out.append(f"{edge}: the kernels import nothing of git-pf")
+            if _layer(module) and any(_under(target, p) for p in ABOVE_LAYERS):
+                out.append(f"{edge}: a layer imports no porcelain, transport, mount or merge engine")
+            if _layer(module) and _layer(target) and _layer(module) != _layer(target) \
+                    and (_layer(module), _layer(target)) not in CROSS_LAYER:
+                out.append(f"{edge}: one layer does not import another")
+            if _under(module, "git_pf.transport") and _layer(target):
+                out.append(f"{edge}: the transport reaches layers through registries, not imports")
+            if _under(target, "git_pf.cli") and not (_under(module, "git_pf.cli") or module == "git_pf.__main__"):
+                out.append(f"{edge}: only the entry point imports the CLI")
+            if _under(target, "git_pf.fuse") and not (_under(module, "git_pf.fuse") or _under(module, "git_pf.cli")):
+                out.append(f"{edge}: only the CLI starts the mount daemon's code")
+    return out
+
+
+def test_the_graph_is_read_whole():
+    graph = import_graph()
+    assert "git_pf.store.sidestore" in graph and "git_pf.layers.world.capture" in graph
+    assert "git_pf.store.sidestore" in graph["git_pf.layers.world.capture"]
+    assert "git_pf.layers.trace.messages" in graph["git_pf.layercheck"]
+    assert any(_under(t, "git_pf.merge") for t in graph["git_pf.layers.effects.merge"])
+
+
+def test_imports_go_the_documented_direction():
+    assert violations(import_graph()) == []
+
+
+def test_a_store_module_importing_a_layer_is_caught():
+    graph = import_graph()
+    graph["git_pf.store.sidestore"] = graph["git_pf.store.sidestore"] | {"git_pf.layers.world.attrs"}
+    graph["git_pf.layers.trace.tape"] = graph["git_pf.layers.trace.tape"] | {"git_pf.transport.push"}
+    found = violations(graph)
+    assert any("git_pf.store.sidestore imports git_pf.layers.world.attrs" in v for v in found)
+    assert any("git_pf.layers.trace.tape imports git_pf.transport.push" in v for v in found)
