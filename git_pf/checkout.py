@@ -14,27 +14,25 @@ directory itself when it is the only layer asked for, else into
 """
 from __future__ import annotations
 
-import importlib
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import image as img, layercheck, refs, safepath, siblings
+from .layers import registry
 from .layers.trace import tape
 from .errors import DataError, UsageError
 from .gittree import MODE_TREE, lookup, read_blob
 from .layers.world.restore import RestoreStats, restore
 
-LAYER_FILES = {  # paths of files, or of the tape, written entry by entry
-    "trace": [img.TRACE_MESSAGES, img.TRACE_TAPE],
-    "effects": [img.EFFECTS_LEDGER],
-    "env": [img.WORLD_ENV, img.WORLD_PROCS],
-}
-# Layers with their own writer, imported only when asked for (so the core never
-# imports torch): name -> "module:function", function(repo, image, dest: Path) -> None.
-# The function writes the layer's files into ``dest`` (created, empty).
-EXTRA_LAYERS: dict[str, str] = {"cache": "git_pf.layers.cache.export:write_layer", "model": "git_pf.layers.model.checkout:write"}
+# From the registry (git_pf.layers.registry): the layers whose files are written as they are
+# (a tree there: the tape, entry by entry) ...
+LAYER_FILES = {layer.name: list(layer.files) for layer in registry.layers() if layer.files}
+# ... and the layers with a writer of their own, imported only when asked for (so the core never
+# imports torch): name -> "module:function", function(repo, image, dest: Path) -> None writing the
+# layer's files into ``dest`` (created, empty).
+EXTRA_LAYERS: dict[str, str] = {layer.name: layer.writer for layer in registry.layers() if layer.writer}
 LAYERS = ("world",) + tuple(LAYER_FILES) + tuple(EXTRA_LAYERS)
 SIDECAR = ".pf"
 
@@ -108,10 +106,9 @@ def _fill(repo, image: img.ImageInfo, layers: tuple[str, ...], tmp: Path, world,
     with safepath.SafeDir(os.fsencode(tmp)) as out:
         for layer in layers:
             if layer in EXTRA_LAYERS:
-                module, _, func = EXTRA_LAYERS[layer].partition(":")
                 target = os.path.join(side, layer.encode()) if len(layers) > 1 else b""
                 out.mkdirs(target)
-                getattr(importlib.import_module(module), func)(repo, image, tmp / os.fsdecode(target))
+                registry.load(EXTRA_LAYERS[layer])(repo, image, tmp / os.fsdecode(target))
                 for base, _, names in os.walk(os.path.join(os.fsencode(tmp), target)):
                     written += [os.path.relpath(os.path.join(base, n), os.fsencode(tmp)) for n in names]
         for name, blob in files:

@@ -9,13 +9,13 @@ object must hash to its name. Reports problems; repairs nothing.
 """
 from __future__ import annotations
 
-import importlib
 import os
 from dataclasses import dataclass, field
 
 import pygit2
 
 from . import image as img, layercheck, refs, safepath
+from .layers import registry
 from .layers.effects import ledger as effects_mod
 from .store import pointer as pointer_fmt
 from .errors import PfError
@@ -87,16 +87,13 @@ def _check_pointers(git, store: SideStore, image: img.ImageInfo, report: FsckRep
 def _check_layer_objects(git, store: SideStore, image: img.ImageInfo, report: FsckReport, seen: set[str],
                          remote_has=lambda oid: False) -> None:
     """Side-store objects a layer names without pointer blobs (model tensors), as registered
-    in ``transport.reach.OBJECT_REFS``, must exist."""
-    from .transport.reach import OBJECT_REFS
-
-    for layer, spec in OBJECT_REFS.items():
-        module, _, func = spec.partition(":")
-        for oid in getattr(importlib.import_module(module), func)(git, image.tree):
+    in the registry (``git_pf.layers.registry``), must exist."""
+    for layer in (layer for layer in registry.layers() if layer.object_refs):
+        for oid in registry.load(layer.object_refs)(git, image.tree):
             if oid not in seen:
                 seen.add(oid)
                 if not store.has(oid) and not remote_has(oid):
-                    report.problems.append(f"image {image.short} layer {layer}: side-store object {oid} is missing")
+                    report.problems.append(f"image {image.short} layer {layer.name}: side-store object {oid} is missing")
 
 
 def _check_effects_history(git, image: img.ImageInfo, ledger: list[dict], report: FsckReport) -> None:

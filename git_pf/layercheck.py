@@ -15,20 +15,13 @@ import os
 from typing import Callable
 
 from . import image as img
-from .layers.effects import ledger as effects
-from .layers.world import procs
-from .layers.trace import messages as trace
 from .errors import DataError
-from .layers.world import attrs
-from .layers.world.env import Env
+from .layers import registry
 
+# The manifest's parser and every parser a layer registers (git_pf.layers.registry).
 PARSERS: dict[bytes, Callable[[bytes], object]] = {
     img.MANIFEST: img.parse_manifest,
-    img.WORLD_ATTRS: attrs.decode,
-    img.WORLD_ENV: Env.decode,
-    img.WORLD_PROCS: procs.decode,
-    img.TRACE_MESSAGES: trace.decode,
-    img.EFFECTS_LEDGER: effects.decode,
+    **{path: registry.load(spec) for layer in registry.layers() for path, spec in layer.parsers.items()},
 }
 
 

@@ -16,33 +16,41 @@ import copy
 from dataclasses import dataclass, field
 
 from .. import canonjson, config, image as img, layercheck, refs, safepath
-from ..layers.world import procs
-from ..layers.trace import tape
 from ..errors import DataError, UsageError
 from ..gittree import lookup
 from ..image import ImageInfo
-from . import plugins
-from ..layers.world import gitmerge
+from ..layers import registry
 from ..layers.effects.merge import ACCEPT, EffectsMerger
-from ..layers.world.merge_env import EnvMerger
-from .layer import LayerResult, MergeContext
-from ..layers.trace.merge import TraceMerger
+from ..layers.world import gitmerge, procs
+from ..layers.world.merge import WorldMerger
+from ..layers.trace import tape
+from . import plugins
+from .layer import PLUGINS, LayerResult, MergeContext
 from .tree3 import entry, merge_paths
-from ..layers.world.merge import SUMMARY_FIELDS, WorldMerger
 
-BUILTIN = {"world": WorldMerger, "env": EnvMerger, "trace": TraceMerger, "effects": EffectsMerger}
-CLAIMS = {"world": [img.WORLD_FS, img.WORLD_ATTRS], "env": [img.WORLD_ENV, img.WORLD_PROCS],
-          "trace": [b"trace"], "effects": [b"effects"]}
-SUMMARY_KEYS = {"world": ("world", SUMMARY_FIELDS), "env": ("world", ("env_vars", "redacted"))}
 SIDES = ("ours", "theirs")
 
 
 def layer_names() -> list[str]:
-    return list(BUILTIN) + plugins.plugin_layers()
+    """Every registered layer, in merge order."""
+    return [layer.name for layer in registry.layers()]
 
 
 def claims(name: str) -> list[bytes]:
-    return CLAIMS.get(name, [name.encode()])
+    layer = registry.get(name)
+    return list(layer.claims) if layer is not None else [name.encode()]
+
+
+def _summary_key(name: str) -> tuple[str, tuple[str, ...] | None]:
+    """The manifest entry a layer's summary goes to, and the fields of it the layer owns."""
+    layer = registry.get(name)
+    return (layer.manifest_key, layer.summary_fields) if layer is not None else (name, None)
+
+
+def _merger(name: str):
+    if name in PLUGINS:
+        return plugins.merger_for(name)
+    return registry.load(registry.get(name).merger)()
 
 
 @dataclass
@@ -137,12 +145,12 @@ def start(repo, req: MergeRequest) -> MergeResult | MergeContext:
 def run_layers(ctx: MergeContext, prefer: dict[str, str], skip: tuple[str, ...] = ()) -> list[LayerResult]:
     """Every layer's result, in layer order. git's world merge is started first and collected
     after env, trace and effects, which merge while git runs."""
-    names = [n for n in layer_names() if n not in skip and (n in BUILTIN or _present(ctx, n))]
+    names = [n for n in layer_names() if n not in skip and (n not in PLUGINS or _present(ctx, n))]
     world = None
     if "world" in names and "world" not in prefer:
         world = WorldMerger()
         world.start(ctx)
-    order = [n for n in names if n not in ("world",) + plugins.ORDER + tuple(plugins.PLUGINS)]
+    order = [n for n in names if n != "world" and n not in PLUGINS]  # the plug-ins last: cache reads the trace
     order += [n for n in names if n not in order]
     done: dict[str, LayerResult] = {}
     for name in order:
@@ -151,8 +159,7 @@ def run_layers(ctx: MergeContext, prefer: dict[str, str], skip: tuple[str, ...] 
         elif name == "world":
             result = world.merge(ctx)
         else:
-            merger = BUILTIN[name]() if name in BUILTIN else plugins.merger_for(name)
-            result = merger.merge(ctx)
+            result = _merger(name).merge(ctx)
         done[name] = ctx.results[name] = result
     results = [done[n] for n in names]
     other = _other(ctx)
@@ -177,7 +184,7 @@ def take_side(ctx: MergeContext, name: str, side: str) -> LayerResult:
     changes = {} if side == "ours" else {p: entry(git, image, p) for p in claims(name)}
     summary = None
     if side == "theirs":
-        key, fields = SUMMARY_KEYS.get(name, (name, None))
+        key, fields = _summary_key(name)
         found = image.manifest.get("layers", {}).get(key)
         summary = {k: found[k] for k in fields if k in found} if found and fields else found
     parsed = {p: layercheck.load(git, image, p) for p in layercheck.PARSERS  # a side taken whole must parse
@@ -205,13 +212,13 @@ def build_tree(ctx: MergeContext, results: list[LayerResult]) -> str:
     layers = copy.deepcopy(ctx.ours.manifest.get("layers", {}))
     for r in results:
         edit.changes.update(r.changes)
-        key, fields = SUMMARY_KEYS.get(r.layer, (r.layer, None))
+        key, fields = _summary_key(r.layer)
         if r.summary is not None:
             if fields:
                 layers.setdefault(key, {}).update(r.summary)
             else:
                 layers[key] = r.summary
-        if r.layer not in BUILTIN and r.changes.get(r.layer.encode(), 0) is None:
+        if r.layer in PLUGINS and r.changes.get(r.layer.encode(), 0) is None:
             layers.pop(r.layer, None)  # the layer was removed
     for name, merged in ((tape.NAME, tape.merged_summary(git, ctx.ours.tree, edit.changes)),
                          (procs.NAME, procs.merged_summary(git, edit.changes))):

@@ -3,7 +3,8 @@
 A merger gets the three images and returns the tree changes for its own
 paths, a manifest summary, a report and its conflicts. It must not write
 refs or commits; the engine writes the merge image only when every layer is
-clean. Model and cache layers register in ``PLUGINS`` as
+clean. Every layer names its merger in the registry (``git_pf.layers.registry``);
+``PLUGINS`` lists those that need the model extra (model, cache), as
 ``"module:ClassName"`` strings so the core never imports torch.
 """
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..image import ImageInfo
+from ..layers import registry
 
 Change = tuple[int, bytes] | None  # (git file mode, raw oid) or None to delete the path
 
@@ -50,4 +52,4 @@ class LayerMerger(Protocol):
 
 
 # Plugged-in layers, imported lazily by the engine: layer name -> "module:ClassName".
-PLUGINS: dict[str, str] = {"cache": "git_pf.layers.cache.merge:CacheMerger", "model": "git_pf.layers.model.merge:ModelMerger"}
+PLUGINS: dict[str, str] = {layer.name: layer.merger for layer in registry.layers() if layer.needs_extra}

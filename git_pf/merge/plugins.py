@@ -14,11 +14,6 @@ from .layer import PLUGINS, LayerResult, MergeContext
 from .tree3 import base_entry, entry, pick
 
 EXTRA = "pip install 'git-pf[model]'"
-ORDER = ("model", "cache")
-
-
-def plugin_layers() -> list[str]:
-    return list(ORDER) + sorted(k for k in PLUGINS if k not in ORDER)
 
 
 class DefaultLayerMerger:

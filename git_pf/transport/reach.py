@@ -9,7 +9,6 @@ attached); writes nothing.
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
@@ -18,12 +17,12 @@ import pygit2
 from ..store import pointer as pointer_fmt
 from ..errors import DataError, PfError
 from ..gittree import MODE_LINK, MODE_TREE, read_tree
+from ..layers import registry
 from ..store.sidestore import SideStore, decode_chunk_index
 
-# Layers that reference side-store objects without pointer blobs:
+# Layers that reference side-store objects without pointer blobs, from the registry:
 # name -> "module:function", function(git, tree_hex) -> iterable of oids.
-OBJECT_REFS: dict[str, str] = {"model": "git_pf.layers.model.state:image_object_ids",
-                                "cache": "git_pf.layers.cache.table:object_refs"}
+OBJECT_REFS: dict[str, str] = {layer.name: layer.object_refs for layer in registry.layers() if layer.object_refs}
 
 
 @dataclass(frozen=True)
@@ -82,7 +81,7 @@ def reach(git: pygit2.Repository, images: list[str]) -> Reach:
     """Every pointer the ``images`` hold (each once) plus objects named by OBJECT_REFS layers."""
     out = Reach(images=list(images))
     seen: set[bytes] = set()
-    funcs = [getattr(importlib.import_module(m), f) for m, _, f in (v.partition(":") for v in OBJECT_REFS.values())]
+    funcs = [registry.load(spec) for spec in OBJECT_REFS.values()]
     for image in images:
         tree = git[image].peel(pygit2.Tree)
         for path, data in _pointers(git, tree.id.raw, "", seen):

@@ -26,3 +26,10 @@ def __getattr__(name: str):
 
 
 __all__ = sorted(_API)
+
+
+from ..registry import Layer  # noqa: E402  (after the lazy API: reading it imports no torch)
+
+LAYERS = (Layer("cache", (b"cache",), "git_pf.layers.cache.merge:CacheMerger",
+                writer="git_pf.layers.cache.export:write_layer",
+                object_refs="git_pf.layers.cache.table:object_refs", needs_extra=True),)

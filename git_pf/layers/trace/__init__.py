@@ -2,3 +2,10 @@
 under ``trace/tape/`` (``tape``), their merge (``merge``, with the summary of the other branch
 in ``summary``). Imports as ``git_pf.layers`` says (docs/architecture.md).
 """
+
+from ... import image as _img
+from ..registry import Layer
+
+LAYERS = (Layer("trace", (b"trace",), "git_pf.layers.trace.merge:TraceMerger",
+                parsers={_img.TRACE_MESSAGES: "git_pf.layers.trace.messages:decode"},
+                files=(_img.TRACE_MESSAGES, _img.TRACE_TAPE)),)

@@ -6,3 +6,17 @@ records the process table; ``merge`` (with ``merge_attrs``, ``merge_env`` and
 ``gitmerge``) is the layer's three-way merge. Nothing here writes refs or
 commits; ``git_pf.image`` assembles images.
 """
+
+from ... import image as _img
+from ..registry import Layer
+
+SUMMARY_FIELDS = ("files", "bytes", "pointers")  # of the manifest's "world" entry, the fs part's
+LAYERS = (
+    Layer("world", (_img.WORLD_FS, _img.WORLD_ATTRS), "git_pf.layers.world.merge:WorldMerger",
+          parsers={_img.WORLD_ATTRS: "git_pf.layers.world.attrs:decode"},
+          summary_key="world", summary_fields=SUMMARY_FIELDS),
+    Layer("env", (_img.WORLD_ENV, _img.WORLD_PROCS), "git_pf.layers.world.merge_env:EnvMerger",
+          parsers={_img.WORLD_ENV: "git_pf.layers.world.env:Env.decode",
+                   _img.WORLD_PROCS: "git_pf.layers.world.procs:decode"},
+          files=(_img.WORLD_ENV, _img.WORLD_PROCS), summary_key="world", summary_fields=("env_vars", "redacted")),
+)

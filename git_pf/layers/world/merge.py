@@ -21,9 +21,9 @@ from .names import real_path, tree_path
 from . import merge_attrs as fsattrs
 from . import gitmerge
 from ...merge.layer import LayerResult, MergeContext
+from . import SUMMARY_FIELDS
 from ...merge.tree3 import AMBIGUOUS, blob, entry, pick
 
-SUMMARY_FIELDS = ("files", "bytes", "pointers")
 
 
 class WorldMerger:
