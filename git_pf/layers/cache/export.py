@@ -2,8 +2,8 @@
 
 Writes the interchange file ``kv.safetensors`` (per-layer K/V + token ids +
 model and adapter) and the image's ``pages.json`` into the target directory,
-every page verified against its recorded hash on the way. Registered in
-``git_pf.checkout.EXTRA_LAYERS``; writes nothing else.
+every page verified against its recorded hash on the way. The layer's
+``writer`` in the registry (``git_pf.layers.registry``); writes nothing else.
 """
 from __future__ import annotations
 

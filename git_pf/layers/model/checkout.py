@@ -3,7 +3,7 @@
 Writes the image's model parts as files a user loads directly:
 ``adapter_config.json`` + ``adapter_model.safetensors`` (so
 ``PeftModel.from_pretrained(base, DIR)`` works), ``base.json`` and
-``delta.safetensors``. Registered in ``git_pf.checkout.EXTRA_LAYERS``; the
+``delta.safetensors``. The layer's ``writer`` in the registry; the
 caller owns the destination's lifecycle. Never imports torch.
 """
 from __future__ import annotations

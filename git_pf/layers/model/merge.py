@@ -1,4 +1,4 @@
-"""The model layer's three-way merge for ``git pf merge`` (``PLUGINS["model"]``).
+"""The model layer's three-way merge for ``git pf merge`` (the layer's ``merger``).
 
 Each model part (base.json, adapter, delta) follows the VCS rule first: a
 part only one side changed is taken from that side as is (tree ids compared,
