@@ -17,7 +17,6 @@ import dataclasses
 import os
 import shutil
 import stat
-from pathlib import Path
 from typing import Callable
 
 import pygit2
@@ -27,11 +26,10 @@ from .store import pointer as pointer_fmt
 from .errors import UsageError
 from .gittree import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, read_blob, read_tree
 from .mounts import WHITEOUT_PREFIX, MountState
-from .snapshot import SnapshotRequest, SnapshotResult, rewrite_reason, take
+from .snapshot import SnapshotResult, take
 from .layers.world import attrs as attrs_mod
 from .layers.world.attrs import DEFAULT_DIR_MODE, PathAttrs
 from .layers.world.capture import Capture, CaptureStats, entry_reader
-from .layers.world.env import Env
 from .layers.world.ignore import ALWAYS_IGNORED_TOP, IgnoreRules
 from .layers.world.names import to_tree
 from .layers.world.restore import iter_world
@@ -236,30 +234,21 @@ def _branch(repo, state: MountState, name: str | None) -> str:
     raise UsageError(f"the mounted image {state.image[:12]} is not the tip of a branch; pass --name BRANCH")
 
 
-def snapshot_mount(repo, directory, *, name: str | None = None, agent=None, messages=None, effects=None, env=None,
-                   no_redact=frozenset(), message: str | None = None, label: str | None = None, ignore=(),
-                   allow_empty: bool = False, layers: tuple = (), rewrite_effects: bool | str = False,
-                   switch: bool = False) -> SnapshotResult:
-    """Snapshot a mount: a new image whose parent is the mounted image; the mount then follows it."""
+def snapshot_mount(repo, directory, *, name: str | None = None, ignore=(), **inputs) -> SnapshotResult:
+    """Snapshot a mount: a new image whose parent is the mounted image; the mount then follows it.
+    ``inputs`` are ``Repo.snapshot``'s layer inputs and options."""
+    from .snapshot_inputs import request
+
     if ignore:
         raise UsageError("--ignore does not apply to --mount (a mount snapshot applies the .gitignore files the mount shows)")
     state = pick_state(repo.git_dir, directory)
-    if isinstance(agent, str) or agent is None:
-        agent = img.Agent.parse(agent)
-    if isinstance(env, dict):
-        env = Env(None, dict(env))
-
+    base = request(state.mountpoint, name=name and refs.check_name(name), **inputs)
     world = MountWorld(state)
 
     def take_now(image: str, captured=None) -> SnapshotResult:
         state.image = image
         world.captured = captured
-        req = SnapshotRequest(Path(state.mountpoint), name and refs.check_name(name), agent, messages, effects, env,
-                              frozenset(no_redact), message, label, (), allow_empty, tuple(layers),
-                              world=world, parent=image, rewrite_effects=rewrite_reason(rewrite_effects),
-                              switch=switch)
-        req = dataclasses.replace(req, branch=_branch(repo, state, name))
-        return take(repo, req)
+        return take(repo, dataclasses.replace(base, world=world, parent=image, branch=_branch(repo, state, name)))
 
     if state.status() != "mounted":  # nothing serves the upper layer: work on it directly
         result = take_now(state.image)

@@ -14,8 +14,7 @@ import pygit2
 from . import checkout as checkout_mod, config, diff as diff_mod, fork as fork_mod, fsck as fsck_mod, history, image as img, limits, refs
 from .errors import NotARepository, UsageError
 from .store.sidestore import SideStore
-from .snapshot import SnapshotRequest, SnapshotResult, rewrite_reason, take
-from .layers.world.env import Env
+from .snapshot import SnapshotResult, take
 
 
 class Repo:
@@ -65,22 +64,24 @@ class Repo:
         return img.read_image(self.git, refs.resolve(self.git, rev))
 
     def snapshot(self, fs_root: str | os.PathLike, *, name: str | None = None, agent: str | img.Agent | None = None,
-                 messages: list[dict] | None = None, effects: list[dict] | None = None, env: Env | dict | None = None,
+                 trace=None, effects: list[dict] | None = None, env=None, model=None, cache=None,
                  no_redact: set[str] | frozenset[str] = frozenset(), message: str | None = None,
-                 label: str | None = None, ignore: list[str] | tuple[str, ...] = (),
-                 allow_empty: bool = False, layers: tuple = (), rewrite_effects: bool | str = False,
-                 switch: bool = False) -> SnapshotResult:
-        """``rewrite_effects`` (True or a reason) lets ``effects`` drop or change the parent's
-        entries; the image then carries a ``Pf-Rewrite-Effects`` trailer. The branch (``name``)
-        becomes the current one only with ``switch``, or when there is no current image."""
-        if isinstance(agent, str) or agent is None:
-            agent = img.Agent.parse(agent)
-        if isinstance(env, dict):
-            env = Env(None, dict(env))
-        req = SnapshotRequest(Path(fs_root), name, agent, messages, effects, env, frozenset(no_redact), message,
-                              label, tuple(ignore), allow_empty, tuple(layers),
-                              rewrite_effects=rewrite_reason(rewrite_effects), switch=switch)
-        return take(self, req)
+                 label: str | None = None, ignore: list[str] | tuple[str, ...] = (), allow_empty: bool = False,
+                 rewrite_effects: bool | str = False, switch: bool = False,
+                 messages: list[dict] | None = None, layers: tuple = ()) -> SnapshotResult:
+        """A new image of the sandbox ``fs_root`` and the layers given, each by its name
+        (``trace=TraceInput``, ``effects=[entries]``, ``env=EnvInput | Env | dict``,
+        ``model=ModelInput``, ``cache=CacheInput``; docs/python-api.md); layers not given are
+        carried over. ``rewrite_effects`` (True or a reason) lets ``effects`` drop or change the
+        parent's entries (a ``Pf-Rewrite-Effects`` trailer). The branch (``name``) becomes the
+        current one only with ``switch``, or when there is no current image. ``messages=`` and
+        ``layers=`` are the first release's spelling: they still work, with a DeprecationWarning."""
+        from .snapshot_inputs import request
+
+        return take(self, request(fs_root, name=name, agent=agent, trace=trace, effects=effects, env=env,
+                                  model=model, cache=cache, no_redact=no_redact, message=message, label=label,
+                                  ignore=ignore, allow_empty=allow_empty, rewrite_effects=rewrite_effects,
+                                  switch=switch, messages=messages, layers=layers))
 
     def fork(self, rev: str, n: int, prefix: str | None = None, explore: str | None = None) -> list[fork_mod.Fork]:
         return fork_mod.fork(self, rev, n, prefix, explore)

@@ -63,27 +63,25 @@ def snapshot(
     if rewrite_effects and effects is None:
         raise UsageError("--rewrite-effects needs --effects")
     repo = open_repo()
-    extra = _trace_world_layers(tape, procs, capture_procs, frozenset(no_redact))
-    if kv is not None:
-        extra += (_kv_layer(kv, model_fingerprint, kv_page_tokens),)
-    if adapter is not None or base_model is not None or delta is not None:
-        from ..layers.model.layer import ModelInput
+    from ..snapshot_inputs import EnvInput, TraceInput
 
-        extra += (ModelInput.prepare(adapter, base_model, delta),)
+    trace = TraceInput(messages=jsonl.read(messages, "--messages") if messages is not None else None,
+                       tape=_tape(tape))
     take = repo.snapshot if mount is None else _mount_snapshot(repo)
     result = take(
         fs_root or mount,
         name=name,
         agent=Agent.parse(agent, agent_fingerprint),
-        messages=jsonl.read(messages, "--messages") if messages is not None else None,
+        trace=trace,
         effects=jsonl.read(effects, "--effects") if effects is not None else None,
-        env=env_value,
+        env=EnvInput(env_value, _procs(procs, capture_procs)),
+        model=_model(adapter, base_model, delta),
+        cache=_kv_layer(kv, model_fingerprint, kv_page_tokens) if kv is not None else None,
         no_redact=set(no_redact),
         message=message,
         label=label,
         ignore=ignore,
         allow_empty=allow_empty,
-        layers=extra,
         rewrite_effects=(rewrite_reason or True) if rewrite_effects else False,
         switch=switch,
     )
@@ -95,18 +93,29 @@ def snapshot(
     emit(as_json, result.to_json(), lambda: typer.echo(result.image.id))
 
 
-def _trace_world_layers(tape: Optional[Path], procs: Optional[Path], pid: Optional[int], keep: frozenset) -> tuple:
-    """Layer inputs for --tape, --procs and --capture-procs."""
-    from ..layers.world import procs as procs_mod
+def _tape(path: Optional[Path]) -> Optional[list]:
+    """The exchanges of --tape."""
     from ..layers.trace import tape as tape_mod
 
-    out: tuple = ()
-    if tape is not None:
-        out += (tape_mod.TapeInput(tape_mod.read_input(tape), keep),)
-    if procs is not None or pid is not None:
-        table = procs_mod.read_input(procs) if procs is not None else procs_mod.capture(pid)
-        out += (procs_mod.ProcsInput(table),)
-    return out
+    return tape_mod.read_input(path) if path is not None else None
+
+
+def _procs(path: Optional[Path], pid: Optional[int]) -> Optional[dict]:
+    """The process table of --procs or --capture-procs."""
+    from ..layers.world import procs as procs_mod
+
+    if path is not None:
+        return procs_mod.read_input(path)
+    return procs_mod.capture(pid) if pid is not None else None
+
+
+def _model(adapter: Optional[Path], base_model: Optional[str], delta: Optional[Path]):
+    """The model layer input of --adapter, --base-model and --delta (no torch: raw safetensors bytes)."""
+    if adapter is None and base_model is None and delta is None:
+        return None
+    from ..layers.model.layer import ModelInput
+
+    return ModelInput.prepare(adapter, base_model, delta)
 
 
 def _kv_layer(path: Path, model: Optional[str], page_tokens: int):
