@@ -84,7 +84,7 @@ def warm_up(path) -> None:
     """One tiny capture and restore first, so imports and thread pools are not timed."""
     repo, _ = Repo.init(path)
     (path / "sb").mkdir()
-    image = repo.snapshot(path / "sb", layers=(kc.CacheInput.from_cache(kv(4, 0), list(range(4)), model=MODEL),)).image
+    image = repo.snapshot(path / "sb", cache=kc.CacheInput.from_cache(kv(4, 0), list(range(4)), model=MODEL)).image
     kc.restore(image.id, repo=repo, model=MODEL)
 
 
@@ -112,7 +112,7 @@ def ours(base, layers, ids) -> dict:
     with Clock() as out["page"]:
         inp = kc.CacheInput.from_cache(layers, ids, model=MODEL)
     with Clock() as out["store"]:
-        image = repo.snapshot(base / "sb", layers=(inp,)).image
+        image = repo.snapshot(base / "sb", cache=inp).image
     del inp
     with Clock() as out["restore"]:
         cache, got = kc.restore(image.id, repo=repo, model=MODEL)
@@ -220,7 +220,7 @@ def bench_forks(base, fork_tokens: int) -> list:
     parent = kv(prefix, 2)
     repo, _ = Repo.init(base / "forks")
     (base / "sb2").mkdir()
-    head = repo.snapshot(base / "sb2", layers=(kc.CacheInput.from_cache(parent, list(range(prefix)), model=MODEL),)).image
+    head = repo.snapshot(base / "sb2", cache=kc.CacheInput.from_cache(parent, list(range(prefix)), model=MODEL)).image
     copies = base / "copies"
     copies.mkdir()
     for i, fork in enumerate(repo.fork(head.id, 8)):
@@ -228,7 +228,7 @@ def bench_forks(base, fork_tokens: int) -> list:
         own = kv(fork_tokens - prefix, 100 + i)
         layers = [(torch.cat([l.keys, k], -2), torch.cat([l.values, v], -2)) for l, (k, v) in zip(live.layers, own)]
         ids = ids + [100_000 + i * 1000 + j for j in range(fork_tokens - prefix)]
-        repo.snapshot(base / "sb2", name=fork.name, layers=(kc.CacheInput.from_cache(layers, ids, model=MODEL),))
+        repo.snapshot(base / "sb2", name=fork.name, cache=kc.CacheInput.from_cache(layers, ids, model=MODEL))
         save_file(as_dict(layers), str(copies / f"fork{i}.safetensors"))
     store, indep = du(repo.store.root), du(copies)
     ratio = store / indep

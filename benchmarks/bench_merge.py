@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from git_pf import Repo, refs
+from git_pf.snapshot_inputs import TraceInput
 
 from .common import git_env, report, verdict, workdir
 
@@ -54,20 +55,20 @@ def build(base_dir: Path, files: int, changed: int) -> tuple[Repo, str, str, str
     sandbox = base_dir / "sb"
     paths = _world(sandbox, files)
     msgs = [{"role": "user", "content": "refactor the package"}]
-    base = repo.snapshot(sandbox, name="main", messages=msgs, effects=[_fx("k0", 0)]).image
+    base = repo.snapshot(sandbox, name="main", trace=TraceInput(messages=msgs), effects=[_fx("k0", 0)]).image
     repo.create_branch("side", base.id)
     step = files // (2 * changed)
     ours_paths = [paths[i * step] for i in range(changed)]
     theirs_paths = [paths[i * step + 1] for i in range(changed - 10)] + ours_paths[:10]
     for p in ours_paths:
         _edit(p, True, "ours")
-    ours = repo.snapshot(sandbox, name="main", messages=msgs + [{"role": "assistant", "content": "ours done"}],
+    ours = repo.snapshot(sandbox, name="main", trace=TraceInput(messages=msgs + [{"role": "assistant", "content": "ours done"}]),
                          effects=[_fx("k0", 0), _fx("k-ours", 2)]).image
     for p in ours_paths:
         _edit(p, True, "line 0 of a source file in the agent's sandbox")
     for p in theirs_paths:
         _edit(p, False, "theirs")
-    theirs = repo.snapshot(sandbox, name="side", messages=msgs + [{"role": "assistant", "content": "theirs done"}],
+    theirs = repo.snapshot(sandbox, name="side", trace=TraceInput(messages=msgs + [{"role": "assistant", "content": "theirs done"}]),
                            effects=[_fx("k0", 0), _fx("k-theirs", 1)]).image
     return repo, base.id, ours.id, theirs.id
 

@@ -104,7 +104,7 @@ def main() -> None:
         (tmp / "sb").mkdir()
         repo, _ = Repo.init(tmp / "repo")
 
-        t_cap, snap = timed(repo.snapshot, tmp / "sb", layers=(ModelInput.prepare(tmp / "ad"),))
+        t_cap, snap = timed(repo.snapshot, tmp / "sb", model=ModelInput.prepare(tmp / "ad"))
         t_res, _ = timed(repo.checkout, snap.image.id, tmp / "out", layers=("model",))
         same = (tmp / "out" / "adapter_model.safetensors").read_bytes() == (tmp / "ad" / "adapter_model.safetensors").read_bytes()
         stored = _store_bytes(repo)
@@ -114,7 +114,7 @@ def main() -> None:
         t_cp, _ = timed(shutil.copyfile, tmp / "ad" / "adapter_model.safetensors", tmp / "copy.safetensors")
 
         write_adapter(tmp / "ad2", rank, seed=2, changed_every=16, base=tmp / "ad")
-        t_cap2, _ = timed(repo.snapshot, tmp / "sb", layers=(ModelInput.prepare(tmp / "ad2"),))
+        t_cap2, _ = timed(repo.snapshot, tmp / "sb", model=ModelInput.prepare(tmp / "ad2"))
         added = _store_bytes(repo) - stored
 
         report(f"capture + restore of a {mb:.0f} MB adapter (rank {rank}, {len(shapes(rank))} bf16 tensors, "
