@@ -1,7 +1,7 @@
 """The merged view of a mount: the upper layer over the lower one, by relative path.
 
 Every operation here is synchronous and path based and raises ``OSError``
-with the errno the caller should see; ``ops`` maps inodes to paths and
+with the errno the caller should see; ``inodes`` maps inodes to paths and ``ops``
 FUSE requests to these calls. Rules (docs/mount.md): an upper entry shadows
 the lower one of the same name; upper and lower directories merge; a
 whiteout hides the lower entry and all below it; the first change to a
