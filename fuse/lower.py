@@ -25,7 +25,8 @@ from git_pf.store import pointer as pointer_fmt
 from git_pf.errors import DataError
 from git_pf.gittree import MODE_EXEC, MODE_LINK, MODE_TREE, read_blob, read_tree
 from git_pf.safepath import relpath_problem, show, tree_name_problem
-from git_pf.store.sidestore import Chunk, SideStore
+from git_pf.store.large import Chunk
+from git_pf.store.sidestore import SideStore
 from git_pf.layers.world import attrs as attrs_mod
 from git_pf.layers.world.attrs import DEFAULT_DIR_MODE, DEFAULT_EXEC_MODE, DEFAULT_FILE_MODE
 from git_pf.layers.world.names import from_tree

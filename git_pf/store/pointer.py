@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 from .. import limits
-from .sidestore import LargeObject
+from .large import LargeObject
 
 VERSION = "https://git-pf.dev/spec/pointer/v1"
 MAX_POINTER_SIZE = 1024

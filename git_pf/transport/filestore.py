@@ -16,7 +16,8 @@ import os
 from pathlib import Path
 
 
-from ..store.sidestore import SideStore, verify_frame
+from ..store.frames import verify_frame
+from ..store.sidestore import SideStore
 from .progress import Progress
 
 def _link(src: str | Path, dst: Path) -> bool:

@@ -14,7 +14,7 @@ import os
 
 from ..errors import CorruptObject, PfError
 from .. import limits
-from ..store.sidestore import decode_chunk_index, index_bound
+from ..store.large import decode_chunk_index, index_bound
 from . import adapters, remotes
 from .held import HeldObjects
 from .progress import Progress

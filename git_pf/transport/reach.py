@@ -18,7 +18,8 @@ from ..store import pointer as pointer_fmt
 from ..errors import DataError, PfError
 from ..gittree import MODE_LINK, MODE_TREE, read_tree
 from ..layers import registry
-from ..store.sidestore import SideStore, decode_chunk_index
+from ..store.large import decode_chunk_index
+from ..store.sidestore import SideStore
 
 # Layers that reference side-store objects without pointer blobs, from the registry:
 # name -> "module:function", function(git, tree_hex) -> iterable of oids.

@@ -20,7 +20,8 @@ from typing import Callable, Iterable, Iterator
 
 from ... import canonjson, cores
 from ...errors import DataError, UsageError
-from ...store.sidestore import OID_RE, SideStore
+from ...store.frames import OID_RE
+from ...store.sidestore import SideStore
 from . import stfile
 
 INDEX_VERSION = 1
