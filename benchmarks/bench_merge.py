@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from git_pf import Repo, refs
+from git_pf import Repo, refs, safepath
 from git_pf.snapshot_inputs import TraceInput
 
 from .common import git_env, report, verdict, workdir
@@ -118,6 +118,7 @@ def main(argv: list[str]) -> int:
             tip = refs.branch_tip(repo.git, "main")
             if tip != ours:
                 refs.update_branch(repo.git, "main", ours, tip, "bench: reset")
+            safepath.forget_sound_trees()  # each round checks the worlds as a fresh process does
 
         def api() -> None:
             result = repo.merge("side", into="main")

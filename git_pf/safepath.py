@@ -5,7 +5,10 @@ every tree name (``name_problem`` / ``tree_name_problem``) and every
 ``fs.attrs.jsonl`` path (``relpath_problem`` plus the kind of every prefix),
 and that every tree is in git's order, before anything is written; a
 refused world is a ``DataError`` naming the bad path (docs/format.md
-"Names"; docs/security.md "Paths"). ``SafeDir``
+"Names"; docs/security.md "Paths"). ``check_world`` makes the same checks
+without listing the world, for merges and fsck: a tree found sound once in
+a process is not read again, so the worlds of one merge cost what they do
+not share. ``SafeDir``
 writes under one directory by ``openat``-style descent, never opening a path
 through a symlink it created or found. Writes nothing outside the directory a
 ``SafeDir`` is given; knows no layer but the world.
@@ -88,58 +91,128 @@ class World:
     attrs: dict[bytes, attrs_mod.PathAttrs] = field(default_factory=dict)
 
 
+def _directory(git, oid: bytes, rel_dir: bytes):
+    """``(real path, kind, mode, raw oid)`` of each entry of the world tree ``oid`` at ``rel_dir``,
+    in tree order, after every check a single tree allows: names as stored and unescaped,
+    canonical escaping, git's order, no name twice, a known mode. DataError on the first
+    bad entry."""
+    seen: set[bytes] = set()
+    last = b""
+    for tname, mode, child in read_tree(git, oid):
+        if tname[:1] == b"." or not tname or b"/" in tname or b"\0" in tname:  # most names are none of these
+            problem = tree_name_problem(tname)
+            if problem:
+                where = rel_dir + b"/" + tname if rel_dir else tname
+                raise DataError(f"{img.WORLD_FS.decode()}: unsafe name '{show(where)}' ({problem})")
+            name = from_tree(tname)
+        else:
+            name = tname
+        key = tname + b"/" if mode == MODE_TREE else tname
+        if key < last:  # git's merge asserts on such a tree; git fsck calls it treeNotSorted
+            where = rel_dir + b"/" + tname if rel_dir else tname
+            raise DataError(f"{img.WORLD_FS.decode()}: '{show(where)}' is out of git's order in its tree")
+        last = key
+        rel = rel_dir + b"/" + name if rel_dir else name
+        if name in seen:
+            raise DataError(f"{img.WORLD_FS.decode()}: '{show(rel)}' appears twice in one directory")
+        seen.add(name)
+        kind = _FILE_MODES.get(mode)
+        if kind is None:
+            raise DataError(f"{img.WORLD_FS.decode()}: '{show(rel)}' has unsupported mode {mode:o}")
+        yield rel, kind, mode, child
+
+
 def validate_world(git, tree_hex: str | None, attrs: dict[bytes, attrs_mod.PathAttrs]) -> World:
-    """Walk ``world/fs`` once and check it and its attrs; DataError naming the first bad path."""
+    """Walk ``world/fs`` once and check it and its attrs; DataError naming the first bad path.
+    The result lists the world (what a checkout writes)."""
     world = World(attrs=attrs)
     stack = [(b"", bytes.fromhex(tree_hex))] if tree_hex else []
     while stack:
         rel_dir, oid = stack.pop()
-        seen: set[bytes] = set()
         subtrees = []
-        last = b""
-        for tname, mode, child in read_tree(git, oid):
-            where = rel_dir + b"/" + tname if rel_dir else tname
-            problem = tree_name_problem(tname)
-            if problem:
-                raise DataError(f"{img.WORLD_FS.decode()}: unsafe name '{show(where)}' ({problem})")
-            key = tname + b"/" if mode == MODE_TREE else tname
-            if key < last:  # git's merge asserts on such a tree; git fsck calls it treeNotSorted
-                raise DataError(f"{img.WORLD_FS.decode()}: '{show(where)}' is out of git's order in its tree")
-            last = key
-            name = from_tree(tname)
-            rel = rel_dir + b"/" + name if rel_dir else name
-            if name in seen:
-                raise DataError(f"{img.WORLD_FS.decode()}: '{show(rel)}' appears twice in one directory")
-            seen.add(name)
-            kind = _FILE_MODES.get(mode)
-            if kind is None:
-                raise DataError(f"{img.WORLD_FS.decode()}: '{show(rel)}' has unsupported mode {mode:o}")
+        for rel, kind, mode, child in _directory(git, oid, rel_dir):
             world.kinds[rel] = kind
             if kind == DIR:
                 subtrees.append((rel, child))
             else:
                 world.entries.append((rel, mode, child))
         stack.extend(reversed(subtrees))
-    _check_attrs(world)
+    _check_attrs(attrs, world.kinds.get)
     return world
 
 
-def _check_attrs(world: World) -> None:
+# Trees found sound by ``check_world`` in this process: a tree's soundness is a property of its
+# content, so the worlds of one merge (ours, theirs, the result) walk only what they do not share.
+_SOUND_TREES: set[bytes] = set()
+_SOUND_LIMIT = 1 << 20
+
+
+def _check_tree(git, root: bytes) -> None:
+    visited = []
+    stack = [(b"", root)]
+    while stack:  # iterative: a hostile tree may nest deeper than Python's recursion limit
+        rel_dir, oid = stack.pop()
+        if oid in _SOUND_TREES:
+            continue
+        visited.append(oid)
+        stack.extend((rel, child) for rel, kind, _, child in _directory(git, oid, rel_dir) if kind == DIR)
+    if len(_SOUND_TREES) + len(visited) > _SOUND_LIMIT:
+        _SOUND_TREES.clear()
+    _SOUND_TREES.update(visited)  # the whole world passed: every tree of it is sound
+
+
+def forget_sound_trees() -> None:
+    """Forget which trees were found sound (benchmarks measure a fresh process's checks)."""
+    _SOUND_TREES.clear()
+
+
+def check_world(git, tree_hex: str | None, attrs: dict[bytes, attrs_mod.PathAttrs]) -> None:
+    """``validate_world``'s checks without listing the world: subtrees already found sound in
+    this process are not read again, and only the paths the attrs name are looked up."""
+    if tree_hex:
+        _check_tree(git, bytes.fromhex(tree_hex))
+    _check_attrs(attrs, _Kinds(git, tree_hex).of)
+
+
+class _Kinds:
+    """The kind of a path of a world tree, looked up on demand (directories read once)."""
+
+    def __init__(self, git, tree_hex: str | None):
+        self.git = git
+        self.root = bytes.fromhex(tree_hex) if tree_hex else None
+        self.listings: dict[bytes, dict[bytes, tuple[int, bytes]]] = {}
+
+    def _listing(self, oid: bytes) -> dict[bytes, tuple[int, bytes]]:
+        found = self.listings.get(oid)
+        if found is None:
+            found = self.listings[oid] = {name: (mode, child) for name, mode, child in read_tree(self.git, oid)}
+        return found
+
+    def of(self, path: bytes) -> str | None:
+        oid, mode = self.root, MODE_TREE
+        for part in path.split(b"/"):
+            if oid is None or mode != MODE_TREE:
+                return None
+            mode, oid = self._listing(oid).get(to_tree(part), (None, None))
+        return _FILE_MODES.get(mode) if oid is not None else None
+
+
+def _check_attrs(attrs: dict[bytes, attrs_mod.PathAttrs], kind_of) -> None:
+    """Every attrs path against the world's kinds (``kind_of(path)``: DIR, FILE, LINK or None)."""
     where = img.WORLD_ATTRS.decode()
-    kinds = world.kinds
-    attr_dirs = {p for p, e in world.attrs.items() if e.is_dir}
-    for path, entry in world.attrs.items():
+    attr_dirs = {p for p, e in attrs.items() if e.is_dir}
+    for path, entry in attrs.items():
         check_relpath(path, where)
         parts = path.split(b"/")
         for i in range(1, len(parts)):
             prefix = b"/".join(parts[:i])
-            kind = kinds.get(prefix, DIR if prefix in attr_dirs else None)
+            kind = kind_of(prefix) or (DIR if prefix in attr_dirs else None)
             if kind is None and entry.is_dir:
                 continue  # a directory recorded only here: its parents are made with it
             if kind != DIR:
                 raise DataError(f"{where}: '{show(path)}' lies under '{show(prefix)}', "
                                 f"which is {'a ' + kind if kind else 'not a directory'} of the world")
-        kind = kinds.get(path)
+        kind = kind_of(path)
         if entry.is_dir and kind not in (None, DIR):
             raise DataError(f"{where}: '{show(path)}' is recorded as a directory but is a {kind} in the tree")
         if entry.pointer and kind != FILE:
@@ -148,16 +221,25 @@ def _check_attrs(world: World) -> None:
             raise DataError(f"{where}: '{show(path)}' is a symlink and may not carry a mode or xattrs")
 
 
+def _image_world(git, tree_hex: str) -> tuple[str | None, dict]:
+    attrs = attrs_mod.decode(img.read_file(git, tree_hex, img.WORLD_ATTRS) or b"")
+    return img.subtree(git, tree_hex, img.WORLD_FS), attrs
+
+
 def validate_image(git, tree_hex: str) -> World:
     """The validated world of the image whose root tree is ``tree_hex``."""
-    attrs = attrs_mod.decode(img.read_file(git, tree_hex, img.WORLD_ATTRS) or b"")
-    return validate_world(git, img.subtree(git, tree_hex, img.WORLD_FS), attrs)
+    return validate_world(git, *_image_world(git, tree_hex))
+
+
+def check_image(git, tree_hex: str) -> None:
+    """``validate_image``'s checks, as ``check_world`` does them (for merges)."""
+    check_world(git, *_image_world(git, tree_hex))
 
 
 def world_problems(git, tree_hex: str) -> list[str]:
     """What ``validate_image`` refuses in an image, as report lines (for ``git pf fsck``)."""
     try:
-        validate_image(git, tree_hex)
+        check_image(git, tree_hex)
     except DataError as e:
         return [e.message]
     return []

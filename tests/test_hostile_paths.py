@@ -408,3 +408,31 @@ def test_mount_of_an_image_with_malformed_attrs_is_a_data_error(tmp_path, world)
         assert not os.path.ismount(area / "mnt") and listing(area) == before
     finally:
         pf.cleanup()
+
+
+def test_a_subtree_found_sound_elsewhere_does_not_hide_a_bad_sibling_from_a_merge(world, run_pf):
+    """Merges check worlds through a cache of sound trees: a shared sound subtree is skipped,
+    the hostile entry next to it is still refused, in both directions."""
+    repo_dir, area = world
+    git = pygit2.Repository(str(repo_dir))
+    sound = dir_entry(repo_dir, b"src", [file_entry(repo_dir, b"a.txt", b"a\n")])
+    hostile = craft(repo_dir, "hostile", fs=[dir_entry(repo_dir, b"..", [file_entry(repo_dir, b"pwned.txt")]), sound])
+    assert git[hostile]  # the hostile image shares src/ with main
+    before = listing(area)
+    for args in (["merge", "hostile", "--into", "main"], ["merge", "main", "--into", "hostile"]):
+        proc = run_pf(*args, cwd=repo_dir, check=False)
+        assert proc.returncode == 3 and "'..'" in proc.stderr, proc.stderr
+    assert listing(area) == before
+    assert plumb(repo_dir, "rev-parse", "refs/pf/heads/hostile") == hostile
+
+
+def test_a_world_nested_deeper_than_the_recursion_limit_is_checked_not_crashed(world, run_pf):
+    repo_dir, area = world
+    git = pygit2.Repository(str(repo_dir))
+    entry = (b"f", FILE, blob(git, b"deep\n"))
+    for _ in range(1500):
+        entry = (b"d", DIR, tree(git, [entry]))
+    craft(repo_dir, "deep", fs=[entry])
+    for args in (["fsck"], ["merge", "deep", "--into", "main", "--dry-run"]):
+        proc = run_pf(*args, cwd=repo_dir, check=False)
+        assert "Traceback" not in proc.stderr and proc.returncode in (0, 1), (args, proc.stderr[-500:])

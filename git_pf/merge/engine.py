@@ -7,7 +7,7 @@ path-wise as the "other" layer. Every layer file of the merged tree must
 parse (``layercheck``), whichever side it came from. Only when every layer
 is clean is the image written: objects first, then the branch moved by
 compare-and-swap, so a conflict or a failure leaves no image and no ref. Both sides' worlds and the
-result's are checked by ``safepath.validate_image`` first: an unsafe one is
+result's are checked by ``safepath.check_image`` first: an unsafe one is
 refused (exit 3) with nothing written.
 """
 from __future__ import annotations
@@ -244,7 +244,7 @@ def _check_parses(ctx: MergeContext, tree: str) -> None:
 def _check_world(git, tree: str, what: str) -> None:
     """Refuse (DataError) a world with an unsafe name or attrs path (``safepath``)."""
     try:
-        safepath.validate_image(git, tree)
+        safepath.check_image(git, tree)
     except DataError as e:
         raise DataError(f"{what}: {e.message}", e.code) from None
 
