@@ -65,6 +65,7 @@ class SnapshotRequest:
     parent: str | None = None  # the image the new one must follow (the branch must be absent or there)
     rewrite_effects: str | None = None  # the reason a given ledger may drop or change the parent's entries
     switch: bool = False  # make the branch current (else only when there is no current image)
+    trailers: tuple[tuple[str, str], ...] = ()  # more Pf-* trailers for the commit (a run's Pf-Step: N)
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,7 @@ def take(repo, req: SnapshotRequest) -> SnapshotResult:
     trailers = [("Pf-Agent", agent.label())] if agent.kind else []
     if rewritten:
         trailers.append((effects_mod.REWRITE_TRAILER, req.rewrite_effects))
+    trailers.extend(req.trailers)
     message = img.format_message(req.message or f"snapshot of {world.name}", trailers)
     sig = config.signature(git)
     commit = git.create_commit(None, sig, sig, message, tree, [parent.id] if parent else [])
