@@ -8,7 +8,9 @@ refused world is a ``DataError`` naming the bad path (docs/format.md
 "Names"; docs/security.md "Paths"). ``check_world`` makes the same checks
 without listing the world, for merges and fsck: a tree found sound once in
 a process is not read again, so the worlds of one merge cost what they do
-not share. ``SafeDir``
+not share, and a merge marks the world roots it found sound in
+``$GIT_DIR/pf/sound-trees`` (``markfile``) so later merges, in any process,
+skip them (fsck reads every tree regardless). ``SafeDir``
 writes under one directory by ``openat``-style descent, never opening a path
 through a symlink it created or found. Writes nothing outside the directory a
 ``SafeDir`` is given; knows no layer but the world.
@@ -17,15 +19,18 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from . import image as img
 from .errors import DataError
 from .gittree import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, read_tree
 from .layers.world import attrs as attrs_mod
 from .layers.world.names import ESCAPE_PREFIX, from_tree, to_tree
+from .markfile import MarkFile
 
 DIR, FILE, LINK = "dir", "file", "symlink"
 _FILE_MODES = {MODE_FILE: FILE, MODE_EXEC: FILE, 0o100664: FILE, MODE_LINK: LINK, MODE_TREE: DIR}
@@ -145,9 +150,32 @@ def validate_world(git, tree_hex: str | None, attrs: dict[bytes, attrs_mod.PathA
 # content, so the worlds of one merge (ours, theirs, the result) walk only what they do not share.
 _SOUND_TREES: set[bytes] = set()
 _SOUND_LIMIT = 1 << 20
+# The world roots found sound, kept per repository across processes (docs/security.md, "Sound
+# trees"). The version in the header changes whenever the name rules do, so old marks go unread.
+SOUND_HEADER = b"pf-sound-trees 1\n"
+_SOUND_LINE = re.compile(rb"^([0-9a-f]{40}|[0-9a-f]{64})$")
+_SOUND_FILES: dict[str, MarkFile[str]] = {}
 
 
-def _check_tree(git, root: bytes) -> None:
+def _parse_sound(line: bytes) -> str | None:
+    return line.decode() if _SOUND_LINE.match(line) else None
+
+
+def sound_marks(git) -> MarkFile[str]:
+    """The persistent sound-tree marks of ``git``'s repository (hex tree ids)."""
+    found = _SOUND_FILES.get(git.path)
+    if found is None:
+        path = os.path.join(git.path, "pf", "sound-trees")
+        found = _SOUND_FILES[git.path] = MarkFile(Path(path), SOUND_HEADER, _parse_sound, lambda t: f"{t}\n".encode())
+    return found
+
+
+def _check_tree(git, root: bytes, marks: MarkFile[str] | None) -> None:
+    if root in _SOUND_TREES:
+        return
+    if marks is not None and root.hex() in marks:
+        _SOUND_TREES.add(root)
+        return
     visited = []
     stack = [(b"", root)]
     while stack:  # iterative: a hostile tree may nest deeper than Python's recursion limit
@@ -159,18 +187,29 @@ def _check_tree(git, root: bytes) -> None:
     if len(_SOUND_TREES) + len(visited) > _SOUND_LIMIT:
         _SOUND_TREES.clear()
     _SOUND_TREES.update(visited)  # the whole world passed: every tree of it is sound
+    if marks is not None:
+        marks.add(root.hex())
 
 
 def forget_sound_trees() -> None:
-    """Forget which trees were found sound (benchmarks measure a fresh process's checks)."""
+    """Forget which trees were found sound in this process (benchmarks measure a fresh process's
+    checks; the persistent marks stay, ``prune_sound_trees`` drops them)."""
     _SOUND_TREES.clear()
 
 
-def check_world(git, tree_hex: str | None, attrs: dict[bytes, attrs_mod.PathAttrs]) -> None:
+def prune_sound_trees(git, keep=None) -> None:
+    """Rewrite the persistent marks with those whose tree is still in the repository (gc), or
+    those ``keep`` accepts."""
+    odb = git.odb
+    sound_marks(git).prune(keep or (lambda t: t in odb))
+
+
+def check_world(git, tree_hex: str | None, attrs: dict[bytes, attrs_mod.PathAttrs], persistent: bool = True) -> None:
     """``validate_world``'s checks without listing the world: subtrees already found sound in
-    this process are not read again, and only the paths the attrs name are looked up."""
+    this process are not read again, nor (``persistent``) world roots marked sound by an earlier
+    process, and only the paths the attrs name are looked up."""
     if tree_hex:
-        _check_tree(git, bytes.fromhex(tree_hex))
+        _check_tree(git, bytes.fromhex(tree_hex), sound_marks(git) if persistent else None)
     _check_attrs(attrs, _Kinds(git, tree_hex).of)
 
 
@@ -231,15 +270,15 @@ def validate_image(git, tree_hex: str) -> World:
     return validate_world(git, *_image_world(git, tree_hex))
 
 
-def check_image(git, tree_hex: str) -> None:
+def check_image(git, tree_hex: str, persistent: bool = True) -> None:
     """``validate_image``'s checks, as ``check_world`` does them (for merges)."""
-    check_world(git, *_image_world(git, tree_hex))
+    check_world(git, *_image_world(git, tree_hex), persistent=persistent)
 
 
 def world_problems(git, tree_hex: str) -> list[str]:
     """What ``validate_image`` refuses in an image, as report lines (for ``git pf fsck``)."""
     try:
-        check_image(git, tree_hex)
+        check_image(git, tree_hex, persistent=False)  # fsck trusts no mark: it reads every tree
     except DataError as e:
         return [e.message]
     return []

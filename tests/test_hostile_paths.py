@@ -260,6 +260,47 @@ def test_case7_three_way_merge_and_merge_checkout_of_a_hostile_image_are_refused
         assert plumb(repo_dir, "rev-parse", "refs/pf/heads/main") == tip
 
 
+def _sound_marks(repo_dir: Path) -> list[str]:
+    path = repo_dir / ".git" / "pf" / "sound-trees"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _world_root(repo_dir: Path, rev: str) -> str:
+    return plumb(repo_dir, "rev-parse", f"{rev}:world/fs")
+
+
+def test_sound_tree_marks_persist_across_merges_and_never_mark_a_hostile_world(world, run_pf, tmp_path):
+    repo_dir, area = world
+    sb = tmp_path / "sb"
+    Repo.open(repo_dir).create_branch("side", "main")
+    (sb / "theirs.txt").write_text("t\n")
+    Repo.open(repo_dir).snapshot(sb, name="side", message="theirs")
+    (sb / "theirs.txt").unlink()
+    (sb / "shared.txt").write_text("ONE\ntwo\nthree\n")
+    Repo.open(repo_dir).snapshot(sb, name="main", message="ours")
+    run_pf("merge", "side", "--into", "main", cwd=repo_dir)
+    marks = _sound_marks(repo_dir)
+    assert marks[0] == "pf-sound-trees 1"
+    assert {_world_root(repo_dir, "refs/pf/heads/side"), _world_root(repo_dir, "refs/pf/heads/main")} <= set(marks)
+
+    evil = _evil_theirs(repo_dir, area)
+    before = listing(area)
+    assert_refused(run_pf("merge", "evil", "--into", "main", cwd=repo_dir, check=False), area, before, ".pf-esc-link")
+    assert _world_root(repo_dir, evil) not in _sound_marks(repo_dir)
+
+    # marks written under other name rules are not read: a stale file naming the hostile world trusts nothing
+    (repo_dir / ".git" / "pf" / "sound-trees").write_text(f"pf-sound-trees 0\n{_world_root(repo_dir, evil)}\n")
+    assert_refused(run_pf("merge", "evil", "--into", "main", cwd=repo_dir, check=False), area, before, ".pf-esc-link")
+
+
+def test_gc_drops_sound_tree_marks_of_trees_that_are_gone(world, run_pf):
+    repo_dir, _ = world
+    main_root = _world_root(repo_dir, "refs/pf/heads/main")
+    (repo_dir / ".git" / "pf" / "sound-trees").write_text(f"pf-sound-trees 1\n{main_root}\n{'ab' * 20}\n")
+    run_pf("gc", cwd=repo_dir)
+    assert _sound_marks(repo_dir) == ["pf-sound-trees 1", main_root]
+
+
 def test_fsck_reports_a_hostile_world(world, run_pf):
     repo_dir, area = world
     commit = _evil_theirs(repo_dir, area)

@@ -8,7 +8,8 @@ An object is removed only when unreached *and* older than the prune date
 in-flight snapshot has written but not yet referenced survive. When a
 chunk index cannot be read, no object is removed. Temp files in the side
 store's ``tmp/`` are removed when the process named in them is gone
-(docs/sidestore.md), whatever their age. Removes side-store files;
+(docs/sidestore.md), whatever their age. Sound-tree marks of trees no
+longer in the repository are dropped (``safepath``). Removes side-store files;
 objects held as git blobs (listed by this repository's ``refs/pf/objects``)
 are unlisted there, and git's gc prunes their blobs.
 """
@@ -18,7 +19,7 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from .. import config, refs as refs_mod, siblings
+from .. import config, refs as refs_mod, safepath, siblings
 from ..store import sidestore
 from ..errors import UsageError
 from ..liveness import may_have_written, pid_alive
@@ -84,8 +85,9 @@ def prune_cutoff(repo, prune: str | None) -> float | None:
 
 def gc(repo, dry_run: bool = False, prune: str | None = None) -> GcResult:
     cutoff = prune_cutoff(repo, prune)
-    if not dry_run:  # temporary directories of checkouts that were killed
+    if not dry_run:  # temporary directories of checkouts that were killed; marks of trees now gone
         siblings.remove_recorded(repo.git_dir)
+        safepath.prune_sound_trees(repo.git)
     roots = list(root_refs(repo).values()) + [m for m in mount_images(repo.git_dir) if m in repo.git.odb]
     images = reach.walk_images(repo.git, roots)
     result = GcResult(images=len(images), dry_run=dry_run)
