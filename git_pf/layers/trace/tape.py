@@ -1,11 +1,12 @@
 """``trace/tape/``: the recorded LLM exchanges of an image (docs/format.md, "The tape").
 
 A tape is an ordered list of exchanges, each one JSON object (request and
-response bodies, nondeterminism draws; git-pf fixes no schema beyond "an
-object"). Each exchange is stored as its own canonical JSON blob named
-``<seq:08d>-<first 16 hex of its sha256>.json``, so unchanged exchanges keep
-their blob and name from image to image, and two forks that each append
-exchanges get different names and merge path-wise without conflict. Secrets
+response bodies, nondeterminism draws): any object, or, with ``"v": 2``, an
+entry of a recorded run as ``exchange`` specifies it. Each exchange is stored
+as its own canonical JSON blob named ``<seq:08d>-<first 16 hex of its
+sha256>.json``, so unchanged exchanges keep their blob and name from image to
+image, and two forks that each append exchanges get different names and merge
+path-wise without conflict. Secrets
 are redacted on the way in by ``secrets.redact_json`` (values under
 secret-looking keys and header names, credentials inside text, URLs and
 JSON-in-string bodies) unless their key is named with ``--no-redact``.
@@ -28,6 +29,7 @@ from ...errors import DataError, InputFormatError, MissingObject
 from ...gittree import MODE_FILE, MODE_TREE, lookup, read_blob, read_tree
 from ...safepath import show
 from ...secrets import redact_json
+from . import exchange
 
 PATH = img.TRACE_TAPE
 NAME = "tape"
@@ -91,7 +93,8 @@ def _not_json(name: str):
 
 
 def read_entry(git, name: bytes, oid: bytes) -> dict:
-    """One stored exchange: a JSON object within the size limit whose name carries its hash."""
+    """One stored exchange: a JSON object within the size limit whose name carries its hash;
+    a v2 entry (``"v": 2``) is also checked field by field (``exchange.parse_entry``)."""
     try:
         size = git.odb.read_header(pygit2.Oid(raw=oid))[1]
     except KeyError:
@@ -107,7 +110,7 @@ def read_entry(git, name: bytes, oid: bytes) -> dict:
         raise DataError(f"{_where(name)}: must hold one JSON object")
     if name[9:25].decode() != hashlib.sha256(data).hexdigest()[:16]:
         raise DataError(f"{_where(name)}: its name does not match its content")
-    return obj
+    return exchange.parse_entry(obj, _where(name)) if exchange.is_v2(obj) else obj
 
 
 def read(git, tree_hex: str) -> list[dict]:
