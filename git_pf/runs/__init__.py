@@ -1,0 +1,1 @@
+"""Runs: recording a live agent's LLM exchanges as step images, replaying them, forking at a step and running on. Operations layer: may import the object model, the layers and snapshot; the layers never import it."""
