@@ -7,9 +7,9 @@
 
 A script item is a reply text, or ``{"tool": NAME, "args": {...}}`` (optionally with ``"text"``); the script
 is a list shared by every api, a dict ``{api: [items]}`` (api: ``openai.chat``, ``openai.responses``,
-``anthropic.messages``), or a callable ``(api, request_json, n) -> item`` (n: 1-based, per api). Past the
-end of a script the reply is ``"reply N"``. Ids are derived from the request body, so the same request
-gets the same ids in every run, whatever the order of concurrent requests.
+``anthropic.messages``), or a callable ``(api, request_json, n) -> item`` (n: 1-based, per api; see
+``routed``). Past the end of a script the reply is ``"reply N"``. Ids are derived from the request body,
+so the same request gets the same ids in every run, whatever the order of concurrent requests.
 
 Test helper only: the package never imports it; it opens nothing but its own listening socket.
 """
@@ -36,6 +36,25 @@ def normalize(item) -> dict:
     if isinstance(item, dict) and ("text" in item or "tool" in item):
         return {"text": item.get("text") or "", "tool": item.get("tool"), "args": dict(item.get("args") or {})}
     raise TypeError(f"a fake LLM reply is a text or {{'tool': name, 'args': {{...}}}}, not {item!r}")
+
+
+def routed(script, routes: dict):
+    """A callable script: a request whose body contains a key of ``routes`` gets that key's reply; the
+    others get the items of ``script`` in order. Pins the replies of concurrent requests, whose arrival
+    order is not fixed (``agent_app.py --concurrent`` marks its side request with ``critic:``)."""
+    lock, count = threading.Lock(), [0]
+
+    def pick(api, request, n):
+        text = json.dumps(request)
+        for marker, item in routes.items():
+            if marker in text:
+                return item
+        with lock:
+            count[0] += 1
+            k = count[0]
+        return script[k - 1] if k <= len(script) else f"reply {k}"
+
+    return pick
 
 
 class FakeLLM:
