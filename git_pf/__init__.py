@@ -17,6 +17,7 @@ _EXPORTS = {
     "Repo": "repo",
     "ImageInfo": "image",
     "Agent": "image",
+    "tool": "runs.tools",
     **dict.fromkeys(["PfError", "UsageError", "UnknownRevision", "InputFormatError", "NotARepository", "DataError",
                      "CorruptObject", "MissingObject", "WriteFailed"], "errors"),
 }

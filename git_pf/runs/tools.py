@@ -1,0 +1,210 @@
+"""Tool calls with side effects in a run: ``git_pf.tool`` (docs/record.md, "Tools").
+
+A decorated function, or a ``with git_pf.tool(...) as call`` block, is one tool call. Recording,
+its body runs and its args and result go to the run's channel as an ``effect`` event (the
+effects ledger of the step images). Replaying, or in a fork's prefix, the recorded result of the
+next ledger entry of that tool with the same arguments is returned and the body never runs; an
+irreversible call the ledger lacks ends a replay (exit 86) unless effects are allowed. Outside a
+run the body just runs. Runs inside the agent's process: standard library, canonjson and
+secrets only (no repository, no pygit2); the run itself is the hook's (``hook.sitecustomize``).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import json
+import os
+import sys
+import threading
+import time
+
+from .. import canonjson, secrets
+from ..errors import UsageError
+
+CLASSES = ("pure", "idempotent", "irreversible")
+_counts: dict[tuple[str, str], int] = {}
+_counts_lock = threading.Lock()
+
+
+class RecordedToolError(Exception):
+    """Raised on replay where the recorded call raised: the message is the recorded error."""
+
+
+def _run():
+    hook = sys.modules.get("_git_pf_hook")
+    if hook is None:
+        if not os.environ.get("GIT_PF_MODE"):
+            return None
+        from .hook import sitecustomize as hook
+    return hook.run()
+
+
+def _jsonable(value):
+    """``(value as JSON, True)``, or ``(repr(value), False)`` when it is not JSON."""
+    try:
+        return json.loads(canonjson.dumps(value)), True
+    except (TypeError, ValueError):
+        return repr(value), False
+
+
+def _canonical(args) -> str:
+    return canonjson.dumps(secrets.redact_json(args))
+
+
+class Call:
+    """One tool call. ``replayed``: the result comes from the ledger and the body must not run;
+    otherwise the body sets ``result``."""
+
+    def __init__(self, name: str, side_effect: str, args: dict, key):
+        self.name, self.side_effect, self.replayed, self.result = name, side_effect, False, None
+        self.args = {k: _jsonable(v)[0] for k, v in args.items()}
+        self._key, self._run = key, _run()
+
+    def start(self) -> Call:
+        run = self._run
+        if run is None or run.mode == "record":
+            return self
+        with run.lock:
+            index = run.tool_calls
+            run.tool_calls += 1
+            entry = self._claim(run)
+        if entry is not None:
+            if entry.get("error") is not None:
+                raise RecordedToolError(str(entry["error"]))
+            if entry.get("result_repr"):
+                run.diverge("effect", index, _brief(entry), self._brief(),
+                            f"the recorded result of tool {self.name!r} was not JSON (only its repr was kept), "
+                            "so it cannot be replayed")
+            self.replayed, self.result = True, entry.get("result")
+        elif run.mode == "replay" and self.side_effect == "irreversible" and not run.allow_effects:
+            pending = [e for i, e in enumerate(run.effects) if i not in run.effects_used]
+            run.diverge("effect", index, _brief(pending[0]) if pending else None, self._brief(),
+                        f"irreversible tool {self.name!r} called with arguments the recorded ledger does not "
+                        "hold (replay with --allow-effects to let it run)")
+        return self
+
+    def _claim(self, run) -> dict | None:
+        want = _canonical(self.args)
+        for i, entry in enumerate(run.effects):
+            if i not in run.effects_used and entry.get("tool") == self.name and _canonical(entry.get("args")) == want:
+                run.effects_used.add(i)
+                return entry
+        return None
+
+    def _brief(self) -> dict:
+        return {"tool": self.name, "args": self.args}
+
+    def finish(self, error: BaseException | None) -> None:
+        """Record the call (live calls inside a run only)."""
+        if self._run is None or self.replayed:
+            return
+        result, is_json = _jsonable(self.result)
+        if is_json and error is None:
+            self.result = result  # what replay will return: the agent sees the same value both times
+        entry = {"tool": self.name, "args": secrets.redact_json(self.args), "result": secrets.redact_json(result),
+                 "side_effect_class": self.side_effect, "idempotency_key": self._idempotency_key(),
+                 "ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_wall_clock()))}
+        if not is_json:
+            entry["result_repr"] = True
+        if error is not None:
+            entry["result"], entry["error"] = None, f"{type(error).__name__}: {error}"
+        self._run.emit({"t": "effect", "entry": entry})
+
+    def _idempotency_key(self) -> str:
+        if callable(self._key):
+            return str(self._key(self.args))
+        if self._key is not None:
+            return str(self._key)
+        digest = hashlib.sha256(_canonical(self.args).encode()).hexdigest()[:16]
+        with _counts_lock:
+            n = _counts[self.name, digest] = _counts.get((self.name, digest), 0) + 1
+        return f"{self.name}:{digest}:{n}"
+
+
+def _brief(entry: dict) -> dict:
+    return {"tool": entry.get("tool"), "args": entry.get("args")}
+
+
+def _wall_clock() -> float:
+    return time.clock_gettime(time.CLOCK_REALTIME)  # not time.time: a ledger timestamp is no draw
+
+
+class _Tool:
+    def __init__(self, name, side_effect, key, args):
+        if side_effect not in CLASSES:
+            raise UsageError(f"side_effect must be one of {'|'.join(CLASSES)}, not {side_effect!r}")
+        self.name, self.side_effect, self.key, self.args = name, side_effect, key, args
+        self._calls: list[Call] = []
+
+    def __call__(self, fn):
+        name = self.name or fn.__qualname__
+        try:
+            sig = inspect.signature(fn)
+        except (TypeError, ValueError):
+            sig = None
+
+        def begin(a, kw):
+            if sig is None:
+                args = {"args": list(a), "kwargs": kw}
+            else:
+                bound = sig.bind(*a, **kw)
+                bound.apply_defaults()
+                args = dict(bound.arguments)
+            return Call(name, self.side_effect, args, self.key).start()
+
+        if inspect.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def async_wrapper(*a, **kw):
+                if _run() is None:
+                    return await fn(*a, **kw)
+                call = begin(a, kw)
+                if not call.replayed:
+                    call.result = await _finishing(call, fn(*a, **kw))
+                return call.result
+            return async_wrapper
+
+        @functools.wraps(fn)
+        def wrapper(*a, **kw):
+            if _run() is None:
+                return fn(*a, **kw)
+            call = begin(a, kw)
+            if not call.replayed:
+                try:
+                    call.result = fn(*a, **kw)
+                except BaseException as e:
+                    call.finish(e)
+                    raise
+                call.finish(None)
+            return call.result
+        return wrapper
+
+    def __enter__(self) -> Call:
+        if self.name is None:
+            raise UsageError("a tool used as a context manager needs a name: git_pf.tool('name', ...)")
+        call = Call(self.name, self.side_effect, dict(self.args or {}), self.key).start()
+        self._calls.append(call)
+        return call
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._calls.pop().finish(exc)
+
+
+async def _finishing(call: Call, awaitable):
+    try:
+        call.result = await awaitable
+    except BaseException as e:
+        call.finish(e)
+        raise
+    call.finish(None)
+    return call.result
+
+
+def tool(name=None, *, side_effect: str = "irreversible", key=None, args: dict | None = None):
+    """A tool with side effects, as a decorator (``@git_pf.tool(side_effect="idempotent")``, or
+    bare ``@git_pf.tool``) or a context manager (``with git_pf.tool("send", args={...}) as call:
+    if not call.replayed: call.result = send()``). ``key``: the idempotency key, a string or a
+    function of the args (default: tool name, args hash and call count)."""
+    if callable(name):
+        return _Tool(None, side_effect, key, args)(name)
+    return _Tool(name, side_effect, key, args)
