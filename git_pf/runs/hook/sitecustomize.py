@@ -54,7 +54,7 @@ class Run:
         self.local = threading.local()
         self.active = True
         self.draws = replay.get("draws") or []
-        self.effects = replay.get("effects") or []
+        self.effects = [e for e in replay.get("effects") or [] if isinstance(e, dict)]
         self.allow_effects = bool(replay.get("allow_effects"))
         self.served = 0  # draws served from the replay file
         self.recorded = 0  # live draws written to the channel
