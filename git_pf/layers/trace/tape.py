@@ -29,7 +29,7 @@ from ...errors import DataError, InputFormatError, MissingObject
 from ...gittree import MODE_FILE, MODE_TREE, lookup, read_blob, read_tree
 from ...safepath import show
 from ...secrets import redact_json
-from . import exchange
+from .exchange import is_v2, parse_entry
 
 PATH = img.TRACE_TAPE
 NAME = "tape"
@@ -110,7 +110,7 @@ def read_entry(git, name: bytes, oid: bytes) -> dict:
         raise DataError(f"{_where(name)}: must hold one JSON object")
     if name[9:25].decode() != hashlib.sha256(data).hexdigest()[:16]:
         raise DataError(f"{_where(name)}: its name does not match its content")
-    return exchange.parse_entry(obj, _where(name)) if exchange.is_v2(obj) else obj
+    return parse_entry(obj, _where(name)) if is_v2(obj) else obj
 
 
 def read(git, tree_hex: str) -> list[dict]:

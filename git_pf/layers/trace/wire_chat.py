@@ -56,14 +56,18 @@ def reply_text(full: dict) -> str:
     return text_of(_choice(full).get("content"))
 
 
+_HEAD = ("id", "created", "model", "system_fingerprint", "service_tier")
+
+
 def assemble(events: list[tuple[str, str]]) -> dict:
     """The ``chat.completion`` a chunk stream adds up to."""
     full: dict = {"object": "chat.completion", "choices": []}
     choices: dict[int, dict] = {}
     for _, data in events:
         chunk = d(loads(data)) if data != "[DONE]" else {}
-        for key, value in pick(chunk, "id", "created", "model", "system_fingerprint", "service_tier").items():
-            full.setdefault(key, value)
+        for key in _HEAD:
+            if key not in full and chunk.get(key) is not None:
+                full[key] = chunk[key]
         if isinstance(chunk.get("usage"), dict):
             full["usage"] = chunk["usage"]
         for c in dicts(chunk.get("choices")):
@@ -73,6 +77,10 @@ def assemble(events: list[tuple[str, str]]) -> dict:
             _add_delta(choice["message"], d(c.get("delta")))
             if c.get("finish_reason") is not None:
                 choice["finish_reason"] = c["finish_reason"]
+    for choice in choices.values():
+        message = choice["message"]
+        if message["content"] is not None:
+            message["content"] = "".join(message["content"])
     full["choices"] = [choices[i] for i in sorted(choices)]
     return full
 
@@ -80,8 +88,10 @@ def assemble(events: list[tuple[str, str]]) -> dict:
 def _add_delta(message: dict, delta: dict) -> None:
     if isinstance(delta.get("role"), str):
         message["role"] = delta["role"]
-    if isinstance(delta.get("content"), str):
-        message["content"] = (message["content"] or "") + delta["content"]
+    if isinstance(delta.get("content"), str):  # a list of pieces until assemble joins them
+        if message["content"] is None:
+            message["content"] = []
+        message["content"].append(delta["content"])
     for call in dicts(delta.get("tool_calls")):
         calls = message.setdefault("tool_calls", [])
         index = n(call.get("index"))
