@@ -219,3 +219,29 @@ def test_git_pf_tool_stays_light_in_the_agent_process():
     code = "import sys, git_pf\ngit_pf.tool\nprint(sorted(m for m in ('pygit2', 'typer', 'zstandard') if m in sys.modules))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.stdout == "[]\n", proc.stderr
+
+
+def test_draws_inside_a_tool_body_are_not_part_of_the_replay(tmp_path):
+    code = """
+    import asyncio, sys, time, uuid
+    import git_pf
+    @git_pf.tool(side_effect="irreversible")
+    def post(text):
+        stamp = f"{uuid.uuid4()} {time.time()}"
+        open(sys.argv[1], "a").write(stamp + "\\n")
+        return text.upper()
+    @git_pf.tool(side_effect="irreversible")
+    async def apost(text):
+        return f"{text} {uuid.uuid4()}"
+    with git_pf.tool("stamp", args={}) as call:
+        if not call.replayed:
+            call.result = str(uuid.uuid1())
+    print(time.time(), post("a"), asyncio.run(apost("b")), call.result, time.time(), uuid.uuid4())
+    """
+    log = tmp_path / "log"
+    first, got = recorded(tmp_path, code, str(log))
+    fns = [d["fn"] for d in draws(got)]  # the tool bodies' uuid4, uuid1 and time.time are no draws
+    assert fns.count("uuid.uuid4") == 1 and "uuid.uuid1" not in fns and fns[-3:] == ["time.time", "time.time", "uuid.uuid4"]
+    proc = spawn(tmp_path, code, "replay", str(log), replay=replay_file(tmp_path, got))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == first.stdout and len(log.read_text().splitlines()) == 1

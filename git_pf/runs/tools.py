@@ -31,13 +31,18 @@ class RecordedToolError(Exception):
     """Raised on replay where the recorded call raised: the message is the recorded error."""
 
 
-def _run():
+def _hook():
+    """The hook module of this process's run (loaded here without the draws' wrappers when the
+    child was started with no hook), or None outside a run."""
     hook = sys.modules.get("_git_pf_hook")
-    if hook is None:
-        if not os.environ.get("GIT_PF_MODE"):
-            return None
+    if hook is None and os.environ.get("GIT_PF_MODE"):
         from .hook import sitecustomize as hook
-    return hook.run()
+    return hook
+
+
+def _run():
+    hook = _hook()
+    return hook.run() if hook is not None else None
 
 
 def _jsonable(value):
@@ -59,7 +64,8 @@ class Call:
     def __init__(self, name: str, side_effect: str, args: dict, key):
         self.name, self.side_effect, self.replayed, self.result = name, side_effect, False, None
         self.args = {k: _jsonable(v)[0] for k, v in args.items()}
-        self._key, self._run = key, _run()
+        self._key, self._hook, self._token = key, _hook(), None
+        self._run = self._hook.run() if self._hook is not None else None
 
     def start(self) -> Call:
         run = self._run
@@ -95,8 +101,17 @@ class Call:
     def _brief(self) -> dict:
         return {"tool": self.name, "args": self.args}
 
+    def body_begins(self) -> None:
+        """The body runs from here to ``finish``: its draws are live and unrecorded, since a replay
+        answers the call from the ledger without running it."""
+        if self._run is not None and not self.replayed:
+            self._token = self._hook.IN_TOOL.set(True)
+
     def finish(self, error: BaseException | None) -> None:
         """Record the call (live calls inside a run only)."""
+        if self._token is not None:
+            self._hook.IN_TOOL.reset(self._token)
+            self._token = None
         if self._run is None or self.replayed:
             return
         result, is_json = _jsonable(self.result)
@@ -170,6 +185,7 @@ class _Tool:
                 return fn(*a, **kw)
             call = begin(a, kw)
             if not call.replayed:
+                call.body_begins()
                 try:
                     call.result = fn(*a, **kw)
                 except BaseException as e:
@@ -184,6 +200,7 @@ class _Tool:
             raise UsageError("a tool used as a context manager needs a name: git_pf.tool('name', ...)")
         call = Call(self.name, self.side_effect, dict(self.args or {}), self.key).start()
         self._calls.append(call)
+        call.body_begins()
         return call
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -191,6 +208,7 @@ class _Tool:
 
 
 async def _finishing(call: Call, awaitable):
+    call.body_begins()
     try:
         call.result = await awaitable
     except BaseException as e:

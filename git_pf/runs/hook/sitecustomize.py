@@ -13,6 +13,7 @@ run serves them and goes live past them. ``git_pf.runs.tools`` shares the run th
 Standard library only and self-contained: the child may be a Python without git-pf. Touches
 nothing but the channel file, the wrapped functions and ``GIT_PF_OWNER`` in the environment.
 """
+import contextvars
 import os
 import sys
 import threading
@@ -22,6 +23,9 @@ ALIAS = "_git_pf_hook"  # the name git_pf.runs.tools finds this module by, howev
 MODES = ("record", "replay", "run")
 
 _state = {"run": None, "started": False}
+# Set while a git_pf.tool body runs: its draws are live and unrecorded, since replay answers the
+# call from the ledger without running the body (a task-local flag, so other asyncio tasks still draw).
+IN_TOOL = contextvars.ContextVar("git_pf_in_tool", default=False)
 
 
 def _any(value):
@@ -74,8 +78,8 @@ class Run:
     def draw(self, fn, call, enc, dec, check=_any):
         """The value of one draw: live (and recorded) or served from the replay file."""
         local = self.local
-        if not self.active or getattr(local, "busy", False):
-            return call()  # a draw inside a draw (uuid4 reads os.urandom), or a forked child
+        if not self.active or getattr(local, "busy", False) or IN_TOOL.get():
+            return call()  # a draw inside a draw (uuid4 reads os.urandom) or a tool, or a forked child
         local.busy = True
         try:
             with self.lock:
