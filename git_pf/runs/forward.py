@@ -10,8 +10,11 @@ request path starts with ``/v1/``) + the request path and query.
 connection, copies the response to the agent (streamed responses piece by
 piece, with the delay before each piece measured) and returns the response
 part of a v2 tape entry (``git_pf.layers.trace.exchange``). The agent's
-credentials go upstream and nowhere else: only allow-listed headers are
-kept. Writes no git objects and no files.
+credentials go upstream and nowhere else. The agent gets only the
+allow-listed response headers, the ones the tape keeps: what it sees live
+is what a replay can serve (a ``Set-Cookie`` seen live and not on replay
+would make its HTTP client draw the clock once more). Writes no git
+objects and no files.
 """
 from __future__ import annotations
 
@@ -149,15 +152,15 @@ def streamed(headers: list[tuple[str, str]]) -> bool:
 def forward(up: Upstream, request: Request, reply: Reply) -> dict:
     """Send ``request`` upstream, copy the answer to ``reply``; the response part of its tape entry."""
     resp = _send(up, request)
-    headers = resp.getheaders()
+    is_streamed = streamed(resp.getheaders())
+    kept = exchange.keep_headers(resp.getheaders())
     try:
-        if not streamed(headers) or request.method == "HEAD":
+        if not is_streamed or request.method == "HEAD":
             data = resp.read()
-            reply.whole(resp.status, headers, data)
-            return {"status": resp.status, "headers": exchange.keep_headers(headers),
-                    "body": exchange.body(data), "chunks": None}
+            reply.whole(resp.status, kept.items(), data)
+            return {"status": resp.status, "headers": kept, "body": exchange.body(data), "chunks": None}
         chunks = []
-        reply.start(resp.status, headers)
+        reply.start(resp.status, kept.items())
         last = time.perf_counter()
         while True:
             data = resp.read1(READ)
@@ -173,4 +176,4 @@ def forward(up: Upstream, request: Request, reply: Reply) -> dict:
             resp.close()
             raise  # the agent went away
         raise UpstreamDown(up.origin, f"broke off mid-response: {e or type(e).__name__}") from None
-    return {"status": resp.status, "headers": exchange.keep_headers(headers), "body": None, "chunks": chunks}
+    return {"status": resp.status, "headers": kept, "body": None, "chunks": chunks}

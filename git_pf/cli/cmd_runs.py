@@ -1,0 +1,95 @@
+"""``git pf record``, ``git pf replay`` and ``git pf run``: an agent's run as step images.
+
+The agent's own output goes where it would; git-pf's summary is one line on
+stderr, or the JSON report on stdout after the agent's output with
+``--json`` (docs/record.md, "Commands"; exit codes in docs/cli.md).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ..errors import EXIT_NEGATIVE
+from .app import JsonOpt, app, emit, open_repo
+
+RUN = {"allow_interspersed_args": False}  # record's CMD may follow without '--' (replay and run need it: REV comes first)
+CmdArg = typer.Argument(..., metavar="-- CMD [ARGS]...", help="The agent to run, after '--'.")
+UpstreamOpt = typer.Option([], "--upstream", metavar="[openai=|anthropic=]URL",
+                           help="Where live requests go (repeatable; a bare URL is for both).")
+
+
+def _say(line: str) -> None:
+    typer.echo(f"git pf: {line}", err=True)
+
+
+def _finish_run(result, as_json: bool, verb: str) -> None:
+    """Print a record or run result; exit with the agent's code, or 1 when the run could not finish."""
+    problem = result.upstream_error or (f"internal proxy error: {result.failures[0]}" if result.failures else None)
+    emit(as_json, result.to_json(), lambda: _say(f"{verb} {result.steps} steps on '{result.branch}' "
+                                                 f"(tip {(result.tip or '')[:7]}); the agent exited {result.exit}"))
+    if problem:
+        _say(f"error: {problem}")
+        raise typer.Exit(EXIT_NEGATIVE)
+    raise typer.Exit(result.exit)
+
+
+@app.command(context_settings=RUN)
+def record(
+    cmd: List[str] = CmdArg,
+    name: Optional[str] = typer.Option(None, "--name", help="The branch the run's steps go on (default: run-N)."),
+    fs_root: Optional[Path] = typer.Option(None, "--fs-root", help="The sandbox directory captured at every step."),
+    upstream: List[str] = UpstreamOpt,
+    no_inject: bool = typer.Option(False, "--no-inject", help="Do not hook a Python child's clock, uuid and random draws."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Run CMD behind a recording proxy: every LLM exchange becomes a step image on a new branch."""
+    from ..runs.record import record as do_record
+
+    result = do_record(open_repo(), list(cmd), name=name, fs_root=fs_root, upstreams=upstream, inject=not no_inject)
+    _finish_run(result, as_json, "recorded")
+
+
+@app.command()
+def replay(
+    rev: str = typer.Argument(..., help="The recorded run (its last step, or any later image of it)."),
+    cmd: List[str] = CmdArg,
+    realtime: bool = typer.Option(False, "--realtime", help="Keep the recorded delays (streamed chunks and whole responses)."),
+    ignore_field: List[str] = typer.Option([], "--ignore-field", metavar="JSONPATH", help="A volatile request field left out of matching ($.a.b, $.messages[*].id; repeatable)."),
+    allow_effects: bool = typer.Option(False, "--allow-effects", help="Let an irreversible tool call that is not on the ledger run."),
+    fs_root: Optional[Path] = typer.Option(None, "--fs-root", help="Check the first step's world out here (absent or empty; default: a new temporary directory)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Replay a recorded run to CMD: serve the tape and the draws, check every request, report whether it was bit-exact."""
+    from ..layers.trace.matching import parse_ignore
+    from ..runs.replaying import replay as do_replay
+
+    ignore = tuple(ignore_field)
+    for spec in ignore:
+        parse_ignore(spec)  # a malformed one is bad input before anything runs
+    report = do_replay(open_repo(), rev, list(cmd), realtime=realtime, ignore=ignore, allow_effects=allow_effects,
+                       fs_root=fs_root)
+    emit(as_json, report.to_json(), lambda: _say(report.summary()))
+    if report.problem():
+        _say(f"error: {report.problem()}")
+    raise typer.Exit(report.code)
+
+
+@app.command(name="run")
+def run_cmd(
+    branch: str = typer.Argument(..., help="A branch made by 'git pf fork --at-step'."),
+    cmd: List[str] = CmdArg,
+    upstream: List[str] = UpstreamOpt,
+    fs_root: Optional[Path] = typer.Option(None, "--fs-root", help="Check the fork's world out here (absent or empty; default: a new temporary directory)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Run CMD on from a fork's changed step: the steps before it from the tape, then live, recorded as new steps."""
+    from ..runs.runon import run
+
+    result, prefix = run(open_repo(), branch, list(cmd), upstreams=upstream, fs_root=fs_root)
+    if prefix.mismatch is not None:
+        emit(as_json, dict(result.to_json(), mismatch=prefix.mismatch.to_json()), lambda: None)
+        _say(f"error: run mismatch before the fork's step: {prefix.mismatch.line}")
+        raise typer.Exit(EXIT_NEGATIVE)
+    _finish_run(result, as_json, "ran on: recorded")

@@ -1,0 +1,178 @@
+"""The replay operation: world, draws and tape handed back to the agent, and the bit-exact report.
+
+``replay`` checks out the run's first step into a fresh directory (the child
+finds it in ``GIT_PF_WORLD``), writes the recorded draws and effects for the
+in-process hook (``inject``, ``channel``), serves the tape through a
+``Replayer`` and watches the channel: a divergence of draws or effects, like
+a request mismatch, stops the child. ``ReplayReport`` says what held
+(docs/record.md, "Commands"). Writes no images.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import EXIT_NEGATIVE, EXIT_USAGE, UsageError
+from .replay import Mismatch, Replayer
+
+DIVERGED_EXIT = 86  # the hook's exit on a divergence (docs/record.md, "Draws")
+
+
+class Watcher:
+    """Reads the hook's channel between polls of the child: counts, and the first divergence."""
+
+    def __init__(self, path: Path, stop: threading.Event):
+        from .channel import ChannelReader
+
+        self.reader = ChannelReader(path)
+        self.stop = stop
+        self.consumed: dict | None = None
+        self.diverged: dict | None = None
+
+    def tick(self) -> None:
+        for event in self.reader.new_events():
+            kind = event.get("t")
+            if kind == "consumed":
+                self.consumed = event
+            elif kind == "diverged" and self.diverged is None:
+                self.diverged = event
+                self.stop.set()
+
+
+def draw_step(entries: list[dict], index: int) -> str:
+    """Where draw ``index`` (0-based, arrival order) was made: before which step."""
+    seen = 0
+    for e in sorted(entries, key=lambda e: e["arrival"]):
+        seen += len(e.get("draws") or ())
+        if index < seen:
+            return f"before step {e['step']}"
+    return "after the last step"
+
+
+@dataclass
+class ReplayReport:
+    rev: str
+    world: str
+    exit: int
+    served: int
+    total: int
+    draws: tuple[int, int]
+    effects: tuple[int, int]
+    mismatch: Mismatch | None
+    divergence: str | None
+    another_agent: str | None = None
+
+    @property
+    def bit_exact(self) -> bool:
+        return (self.mismatch is None and self.divergence is None and self.served == self.total
+                and self.draws[0] == self.draws[1] and self.effects[0] == self.effects[1])
+
+    @property
+    def code(self) -> int:
+        if self.another_agent:
+            return EXIT_USAGE
+        return EXIT_NEGATIVE if self.mismatch or self.divergence else self.exit
+
+    def problem(self) -> str | None:
+        """The one line to print when the replay did not go through."""
+        if self.another_agent:
+            return self.another_agent
+        if self.mismatch:
+            return f"replay mismatch: {self.mismatch.line}"
+        if self.divergence:
+            return f"replay diverged: {self.divergence}"
+        return None
+
+    def summary(self) -> str:
+        held = "bit-exact" if self.bit_exact else "not bit-exact"
+        return (f"replayed {self.served} of {self.total} exchanges, {self.draws[0]} of {self.draws[1]} draws, "
+                f"{self.effects[0]} of {self.effects[1]} effects: {held}; the agent exited {self.exit}")
+
+    def to_json(self) -> dict:
+        return {"bit_exact": self.bit_exact, "rev": self.rev, "world": self.world, "exit": self.exit,
+                "exchanges": {"served": self.served, "of": self.total},
+                "draws": {"consumed": self.draws[0], "of": self.draws[1]},
+                "effects": {"replayed": self.effects[0], "of": self.effects[1]},
+                "mismatch": self.mismatch.to_json() if self.mismatch else None,
+                "divergence": self.divergence}
+
+
+def fresh_world(repo, image: str, into: Path | None) -> Path:
+    """Check the world of ``image`` out into ``into`` (absent or empty) or a new temporary directory."""
+    from ..checkout import checkout
+
+    if into is None:
+        into = Path(tempfile.mkdtemp(prefix="pf-world-"))
+    elif Path(into).exists() and (not Path(into).is_dir() or any(os.scandir(into))):
+        raise UsageError(f"'{into}' must be an empty or absent directory", param="fs_root")
+    checkout(repo, image, Path(into), layers=("world",), force=True)
+    return Path(into).resolve()
+
+
+def plan_of(repo, rev: str):
+    from .steps import run_plan
+
+    plan = run_plan(repo.git, rev)
+    if not plan.entries:
+        raise UsageError(f"'{rev}' is not a recorded run: its tape holds no exchanges")
+    return plan
+
+
+def another_agent(replayer: Replayer, first: dict, rev: str, diverged: dict | None) -> str | None:
+    """The tape is not this agent's: its first request goes to another API or path, or it draws
+    otherwise than the recording before it sends anything."""
+    if replayer.served:
+        return None
+    if diverged is not None and replayer.mismatch is None and diverged.get("what") == "draw" \
+            and int(diverged.get("index") or 0) < len(first.get("draws") or ()):
+        return (f"the tape of '{rev}' was recorded from another agent: before its first request, "
+                f"{diverged.get('detail') or 'it drew otherwise'}")
+    m = replayer.mismatch
+    if m is None or not any(d["path"] in ("method", "path") for d in m.diff):
+        return None
+    live = {d["path"]: d["live"] for d in m.diff}
+    return (f"the tape of '{rev}' was recorded from another agent: step 1 is {first['request']['method']} "
+            f"{first['request']['path']}, this agent sent {live.get('method', first['request']['method'])} "
+            f"{live.get('path', first['request']['path'])}")
+
+
+def replay(repo, rev: str, cmd: list[str], *, realtime: bool = False, ignore: tuple = (),
+           allow_effects: bool = False, fs_root: Path | None = None) -> ReplayReport:
+    from . import child, inject
+    from .channel import write_replay_file
+    from .proxy import Proxy
+    from .record import drive, world_env
+
+    plan = plan_of(repo, rev)
+    child.start_check(cmd, os.environ)
+    world = fresh_world(repo, plan.first, fs_root)
+    stop = threading.Event()
+    replayer = Replayer(plan.entries, ignore, realtime, stop)
+    with tempfile.TemporaryDirectory(prefix="pf-replay-") as tmp:
+        channel, replay_file = Path(tmp) / "channel.jsonl", Path(tmp) / "replay.json"
+        channel.touch()
+        write_replay_file(replay_file, draws=plan.draws, effects=plan.ledger, allow_effects=allow_effects,
+                          mode="replay")
+        watcher = Watcher(channel, stop)
+        with Proxy(replayer) as proxy:
+            env = inject.child_env(world_env(dict(os.environ), proxy, world), mode="replay", channel=channel,
+                                   replay_file=replay_file)
+            code = drive(cmd, env, None, stop, watcher.tick)
+        watcher.tick()
+    consumed = watcher.consumed or {}
+    divergence = None
+    if watcher.diverged is not None:
+        d = watcher.diverged
+        detail = str(d.get("detail") or f"{d.get('what')} {int(d.get('index') or 0) + 1} differs")
+        divergence = f"{detail} ({draw_step(plan.entries, int(d.get('index') or 0))})" \
+            if d.get("what") == "draw" else detail
+    elif code == DIVERGED_EXIT and replayer.mismatch is None:
+        divergence = "the agent's hook stopped it (exit 86) without saying why"
+    first = min(plan.entries, key=lambda e: e["arrival"])
+    return ReplayReport(rev, str(world), code, replayer.served, replayer.total,
+                        (int(consumed.get("draws") or 0), len(plan.draws)),
+                        (int(consumed.get("effects") or 0), len(plan.ledger)),
+                        replayer.mismatch, divergence, another_agent(replayer, first, rev, watcher.diverged))
