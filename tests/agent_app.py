@@ -2,7 +2,10 @@
 replay tests and the record benchmark:
 
     python tests/agent_app.py --api openai.chat|openai.responses|anthropic [--stream] [--steps 5]
-        --sandbox DIR [--async] [--concurrent] [--effects-file PATH] [--secret TEXT]
+        --sandbox DIR [--async] [--concurrent] [--effects-file PATH] [--secret TEXT] [--plain-prompts]
+
+The sandbox is ``$GIT_PF_WORLD`` when git pf sets it (the world of the run: ``--fs-root`` when recording,
+the checked-out step world when replaying or running on), else ``--sandbox``.
 
 Each step draws the clock, a uuid, random numbers and urandom bytes, puts them in the prompt and in
 ``DIR/log.txt``, and makes one LLM call (base URL from ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL``, as
@@ -12,7 +15,8 @@ the sandbox (``--effects-file`` or ``AGENT_EFFECTS_FILE``; by default ``effects.
 also called by the agent itself once after step 2. A text reply is written to ``notes/step-NN.txt``.
 ``--concurrent`` sends step 2 together with a side "critic" request (two requests in flight: threads, or
 ``asyncio.gather`` with ``--async``); both count as exchanges. The last line on stdout, ``agent: {...}``,
-sums up what it did and is the same whenever the replies and draws are.
+sums up what it did and is the same whenever the replies and draws are. ``--plain-prompts`` keeps the draws
+out of the prompts (log.txt only), for recorders that cannot replay draws.
 
 Test helper only: it touches the sandbox, the effects file and its LLM endpoint, nothing else.
 """
@@ -174,12 +178,13 @@ class Agent:
         line = f"step {self.step}: id {uid} roll {roll} r {r:.6f} salt {salt} at {int(now)} on {today}"
         self.log.append(line)
         (self.sandbox / "log.txt").write_text("\n".join(self.log) + "\n")
-        self.conv.user(line + ". Go on with the task in task.md.", self.results)
+        said = f"step {self.step}" if self.args.plain_prompts else line  # plain: the draws stay in log.txt
+        self.conv.user(said + ". Go on with the task in task.md.", self.results)
         self.results = []
         reqs = [self.conv.request()]
         if self.args.concurrent and self.step == 2 and self.args.steps - self.exchanges >= 2:
             critic = Conversation(self.args.api, "You are a critic.")
-            critic.user(f"critic: review {len(self._files())} files after {line}")
+            critic.user(f"critic: review {len(self._files())} files after {said}")
             reqs.append(critic.request(tools=False))
         return reqs
 
@@ -251,12 +256,18 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--api", choices=["openai.chat", "openai.responses", "anthropic"], required=True)
     ap.add_argument("--stream", action="store_true")
     ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--sandbox", required=True)
+    ap.add_argument("--sandbox", help="the sandbox directory (default and overridden by $GIT_PF_WORLD, the world "
+                    "git pf records, replays or runs on)")
     ap.add_argument("--async", dest="is_async", action="store_true")
     ap.add_argument("--concurrent", action="store_true")
     ap.add_argument("--effects-file", default=os.environ.get("AGENT_EFFECTS_FILE"))
     ap.add_argument("--secret", default=os.environ.get("AGENT_SECRET"))
+    ap.add_argument("--plain-prompts", action="store_true",
+                    help="keep the draws out of the prompts (for recorders that do not replay them)")
     args = ap.parse_args(argv)
+    args.sandbox = os.environ.get("GIT_PF_WORLD") or args.sandbox
+    if not args.sandbox:
+        ap.error("--sandbox is required outside git pf record / replay / run")
     sandbox = Path(args.sandbox)
     sandbox.mkdir(parents=True, exist_ok=True)
     EFFECTS = Path(args.effects_file) if args.effects_file else sandbox.resolve().parent / "effects.log"

@@ -183,6 +183,7 @@ class FakeLLM:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms delayed-ACK stall between them
     fake: FakeLLM
     timeout = 30
 
