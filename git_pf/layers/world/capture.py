@@ -200,9 +200,10 @@ def _unignored(listing: _Listing, rel_dir: bytes, rules: IgnoreRules, memo: tupl
 
 
 class _Walker:
-    def __init__(self, reader: _Reader, cache: StatCache, exclude: set[bytes]):
+    def __init__(self, reader: _Reader, cache: StatCache, exclude: set[bytes], unchanged=None):
         self.reader = reader
         self.cache = cache
+        self.unchanged = unchanged
         self.excluded: dict[bytes, set[bytes]] = {}  # directory -> names in it never captured
         for path in exclude:
             self.excluded.setdefault(os.path.dirname(path), set()).add(os.path.basename(path))
@@ -212,6 +213,8 @@ class _Walker:
         """The tree of one directory (None when nothing in it is kept), recording its
         fs.attrs entries and its stat-cache record. ``own_key``: its lstat fields (None
         for the root, which has no fs.attrs entry of its own)."""
+        if self.unchanged is not None and rel_dir in self.cache.old and self.unchanged(rel_dir):
+            return self._reuse(rel_dir, self.cache.old[rel_dir])
         listing = _list(abs_dir, rel_dir)
         if b".gitignore" in listing.names:
             rules = rules.descend(abs_dir, rel_dir)
@@ -330,10 +333,12 @@ def entry_reader(repo: pygit2.Repository, store: SideStore, threshold: int) -> _
 
 
 def capture(repo: pygit2.Repository, store: SideStore, root: bytes, *, threshold: int,
-            ignore: list[str], cache: StatCache, exclude: set[bytes]) -> Capture:
-    """Capture the directory ``root`` (absolute, already resolved)."""
+            ignore: list[str], cache: StatCache, exclude: set[bytes], unchanged=None) -> Capture:
+    """Capture the directory ``root`` (absolute, already resolved). ``unchanged(rel_dir)``: True
+    for a directory a file watcher saw no change in or below since the cache was taken; its
+    record is reused without listing it."""
     reader = _Reader(repo, store, threshold, packed=True)  # one pack, not a file per object
-    walker = _Walker(reader, cache, exclude)
+    walker = _Walker(reader, cache, exclude, unchanged)
     with no_gc():
         tree = walker.walk(root, b"", IgnoreRules.from_patterns(ignore), None)
     if tree is None:
