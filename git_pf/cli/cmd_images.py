@@ -11,15 +11,22 @@ from ..errors import EXIT_NEGATIVE, UsageError
 from . import format as fmt
 from .app import JsonOpt, app, emit, open_repo
 
+StepOpt = typer.Option(None, "--step", "--at-step", metavar="N", help="The image of step N of the run REV is on.")
+
 
 @app.command()
-def show(rev: str = typer.Argument("HEAD", help="The image to show."), as_json: bool = JsonOpt) -> None:
+def show(
+    rev: str = typer.Argument("HEAD", help="The image to show."),
+    step: Optional[int] = StepOpt,
+    as_json: bool = JsonOpt,
+) -> None:
     """Show an image: id, parents, agent, subject and a summary of every layer."""
     from .. import layercheck
     from ..layers.cache.table import sharing as cache_sharing
+    from ..runs.steps import resolve_step, step_of
 
     repo = open_repo()
-    image = repo.resolve(rev)
+    image = resolve_step(repo, rev, step)
     layercheck.check(repo.git, image)  # a summary of an image whose layers do not parse would mislead
 
     def human() -> None:
@@ -28,6 +35,8 @@ def show(rev: str = typer.Argument("HEAD", help="The image to show."), as_json: 
             typer.echo(f"{'Parent' if len(image.parents) == 1 else f'Parent {i + 1}'}: {parent}")
         typer.echo(f"Author: {image.author}")
         typer.echo(f"Date:   {fmt.date(image)}")
+        if step_of(image) is not None:
+            typer.echo(f"Step:   {step_of(image)}")
         agent = image.manifest.get("agent", {})
         if agent.get("kind"):
             typer.echo(f"Agent:  {agent['kind']}{'/' + agent['version'] if agent.get('version') else ''}")
@@ -44,7 +53,7 @@ def show(rev: str = typer.Argument("HEAD", help="The image to show."), as_json: 
                        f"({fmt.size(kv['shared_bytes'])})")
 
     kv = cache_sharing(repo, image)
-    emit(as_json, dict(image.to_json(), **({"cache": kv} if kv is not None else {})), human)
+    emit(as_json, dict(image.to_json(), step=step_of(image), **({"cache": kv} if kv is not None else {})), human)
 
 
 @app.command()
@@ -72,17 +81,21 @@ def log(
             raise BrokenPipeError
         return EXIT_NEGATIVE if code else 0
     images = repo.log(rev, max_count, first_parent)
+    from ..runs.steps import step_of
 
     def human() -> None:
         for image in images:
+            step = step_of(image)
             if oneline:
-                typer.echo(f"{image.short} {image.subject}")
+                typer.echo(f"{image.short} {'' if step is None else f'[step {step}] '}{image.subject}")
                 continue
             typer.echo(f"image {image.id}")
             typer.echo(f"Date:   {fmt.date(image)}")
+            if step is not None:
+                typer.echo(f"Step:   {step}")
             typer.echo(f"\n    {image.subject}\n")
 
-    emit(as_json, [i.to_json() for i in images], human)
+    emit(as_json, [dict(i.to_json(), step=step_of(i)) for i in images], human)
 
 
 class _BareArgsUsage(typer.core.TyperCommand):
@@ -95,13 +108,25 @@ class _BareArgsUsage(typer.core.TyperCommand):
 @app.command(cls=_BareArgsUsage)
 def diff(
     a: str = typer.Argument(..., metavar="A", help="The old image."),
-    b: str = typer.Argument(..., metavar="B", help="The new image."),
+    b: Optional[str] = typer.Argument(None, metavar="B", help="The new image (with --at-step: optional)."),
     stat: bool = typer.Option(False, "--stat", help="Counts per layer only."),
     patch: bool = typer.Option(False, "-p", "--patch", help="Also the unified diff of world files, as git diff prints it."),
+    step: Optional[int] = typer.Option(None, "--at-step", metavar="N",
+                                       help="Step N of each run (of A alone: what its step N changed)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Compare two images layer by layer: files, messages, effects, env."""
-    d = open_repo().diff(a, b, patch=patch)
+    repo = open_repo()
+    if step is not None:
+        from ..runs.steps import at_step
+
+        if b is None and step < 1:
+            raise UsageError("--at-step: step 0 has no step before it to compare with; give A B")
+        a, b = (at_step(repo.git, a, step - 1), at_step(repo.git, a, step)) if b is None else \
+            (at_step(repo.git, a, step), at_step(repo.git, b, step))
+    elif b is None:
+        raise UsageError("diff needs two images A B (or one run and --at-step N)")
+    d = repo.diff(a, b, patch=patch)
 
     def human() -> None:
         w = d.world

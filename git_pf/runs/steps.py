@@ -1,0 +1,253 @@
+"""Step images: each completed LLM exchange of a recorded run is one image (docs/record.md, "Step images").
+
+A run is a branch. Its step 0 image holds the world before the agent ran;
+step N (the N-th exchange to complete) holds the tape of exchanges 1..N, the
+trace messages after exchange N, the effects so far and the world as the
+agent left it when it sent request N; each carries a ``Pf-Step: N`` trailer,
+and the final image of a run adds ``Pf-Run-Exit: <code>``. ``StepWriter``
+writes them from the long-lived recording process (the repository stays
+open, the sandbox's stat cache stays in memory); ``at_step`` / ``resolve_step``
+find a step on a branch; ``run_plan`` is what replay and run read from a
+branch (``runplan``). Writes images and moves only the run's branch.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import image as img, refs
+from ..errors import InputFormatError, UnknownRevision, UsageError
+from ..layers.effects import ledger as effects_mod
+from ..layers.trace import exchange, tape as tape_mod, wire
+from ..gittree import MODE_FILE, TreeWriter
+from ..snapshot import SnapshotRequest, take
+from . import channel
+from .channel import ChannelReader
+from .stepworld import Given, LiveWorld, inherited
+
+STEP_TRAILER = "Pf-Step"
+RUN_END_TRAILER = "Pf-Run-Exit"
+FORKED_TRAILER = "Pf-Forked-From"
+MAX_STEP = 10**9
+_runs = itertools.count(1)
+
+
+def step_of(image: img.ImageInfo) -> int | None:
+    """The step number an image's ``Pf-Step`` trailer gives; None when absent or malformed."""
+    values = image.trailer(STEP_TRAILER)
+    return parse_step(values[-1]) if values else None
+
+
+def parse_step(text: str) -> int | None:
+    return int(text) if text.isdigit() and text.isascii() and int(text) <= MAX_STEP else None
+
+
+def _trailers(git, oid: str) -> tuple[tuple[str, str], ...]:
+    return img.parse_trailers(git[oid].message)
+
+
+def at_step(git, rev: str, n: int) -> str:
+    """The id of the image with ``Pf-Step: n`` on REV's first-parent line (the newest; where a
+    run's final image repeats its last step, the step image itself)."""
+    if not isinstance(n, int) or not 0 <= n <= MAX_STEP:
+        raise UsageError(f"step must be a number from 0 to {MAX_STEP}, not {n!r}")
+    oid = refs.resolve(git, rev)
+    found = None
+    while True:
+        trailers = dict(_trailers(git, oid))
+        step = parse_step(trailers.get(STEP_TRAILER, ""))
+        if step == n:
+            if RUN_END_TRAILER not in trailers:
+                return oid
+            found = found or oid
+        elif step is not None and step < n:
+            break
+        parents = git[oid].parent_ids
+        if not parents:
+            break
+        oid = str(parents[0])
+    if found:
+        return found
+    raise UnknownRevision(f"'{rev}' has no step {n}")
+
+
+def resolve_step(repo, rev: str, n: int | None) -> img.ImageInfo:
+    """The image REV names, or with ``n`` the image of step n on REV's line (``--at-step``)."""
+    return repo.resolve(rev) if n is None else img.read_image(repo.git, at_step(repo.git, rev, n))
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What replay and run read from a recorded run's branch."""
+
+    first: str  # the step 0 image: the world a replay starts from
+    tip: str
+    entries: list[dict]  # the v2 exchanges, in step order
+    end: dict | None
+    draws: list[dict]  # in arrival order, the end entry's last
+    ledger: list[dict]  # the tip's effects
+    fork_step: int | None  # N when the tip is a fork's step N (fork_at_step)
+    start_image: str  # the image whose world a run starts in: the fork's step N, else step 0
+
+
+def run_plan(git, rev: str) -> RunPlan:
+    """The recorded run REV ends; UsageError when REV is no recorded run, DataError when its tape is damaged."""
+    tip = img.read_image(git, refs.resolve(git, rev))
+    stored = tape_mod.read(git, tip.tree)
+    if not stored or not all(exchange.is_v2(e) for e in stored):
+        raise UsageError(f"'{rev}' is not a recorded run (its image has no tape of format v2)")
+    parsed = [exchange.parse_entry(e, f"image {tip.short}: trace/tape entry {i + 1}") for i, e in enumerate(stored)]
+    entries, end = exchange.exchanges(parsed), exchange.end(parsed)
+    try:
+        first = at_step(git, tip.id, 0)
+    except UnknownRevision:
+        raise UsageError(f"'{rev}' is not a recorded run (no step 0 image on its line)") from None
+    draws = [d for e in sorted(entries, key=lambda e: e["arrival"]) for d in e.get("draws", [])]
+    draws += end.get("draws", []) if end else []
+    data = img.read_file(git, tip.tree, img.EFFECTS_LEDGER)
+    ledger = effects_mod.decode(data) if data else []
+    fork_step = step_of(tip) if tip.trailer(FORKED_TRAILER) else None
+    return RunPlan(first, tip.id, entries, end, draws, ledger, fork_step, tip.id if fork_step else first)
+
+
+@dataclass(frozen=True)
+class StepToken:
+    """What ``arrived`` saw for one request: the world then, and the draws and effects before it."""
+
+    arrival: int
+    world: object  # the Capture of the sandbox when the request arrived
+    draws: list[dict] = field(default_factory=list)
+    effects: list[dict] = field(default_factory=list)
+
+
+class _StepTape:
+    """The run's tape as a snapshot's tape input: each entry's blob is written once, when it
+    is added; a step writes only the tape's tree (``tape.TapeInput`` writes every blob)."""
+
+    name = tape_mod.NAME
+
+    def __init__(self, git):
+        self.writer = TreeWriter(git)
+        self.entries: list[tuple[bytes, bytes]] = []  # (entry file name, raw blob id)
+
+    def add(self, data: bytes) -> None:
+        self.entries.append((tape_mod.entry_name(len(self.entries), data), self.writer.write_blob(data)))
+
+    def write(self, repo, edit: img.TreeEdit, parent) -> dict:
+        tree = edit.writer.write([(name, MODE_FILE, oid) for name, oid in self.entries])
+        edit.put_tree(tape_mod.PATH, tree.hex())
+        return tape_mod.summary(len(self.entries))
+
+
+class StepWriter:
+    """Writes a run's step images on ``branch`` as the proxy sees exchanges complete. Thread-safe."""
+
+    def __init__(self, repo, branch: str, fs_root: Path | None, *, parent: str | None = None, start_step: int = 0,
+                 tape: list[dict] = (), messages=None, ledger=None, ignore=(), no_redact=frozenset()):
+        self.repo = repo
+        self.branch = refs.check_name(branch)
+        self.keep = frozenset(no_redact)
+        self._lock = threading.Lock()
+        self._tip = parent
+        self._parent_image = img.read_image(repo.git, parent) if parent else None
+        self._world = LiveWorld(repo, Path(fs_root), tuple(ignore)) if fs_root is not None else None
+        self._name = self._world.name if self._world else branch
+        self._fixed = None if self._world else inherited(repo, self._parent_image)
+        self.step = start_step
+        self._tape = _StepTape(repo.git)
+        for name, data in tape_mod.encode(list(tape), self.keep) if tape else []:
+            self._tape.add(data)
+        self._messages = list(messages or [])
+        self._ledger = effects_mod.chain(list(ledger or []), "ledger")
+        self._pending: list[tuple[int, list[dict]]] = []  # effects seen at each arrival, not yet in an image
+        self.bad_effects = 0
+        runs = repo.git_dir / "pf" / "runs"
+        runs.mkdir(parents=True, exist_ok=True)
+        self.channel = runs / f"{os.getpid()}-{next(_runs)}-{os.urandom(4).hex()}.jsonl"
+        self.channel.write_bytes(b"")
+        self._reader = ChannelReader(self.channel)
+
+    # -- the run's images ------------------------------------------------
+    def start(self) -> img.ImageInfo:
+        """Step 0: the world before the child runs (not written for a run going on from a fork)."""
+        with self._lock:
+            if self._tip is not None:
+                return self._parent_image
+            if refs.branch_tip(self.repo.git, self.branch) is not None:
+                raise UsageError(f"branch '{self.branch}' already exists; a recorded run needs a new branch")
+            return self._write(self._capture(), f"run start: {self._name}", [(STEP_TRAILER, "0")])
+
+    def arrived(self, arrival: int) -> StepToken:
+        """A request arrived (before it is forwarded): the world now, and the draws and effects since the last one."""
+        with self._lock:
+            draws, effects = self._events()
+            self._pending.append((arrival, effects))
+            return StepToken(arrival, self._capture(), draws, effects)
+
+    def completed(self, token: StepToken, entry: dict) -> img.ImageInfo:
+        """Exchange ``entry`` (a v2 exchange without ``step`` / ``draws``) ended: write its step image."""
+        with self._lock:
+            self.step += 1
+            entry = dict(entry, step=self.step, draws=list(token.draws))
+            data = self._append(entry)
+            stored = json.loads(data)  # the entry as the image holds it, secrets redacted
+            self._messages = wire.messages(stored) or self._messages
+            self._take_effects(token.arrival)
+            subject = f"step {self.step}: {entry.get('api', 'other')} {entry.get('response', {}).get('status', '')}"
+            return self._write(token.world, subject, [(STEP_TRAILER, str(self.step))])
+
+    def finish(self, exit_code: int) -> img.ImageInfo:
+        """The child ended: the ``end`` entry (the draws and effects after the last request) and the final image."""
+        with self._lock:
+            draws, effects = self._events()
+            self._pending.append((MAX_STEP, effects))
+            self._take_effects(MAX_STEP)
+            self._append({"v": 2, "kind": "end", "step": self.step, "draws": draws, "exit": exit_code})
+            return self._write(self._capture(), f"run end: exit {exit_code}",
+                               [(STEP_TRAILER, str(self.step)), (RUN_END_TRAILER, str(exit_code))])
+
+    def close(self) -> None:
+        """Remove the channel file and keep the sandbox's stat cache for the next snapshot."""
+        self.channel.unlink(missing_ok=True)
+        if self._world is not None:
+            self._world.save()
+
+    # -- helpers ----------------------------------------------------------
+    def _capture(self):
+        if self._world is None:
+            return self._fixed
+        cap = self._world.capture(self.repo, None)
+        self._world.done(cap)
+        return cap
+
+    def _events(self) -> tuple[list[dict], list[dict]]:
+        """The draws and effects the child wrote to the channel since the last call."""
+        events = self._reader.new_events()
+        return channel.draws(events), channel.effects(events)
+
+    def _take_effects(self, upto: int) -> None:
+        """Move the effects seen at arrivals up to ``upto`` into the ledger (so it only grows)."""
+        while self._pending and self._pending[0][0] <= upto:
+            for entry in self._pending.pop(0)[1]:
+                try:
+                    self._ledger = effects_mod.chain(self._ledger + [entry], "effect")
+                except InputFormatError:  # not a ledger entry: the child's tool wrapper is broken
+                    self.bad_effects += 1
+
+    def _append(self, entry: dict) -> bytes:
+        """Add one entry to the tape (encoded once, secrets redacted); its stored bytes."""
+        data = tape_mod.encode([entry], self.keep)[0][1]
+        self._tape.add(data)
+        return data
+
+    def _write(self, cap, subject: str, trailers: list[tuple[str, str]]) -> img.ImageInfo:
+        req = SnapshotRequest(Path("."), branch=self.branch, messages=list(self._messages),
+                              effects=list(self._ledger), message=subject, allow_empty=True, layers=(self._tape,),
+                              world=Given(cap, self._name), parent=self._tip, trailers=tuple(trailers))
+        result = take(self.repo, req)
+        self._tip = result.image.id
+        return result.image
