@@ -13,7 +13,7 @@ import pytest
 from git_pf import image as img
 from git_pf.errors import DataError, UnknownRevision, UsageError
 from git_pf.layers.trace import exchange, tape
-from git_pf.runs import steps
+from git_pf.runs import steps, stepworld
 from git_pf.snapshot_inputs import TraceInput
 
 SECRET = "sk-proj-0123456789abcdefghijklmnopqrstuv"
@@ -207,6 +207,20 @@ def test_the_watched_world_is_the_full_capture_after_any_change(repo, tmp_path):
         full = repo.snapshot(sb, name=f"full-{i}", allow_empty=True)  # a walk of every directory
         assert token.world.tree == img.subtree(repo.git, full.image.tree, img.WORLD_FS), f"change {i}"
     w.close()
+
+
+def test_without_its_watcher_a_step_walks_the_whole_sandbox(repo, tmp_path):
+    sb = tmp_path / "nw"
+    (sb / "d").mkdir(parents=True)
+    (sb / "d" / "f.txt").write_text("old\n")
+    world = stepworld.LiveWorld(repo, sb, ())
+    world.capture(repo, None)
+    world.watch.close()  # as when there is no inotify, its watch limit is reached or its queue overflowed
+    (sb / "d" / "f.txt").write_text("new\n")
+    cap = world.capture(repo, None)
+    full = repo.snapshot(sb, name="full")
+    assert cap.tree == img.subtree(repo.git, full.image.tree, img.WORLD_FS) and cap.stats.files_read == 1
+    world.save()
 
 
 def test_a_run_needs_a_new_branch_and_a_secret_never_reaches_git(repo, sandbox, tmp_path):

@@ -43,12 +43,11 @@ class DirWatch:
         self.rel: dict[int, bytes] = {}  # watch descriptor -> directory, relative to root
         self.dirty: set[bytes] = set()
         self.lost = False  # events were lost: the next look walks everything
+        self.broken = False  # a directory could not be watched: every look walks everything
         self._libc = _libc()
         self.fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC) if self._libc else -1
-        if self.fd < 0:
-            self.lost = True
-            return
-        self._add_tree(b"")
+        if self.fd >= 0:
+            self._add_tree(b"")
 
     def _abs(self, rel: bytes) -> bytes:
         return self.root + b"/" + rel if rel else self.root
@@ -57,7 +56,7 @@ class DirWatch:
         """Watch ``rel`` and every directory below it (not following symlinks); ``new``: they
         appeared since the last look (moved in, perhaps), so each is changed."""
         stack = [rel]
-        while stack and not self.lost:
+        while stack and not self.broken:
             rel = stack.pop()
             path = self._abs(rel)
             if path in self.exclude:
@@ -67,7 +66,8 @@ class DirWatch:
             wd = self._libc.inotify_add_watch(self.fd, path, MASK)
             if wd < 0:
                 if ctypes.get_errno() not in (errno.ENOENT, errno.ENOTDIR):  # gone meanwhile: its parent saw it
-                    self.lost = True  # the watch limit, or no permission: fall back to walking
+                    self.broken = True  # the watch limit, or no permission: walk from now on
+                    self.close()
                 continue
             self.rel[wd] = rel
             try:
@@ -79,17 +79,15 @@ class DirWatch:
     def changed(self) -> set[bytes] | None:
         """The directories (relative; ``b""`` the root) whose entries changed since the last
         call, or None when that is not known and everything must be walked."""
-        if self.fd < 0:
-            return None
-        while True:
+        while self.fd >= 0:
             try:
                 data = os.read(self.fd, 1 << 16)
             except BlockingIOError:
                 break
-            self._parse(data)
+            self._parse(data)  # may find a new directory it cannot watch: broken
         dirty, lost = self.dirty, self.lost
         self.dirty, self.lost = set(), False
-        return None if lost else dirty
+        return None if lost or self.broken or self.fd < 0 else dirty
 
     def _parse(self, data: bytes) -> None:
         pos = 0
