@@ -27,8 +27,8 @@ def _say(line: str) -> None:
 def _finish_run(result, as_json: bool, verb: str) -> None:
     """Print a record or run result; exit with the agent's code, or 1 when the run could not finish."""
     problem = result.upstream_error or (f"internal proxy error: {result.failures[0]}" if result.failures else None)
-    emit(as_json, result.to_json(), lambda: _say(f"{verb} {result.steps} steps on '{result.branch}' "
-                                                 f"(tip {(result.tip or '')[:7]}); the agent exited {result.exit}"))
+    emit(as_json, result.to_json(), lambda: problem or _say(f"{verb} {result.steps} steps on '{result.branch}' "
+                                                            f"(tip {(result.tip or '')[:7]}); the agent exited {result.exit}"))
     if problem:
         _say(f"error: {problem}")
         raise typer.Exit(EXIT_NEGATIVE)
@@ -70,7 +70,7 @@ def replay(
         parse_ignore(spec)  # a malformed one is bad input before anything runs
     report = do_replay(open_repo(), rev, list(cmd), realtime=realtime, ignore=ignore, allow_effects=allow_effects,
                        fs_root=fs_root)
-    emit(as_json, report.to_json(), lambda: _say(report.summary()))
+    emit(as_json, report.to_json(), lambda: report.problem() or _say(report.summary()))
     if report.problem():
         _say(f"error: {report.problem()}")
     raise typer.Exit(report.code)

@@ -1,0 +1,97 @@
+"""``git pf replay``: a recorded run served back to the same agent in a fresh process, checked request by
+request. Real components: fake LLM servers on 127.0.0.1, the agent on the real SDKs, the real CLI."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llm_fakes import FakeLLM, routed
+from runs_helpers import SCRIPT, agent_cmd, agent_line, record, report
+
+
+def replay(run_pf, root, rev, api, world, *extra, pf_args=(), effects=None, check=False):
+    return run_pf("replay", rev, "--fs-root", world, "--json", *pf_args, "--",
+                  *agent_cmd(api, world, *extra, effects=effects), cwd=root, check=check)
+
+
+# Every api, JSON and streamed, sync and async, concurrent requests (threads and asyncio.gather).
+CASES = [("openai.chat", ("--concurrent",)), ("openai.chat", ("--stream", "--async")),
+         ("openai.responses", ()), ("openai.responses", ("--stream", "--concurrent")),
+         ("anthropic", ("--async",)), ("anthropic", ("--stream", "--async", "--concurrent"))]
+
+
+@pytest.mark.parametrize("api,extra", CASES, ids=[f"{a}{''.join(e)}" for a, e in CASES])
+def test_replay_is_bit_exact_and_the_irreversible_tool_does_not_run_again(repo, run_pf, tmp_path, api, extra):
+    root, fx = repo.git_dir.parent, tmp_path / "effects.log"
+    with FakeLLM(routed(SCRIPT, {"critic:": "Looks fine."})) as fake:
+        rec = record(run_pf, root, fake, api, tmp_path / "sb", "--steps", "3", *extra, effects=fx)
+        asked = len(fake.requests)
+        assert fx.read_text().count("\n") == 1  # the agent's own notify after step 2 ran once
+        played = replay(run_pf, root, "run", api, tmp_path / "again", "--steps", "3", *extra, effects=fx)
+        assert len(fake.requests) == asked == 3  # nothing reached the server
+    assert played.returncode == 0, played.stderr
+    out = report(played.stdout)
+    assert out["bit_exact"] is True and out["mismatch"] is None
+    assert out["exchanges"] == {"served": asked, "of": asked}
+    assert out["draws"]["consumed"] == out["draws"]["of"] > 0
+    assert out["effects"] == {"replayed": 1, "of": 1}
+    assert fx.read_text().count("\n") == 1  # the body of notify did not run on replay
+    assert agent_line(played.stdout) == agent_line(rec.stdout)  # same replies, draws, tools and files
+
+
+def test_a_429_replays_as_429_and_the_sdk_retries_again(repo, run_pf, tmp_path):
+    root = repo.git_dir.parent
+    with FakeLLM(SCRIPT, fail_first=True) as fake:
+        rec = record(run_pf, root, fake, "anthropic", tmp_path / "sb", "--steps", "2", effects=tmp_path / "fx")
+        assert [r["status"] for r in fake.requests] == [429, 200, 200]
+        played = replay(run_pf, root, "run", "anthropic", tmp_path / "again", "--steps", "2", effects=tmp_path / "fx")
+        assert len(fake.requests) == 3
+    out = report(played.stdout)
+    assert out["bit_exact"] is True and out["exchanges"] == {"served": 3, "of": 3}
+    assert agent_line(played.stdout) == agent_line(rec.stdout)
+    first = json.loads(run_pf("show", "run", "--step", "1", "--json", cwd=root).stdout)
+    assert first["step"] == 1
+
+
+def test_a_one_byte_change_in_a_prompt_is_caught_at_its_step(repo, run_pf, tmp_path):
+    root, world = repo.git_dir.parent, tmp_path / "again"
+    with FakeLLM(SCRIPT) as fake:
+        record(run_pf, root, fake, "openai.chat", tmp_path / "sb", effects=tmp_path / "fx")
+    # step 2's reply reads task.md, so step 3's request carries it: change one byte of it in the world
+    cmd = " ".join(f"'{a}'" for a in agent_cmd("openai.chat", world, effects=tmp_path / "fx"))
+    proc = run_pf("replay", "run", "--fs-root", world, "--", "sh", "-c",
+                  f"sed -i 's/notes\\//notes!/' '{world}/task.md' && exec {cmd}", cwd=root, check=False)
+    assert proc.returncode == 1
+    [line] = [l for l in proc.stderr.splitlines() if l.startswith("git pf")]  # the agent's own error aside
+    assert line.startswith("git pf: error: replay mismatch: step 3: the request differs") and "$.messages" in line
+    assert "Traceback" not in proc.stderr
+    proc = run_pf("replay", "run", "--fs-root", tmp_path / "third", "--json", "--", "sh", "-c",
+                  f"sed -i 's/notes\\//notes!/' '{tmp_path / 'third'}/task.md' && exec "
+                  + cmd.replace(str(world), str(tmp_path / "third")), cwd=root, check=False)
+    out = report(proc.stdout)
+    assert proc.returncode == 1 and out["bit_exact"] is False and out["mismatch"]["step"] == 3
+    [d] = [d for d in out["mismatch"]["diff"] if "notes" in str(d["recorded"])]
+    assert "notes/" in d["recorded"] and "notes!" in d["live"]
+
+
+def test_a_tape_from_another_agent_and_other_bad_input(repo, run_pf, tmp_path):
+    root = repo.git_dir.parent
+    with FakeLLM(SCRIPT) as fake:
+        record(run_pf, root, fake, "openai.chat", tmp_path / "sb", "--steps", "2", effects=tmp_path / "fx")
+    other = replay(run_pf, root, "run", "anthropic", tmp_path / "w1", "--steps", "2", effects=tmp_path / "fx")
+    assert other.returncode == 2
+    [line] = [l for l in other.stderr.splitlines() if l.startswith("git pf:")]
+    assert line.startswith("git pf: error: the tape of 'run' was recorded from another agent: before its first request")
+    for args, code, words in (
+            (("replay", "nope", "--", "true"), 2, "nope"),
+            (("replay", "run", "--ignore-field", "messages", "--", "true"), 2, "--ignore-field"),
+            (("replay", "run", "--", "no-such-agent-command"), 127, "command not found"),
+            (("replay", "run", "--fs-root", tmp_path / "sb", "--", "true"), 2, "empty"),
+            (("show", "run", "--step", "9"), 2, "9")):
+        proc = run_pf(*args, cwd=root, check=False)
+        assert proc.returncode == code, (args, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and words in proc.stderr and "Traceback" not in proc.stderr
+    run_pf("snapshot", "--fs-root", tmp_path / "sb", "--name", "plain", cwd=root)
+    proc = run_pf("replay", "plain", "--", "true", cwd=root, check=False)
+    assert proc.returncode == 2 and "not a recorded run" in proc.stderr
