@@ -2,10 +2,12 @@
 
 Order of writes: git objects and side-store objects first, the branch ref
 last (compare-and-swap), so an interrupted snapshot leaves no ref and only
-unreferenced objects that ``git gc`` / ``git pf gc`` remove. Layers not given
-are inherited from the parent image unchanged. A given effects ledger must
-extend the parent's (docs/format.md §9) unless the request declares a
-rewrite, which the commit records in a ``Pf-Rewrite-Effects`` trailer.
+unreferenced objects that ``git gc`` / ``git pf gc`` remove. The world is
+captured first (the ``WorldSource``); then each registered layer writes what
+the request gives it, or what it inherits from the parent image, through its
+``Layer.input`` (``SnapshotWrite``); a layer without one writes the
+``LayerInput``s named as it and otherwise keeps the parent's files and
+summary. A layer may add a trailer (the effects layer's ``Pf-Rewrite-Effects``).
 """
 from __future__ import annotations
 
@@ -16,17 +18,15 @@ from pathlib import Path
 from typing import Protocol
 
 from . import canonjson, config, image as img, maintenance, refs
-from .layers.effects import ledger as effects_mod
-from .layers.trace import messages as trace
 from .errors import UsageError
-from .layers.world import attrs as attrs_mod
+from .layers import registry
 from .layers.world.capture import Capture, CaptureStats, capture
-from .layers.world.env import Env, redact
+from .layers.world.env import Env
 from .layers.world.statcache import StatCache
 
 
 class LayerInput(Protocol):
-    """A layer a snapshot writes besides world / trace / effects / env (model, cache, ...).
+    """A part of a layer a snapshot is given as an object (model, cache, the tape, the process table).
 
     ``write`` adds the layer's files to ``edit`` (paths under its own top-level
     directory, e.g. ``model/``) and returns the manifest summary for ``name``."""
@@ -118,14 +118,32 @@ def resolve_fs_root(fs_root: Path, git_dir: Path) -> bytes:
     return os.fsencode(real)
 
 
-def _layer_summary(cap_stats: CaptureStats, messages: list[dict], ledger: list[dict], env: Env) -> dict:
-    return {
-        "world": {"files": cap_stats.files, "bytes": cap_stats.bytes, "pointers": cap_stats.pointers,
-                  "env_vars": len(env.vars), "redacted": len(env.redacted)},
-        "trace": {"messages": len(messages), "tokens_estimate": trace.estimate_tokens(messages)},
-        "effects": {"entries": len(ledger),
-                    "irreversible": sum(1 for e in ledger if e.get("side_effect_class") == "irreversible")},
-    }
+class SnapshotWrite:
+    """What a layer's snapshot writer (``Layer.input``) is handed: the request, the world's
+    capture, the image tree being edited and the parent image. It adds the layer's files to
+    ``edit``, may add commit ``trailers``, and returns its manifest summaries."""
+
+    def __init__(self, repo, req: SnapshotRequest, capture: Capture, edit: img.TreeEdit, parent):
+        self.repo, self.req, self.capture, self.edit, self.parent = repo, req, capture, edit, parent
+        self.trailers: list[tuple[str, str]] = []
+        self._pending = list(req.layers)  # the LayerInputs no layer has written yet
+
+    def inherited(self, path: bytes, decode, default):
+        """The parent's file at ``path``, decoded; ``default`` when there is no parent or no file."""
+        if self.parent is not None:
+            data = img.read_file(self.repo.git, self.parent.tree, path)
+            if data is not None:
+                return decode(data)
+        return default
+
+    def write_given(self, name: str | None = None) -> dict[str, dict]:
+        """Write the request's ``LayerInput``s named ``name`` (None: every one not written yet),
+        in the order given; their summaries by name."""
+        out = {}
+        for given in [x for x in self._pending if name is None or x.name == name]:
+            self._pending.remove(given)
+            out[given.name] = given.write(self.repo, self.edit, self.parent)
+        return out
 
 
 class DirWorld:
@@ -170,7 +188,7 @@ def take(repo, req: SnapshotRequest) -> SnapshotResult:
     branch = refs.check_name(req.branch or refs.current_branch(git) or refs.DEFAULT_BRANCH)
     tip, parent = _parent(git, branch, req.parent)
     with repo.store.batch():  # one filesystem sync for every side-store object, before any ref moves
-        cap, tree, agent, rewritten = _write_tree(repo, req, world, parent)
+        cap, tree, agent, layer_trailers = _write_tree(repo, req, world, parent)
 
     if parent is not None and tree == parent.tree and not req.allow_empty:
         world.done(cap)
@@ -180,9 +198,7 @@ def take(repo, req: SnapshotRequest) -> SnapshotResult:
         return SnapshotResult(parent, branch, True, cap.stats)
 
     trailers = [("Pf-Agent", agent.label())] if agent.kind else []
-    if rewritten:
-        trailers.append((effects_mod.REWRITE_TRAILER, req.rewrite_effects))
-    trailers.extend(req.trailers)
+    trailers += layer_trailers + list(req.trailers)
     message = img.format_message(req.message or f"snapshot of {world.name}", trailers)
     sig = config.signature(git)
     commit = git.create_commit(None, sig, sig, message, tree, [parent.id] if parent else [])
@@ -201,51 +217,23 @@ def _follow(git, branch: str, switch: bool) -> None:
         refs.set_head(git, branch)
 
 
-def _write_tree(repo, req: SnapshotRequest, world: WorldSource, parent) -> tuple[Capture, str, img.Agent, bool]:
+def _write_tree(repo, req: SnapshotRequest, world: WorldSource, parent) -> tuple[Capture, str, img.Agent, list]:
     """Capture the world and write every layer; the new image tree (no commit, no ref), and
-    whether the effects ledger is a declared rewrite of the parent's."""
+    the trailers the layers add."""
     git = repo.git
     cap = world.capture(repo, parent)
-    edit = img.TreeEdit(git, parent.tree if parent else None)
-    edit.put_tree(img.WORLD_FS, cap.tree)
-    edit.put_file(img.WORLD_ATTRS, attrs_mod.encode(cap.attrs))
-    messages = _layer(req.messages, parent, img.TRACE_MESSAGES, trace.decode, repo)
-    if req.effects is not None:
-        ledger = effects_mod.chain(req.effects, "--effects")
-        rewritten = _check_effects(ledger, parent, req.rewrite_effects, repo)
-    else:
-        ledger, rewritten = _layer(None, parent, img.EFFECTS_LEDGER, effects_mod.decode, repo), False
-    env = redact(req.env, set(req.no_redact)) if req.env is not None else \
-        _layer(None, parent, img.WORLD_ENV, Env.decode, repo, default=Env())
-    edit.put_file(img.TRACE_MESSAGES, trace.encode(messages))
-    edit.put_file(img.EFFECTS_LEDGER, effects_mod.encode(ledger))
-    edit.put_file(img.WORLD_ENV, env.encode())
-
+    snap = SnapshotWrite(repo, req, cap, img.TreeEdit(git, parent.tree if parent else None), parent)
+    fresh: dict[str, dict] = {}  # manifest key -> summary; two layers may share a key (world, env)
+    for layer in registry.layers():
+        written = registry.load(layer.input)(snap) if layer.input else snap.write_given(layer.name)
+        for key, summary in written.items():
+            fresh.setdefault(key, {}).update(summary)
+    fresh.update(snap.write_given())  # inputs no layer takes: written as their own
     layers = dict(parent.manifest.get("layers", {})) if parent else {}
-    layers.update(_layer_summary(cap.stats, messages, ledger, env))
-    for extra in req.layers:
-        layers[extra.name] = extra.write(repo, edit, parent)
+    layers.update(fresh)
     agent, label = _identity(req, parent)
-    edit.put_file(img.MANIFEST, canonjson.encode(img.make_manifest(agent, label, layers)))
-    return cap, edit.write(), agent, rewritten
-
-
-def _check_effects(ledger: list[dict], parent, rewrite: str | None, repo) -> bool:
-    """Refuse a given ledger that repeats an irreversible effect, or that does not extend the
-    parent's without a declared rewrite; True when it is such a rewrite."""
-    repeats = effects_mod.repeated_irreversible(ledger)
-    if repeats:
-        key, first, again = repeats[0]
-        raise UsageError(f"irreversible effect {key} is recorded twice (entries {first} and {again}); "
-                         f"an irreversible effect happens once", param="effects")
-    base = _layer(None, parent, img.EFFECTS_LEDGER, effects_mod.decode, repo)
-    problem = effects_mod.extension_problem(base, ledger)
-    if problem is None:
-        return False
-    if rewrite is None:
-        raise UsageError(f"not an extension of the parent image's ledger: {problem} "
-                         f"(the ledger only grows; --rewrite-effects records a deliberate rewrite)", param="effects")
-    return True
+    snap.edit.put_file(img.MANIFEST, canonjson.encode(img.make_manifest(agent, label, layers)))
+    return cap, snap.edit.write(), agent, snap.trailers
 
 
 def _identity(req: SnapshotRequest, parent) -> tuple[img.Agent, str]:
@@ -255,12 +243,3 @@ def _identity(req: SnapshotRequest, parent) -> tuple[img.Agent, str]:
     label = req.label if req.label is not None else old.get("label", "")
     return agent, label
 
-
-def _layer(given, parent, path: bytes, decode, repo, default=None):
-    if given is not None:
-        return given
-    if parent is not None:
-        data = img.read_file(repo.git, parent.tree, path)
-        if data is not None:
-            return decode(data)
-    return default if default is not None else []

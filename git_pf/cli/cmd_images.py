@@ -22,7 +22,6 @@ def show(
 ) -> None:
     """Show an image: id, parents, agent, subject and a summary of every layer."""
     from .. import layercheck
-    from ..layers.cache.table import sharing as cache_sharing
     from ..runs.steps import resolve_step, step_of
 
     repo = open_repo()
@@ -46,14 +45,12 @@ def show(
         for line in image.message.rstrip("\n").splitlines():
             typer.echo(f"    {line}".rstrip())
         typer.echo("")
-        for line in fmt.layers(image):
+        for line in fmt.layers(image) + [line for d in details.values() for line in d.lines()]:
             typer.echo(line)
-        if kv is not None:
-            typer.echo(f"{'':<8} shared with parent: {kv['shared_pages']} of {kv['pages']} pages "
-                       f"({fmt.size(kv['shared_bytes'])})")
 
-    kv = cache_sharing(repo, image)
-    emit(as_json, dict(image.to_json(), step=step_of(image), **({"cache": kv} if kv is not None else {})), human)
+    details = fmt.layer_details(repo, image)  # what a layer adds to its manifest summary (the cache: sharing)
+    extra = {name: d.to_json() for name, d in details.items()}
+    emit(as_json, dict(image.to_json(), step=step_of(image), **extra), human)
 
 
 @app.command()
@@ -129,27 +126,8 @@ def diff(
     d = repo.diff(a, b, patch=patch)
 
     def human() -> None:
-        w = d.world
-        typer.echo(f"world:   {len(w.added)} added, {len(w.changed)} changed, {len(w.removed)} removed"
-                   + (f", {len(w.attrs_changed)} attrs changed" if w.attrs_changed else ""))
-        if not stat and not patch:
-            for sign, paths in (("A", w.added), ("M", w.changed), ("D", w.removed), ("T", w.attrs_changed)):
-                for p in paths:
-                    typer.echo(f"  {sign} {p}")
-        t = d.trace
-        typer.echo(f"trace:   {t.before} -> {t.after} messages, "
-                   + ("history rewritten" if t.rewritten else f"{t.appended} appended")
-                   + (f"; tape {t.exchanges_added} added, {t.exchanges_removed} removed"
-                      if t.exchanges_added or t.exchanges_removed else ""))
-        typer.echo(f"effects: {d.effects.added} added, {d.effects.removed} removed")
-        e = d.env
-        typer.echo(f"env:     {len(e.added)} added, {len(e.changed)} changed, {len(e.removed)} removed")
-        if not stat:
-            for sign, keys in (("A", e.added), ("M", e.changed), ("D", e.removed)):
-                for k in keys:
-                    typer.echo(f"  {sign} {k}")
-        for path in d.other:
-            typer.echo(f"other:   {path} changed")
+        for line in d.lines(stat, patch):
+            typer.echo(line)
         if d.patches:
             typer.echo("")
             stdout = typer.get_binary_stream("stdout")

@@ -1,4 +1,7 @@
-"""Human-readable rendering shared by the command modules (sizes, dates, images)."""
+"""Human-readable rendering shared by the command modules (sizes, dates, images).
+
+``size`` is ``git_pf.units.size`` (a layer's lines for ``show`` use it too).
+"""
 from __future__ import annotations
 
 import datetime as dt
@@ -9,11 +12,9 @@ if TYPE_CHECKING:
 
 
 def size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
+    from ..units import size as human_size  # imported when used: -h and --version load no git-pf module
+
+    return human_size(n)
 
 
 def date(image: ImageInfo) -> str:
@@ -29,4 +30,17 @@ def layers(image: ImageInfo) -> list[str]:
         for key, value in (summary or {}).items():
             parts.append(f"{key}={size(value) if key == 'bytes' and isinstance(value, int) else value}")
         out.append(f"{name:<8} {' '.join(parts)}")
+    return out
+
+
+def layer_details(repo, image: ImageInfo) -> dict:
+    """What each registered layer adds to ``show`` (its ``Layer.summary``: ``to_json()`` and
+    ``lines()``), by layer name, for the layers that add something to this image."""
+    from ..layers import registry
+
+    out = {}
+    for layer in (layer for layer in registry.layers() if layer.summary):
+        found = registry.load(layer.summary)(repo, image)
+        if found is not None:
+            out[layer.name] = found
     return out

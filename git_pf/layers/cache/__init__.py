@@ -32,4 +32,5 @@ from ..registry import Layer  # noqa: E402  (after the lazy API: reading it impo
 
 LAYERS = (Layer("cache", (b"cache",), "git_pf.layers.cache.merge:CacheMerger",
                 writer="git_pf.layers.cache.export:write_layer",
-                object_refs="git_pf.layers.cache.table:object_refs", needs_extra=True),)
+                object_refs="git_pf.layers.cache.table:object_refs", summary="git_pf.layers.cache.show:summary",
+                needs_extra=True),)
