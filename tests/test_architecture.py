@@ -99,3 +99,38 @@ def test_a_store_module_importing_a_layer_is_caught():
     found = violations(graph)
     assert any("git_pf.store.sidestore imports git_pf.layers.world.attrs" in v for v in found)
     assert any("git_pf.layers.trace.tape imports git_pf.transport.push" in v for v in found)
+
+
+# The operations reach the layers through the registry (git_pf.layers.registry). Each import
+# of a layer module that must stay, with the reason; one no longer made must leave this list.
+OPERATIONS = ("git_pf.snapshot", "git_pf.checkout", "git_pf.diff", "git_pf.fsck", "git_pf.merge.engine")
+LAYER_IMPORTS_ALLOWED = {
+    ("git_pf.snapshot", "git_pf.layers.world.capture"): "the world is captured first, by DirWorld, the default WorldSource",
+    ("git_pf.snapshot", "git_pf.layers.world.statcache"): "DirWorld keeps the sandbox's stat cache",
+    ("git_pf.snapshot", "git_pf.layers.world.env"): "SnapshotRequest.env is an Env",
+    ("git_pf.checkout", "git_pf.layers.world.restore"): "checkout writes the world tree into a directory",
+    ("git_pf.checkout", "git_pf.layers.trace.tape"): "checkout reads and lists the tape's entries",
+    ("git_pf.merge.engine", "git_pf.layers.world.gitmerge"): "the merge base is git's, found by the world's git merge",
+    ("git_pf.merge.engine", "git_pf.layers.world.merge"): "a by-side merge still merges the world tree",
+    ("git_pf.merge.engine", "git_pf.layers.effects.merge"): "--accept-duplicate-effects and a by-side ledger check",
+    ("git_pf.merge.engine", "git_pf.layers.world.procs"): "the process table's manifest summary after a merge",
+    ("git_pf.merge.engine", "git_pf.layers.trace.tape"): "the tape's manifest summary after a merge",
+}
+
+
+def layer_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """Each (operation, layer module) import edge: what the registry should carry instead."""
+    return {(module, target) for module in OPERATIONS for target in graph.get(module, ()) if _layer(target)}
+
+
+def test_operations_reach_layers_through_the_registry():
+    found = layer_imports(import_graph())
+    assert found - LAYER_IMPORTS_ALLOWED.keys() == set(), "import it through a Layer field of the registry"
+    assert LAYER_IMPORTS_ALLOWED.keys() - found == set(), "no longer imported: drop it from the allowed list"
+
+
+def test_an_operation_naming_a_layer_is_caught():
+    graph = import_graph()
+    assert "git_pf.layers.registry" in graph["git_pf.diff"] and "git_pf.layers.registry" in graph["git_pf.fsck"]
+    graph["git_pf.diff"] = graph["git_pf.diff"] | {"git_pf.layers.effects.ledger"}
+    assert ("git_pf.diff", "git_pf.layers.effects.ledger") in layer_imports(graph) - LAYER_IMPORTS_ALLOWED.keys()
