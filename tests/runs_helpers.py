@@ -51,3 +51,9 @@ def step_ids(repo_dir: Path, branch: str) -> dict[int, str]:
         if not final:
             out.setdefault(int(step), oid)
     return out
+
+
+def tape(repo_dir: Path, rev: str) -> list[dict]:
+    """The tape entries of image ``rev`` (a commit id or ``refs/pf/...``), in tape order."""
+    names = git(repo_dir, "ls-tree", "--name-only", f"{rev}:trace/tape").split()
+    return [json.loads(git(repo_dir, "cat-file", "blob", f"{rev}:trace/tape/{n}")) for n in names]

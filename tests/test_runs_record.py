@@ -104,3 +104,26 @@ def test_bad_input_is_one_line_and_writes_nothing(repo, run_pf, tmp_path):
     run_pf("record", "--name", "r", "--", "true", cwd=repo.git_dir.parent)
     proc = run_pf("record", "--name", "r", "--", "true", cwd=repo.git_dir.parent, check=False)
     assert proc.returncode == 2 and "'r'" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+POST_BOTH = ("import json, os, urllib.request\n"
+             "for url, body in ((os.environ['OPENAI_BASE_URL'] + '/chat/completions', {'model': 'm', 'messages': []}),\n"
+             "                  (os.environ['ANTHROPIC_BASE_URL'] + '/v1/messages', {'model': 'c', 'max_tokens': 5, 'messages': []})):\n"
+             "    req = urllib.request.Request(url, data=json.dumps(body).encode(), method='POST',\n"
+             "                                 headers={'content-type': 'application/json'})\n"
+             "    print(json.load(urllib.request.urlopen(req))['model'])\n")
+
+
+def test_each_api_goes_to_its_upstream_from_flags_or_git_config(repo, run_pf, tmp_path):
+    root = repo.git_dir.parent
+    with FakeLLM(["from a"], model="model-a") as a, FakeLLM(["from b"], model="model-b") as b:
+        proc = run_pf("record", "--name", "flags", "--upstream", f"openai={a.url}/v1", "--upstream",
+                      f"anthropic={b.url}", "--", sys.executable, "-c", POST_BOTH, cwd=root)
+        assert proc.stdout.split() == ["model-a", "model-b"]
+        assert [r["path"] for r in a.requests] == ["/v1/chat/completions"]  # the upstream's /v1 not doubled
+        assert [r["path"] for r in b.requests] == ["/v1/messages"]
+        git(root, "config", "pf.upstream.openai", b.url)
+        git(root, "config", "pf.upstream.anthropic", a.url)
+        proc = run_pf("record", "--name", "config", "--", sys.executable, "-c", POST_BOTH, cwd=root)
+        assert proc.stdout.split() == ["model-b", "model-a"]
+    assert sorted(step_ids(root, "config")) == [0, 1, 2]

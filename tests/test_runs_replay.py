@@ -7,7 +7,7 @@ import json
 import pytest
 
 from llm_fakes import FakeLLM, routed
-from runs_helpers import SCRIPT, agent_cmd, agent_line, record, report
+from runs_helpers import SCRIPT, agent_cmd, agent_line, record, report, tape
 
 
 def replay(run_pf, root, rev, api, world, *extra, pf_args=(), effects=None, check=False):
@@ -24,7 +24,8 @@ CASES = [("openai.chat", ("--concurrent",)), ("openai.chat", ("--stream", "--asy
 @pytest.mark.parametrize("api,extra", CASES, ids=[f"{a}{''.join(e)}" for a, e in CASES])
 def test_replay_is_bit_exact_and_the_irreversible_tool_does_not_run_again(repo, run_pf, tmp_path, api, extra):
     root, fx = repo.git_dir.parent, tmp_path / "effects.log"
-    with FakeLLM(routed(SCRIPT, {"critic:": "Looks fine."})) as fake:
+    slow = 150 if "--concurrent" in extra else 0  # so the concurrent pair is surely in flight together
+    with FakeLLM(routed(SCRIPT, {"critic:": "Looks fine."}), delay_ms=slow) as fake:
         rec = record(run_pf, root, fake, api, tmp_path / "sb", "--steps", "3", *extra, effects=fx)
         asked = len(fake.requests)
         assert fx.read_text().count("\n") == 1  # the agent's own notify after step 2 ran once
@@ -38,6 +39,10 @@ def test_replay_is_bit_exact_and_the_irreversible_tool_does_not_run_again(repo, 
     assert out["effects"] == {"replayed": 1, "of": 1}
     assert fx.read_text().count("\n") == 1  # the body of notify did not run on replay
     assert agent_line(played.stdout) == agent_line(rec.stdout)  # same replies, draws, tools and files
+    exchanges = [e for e in tape(root, "refs/pf/heads/run") if e["kind"] == "exchange"]
+    batches = sorted((e["arrival"], e["batch"]) for e in exchanges)
+    # two requests in flight together share a batch; otherwise each exchange is its own
+    assert batches == ([(1, 1), (2, 2), (3, 2)] if "--concurrent" in extra else [(1, 1), (2, 2), (3, 3)])
 
 
 def test_a_429_replays_as_429_and_the_sdk_retries_again(repo, run_pf, tmp_path):
@@ -95,3 +100,19 @@ def test_a_tape_from_another_agent_and_other_bad_input(repo, run_pf, tmp_path):
     run_pf("snapshot", "--fs-root", tmp_path / "sb", "--name", "plain", cwd=root)
     proc = run_pf("replay", "plain", "--", "true", cwd=root, check=False)
     assert proc.returncode == 2 and "not a recorded run" in proc.stderr
+
+
+def test_a_hostile_tape_is_refused_before_anything_is_served(repo, run_pf, tmp_path):
+    """A header that would split the response the agent gets is damaged data: exit 3, one line."""
+    entry = {"v": 2, "kind": "exchange", "step": 1, "arrival": 1, "batch": 1, "api": "openai.chat", "ms": 1,
+             "request": {"method": "POST", "path": "/v1/chat/completions", "query": "", "headers": {},
+                         "body": {"text": "{}"}},
+             "response": {"status": 200, "headers": {"content-type": "text/plain\r\nx-evil: 1"},
+                          "body": {"text": "hi"}, "chunks": None}, "draws": []}
+    (tmp_path / "tape.jsonl").write_text(json.dumps(entry) + "\n")
+    (tmp_path / "sb").mkdir()
+    root = repo.git_dir.parent
+    run_pf("snapshot", "--fs-root", tmp_path / "sb", "--name", "evil", "--tape", tmp_path / "tape.jsonl", cwd=root)
+    proc = run_pf("replay", "evil", "--fs-root", tmp_path / "w", "--", "true", cwd=root, check=False)
+    assert proc.returncode == 3 and proc.stderr.count("\n") == 1 and "control characters" in proc.stderr
+    assert not (tmp_path / "w").exists()
