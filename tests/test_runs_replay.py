@@ -116,3 +116,27 @@ def test_a_hostile_tape_is_refused_before_anything_is_served(repo, run_pf, tmp_p
     proc = run_pf("replay", "evil", "--fs-root", tmp_path / "w", "--", "true", cwd=root, check=False)
     assert proc.returncode == 3 and proc.stderr.count("\n") == 1 and "control characters" in proc.stderr
     assert not (tmp_path / "w").exists()
+
+
+STREAM_ONCE = ("import json, os, time, urllib.request\n"
+               "body = json.dumps({'model': 'm', 'stream': True, 'messages': [{'role': 'user', 'content': 'hi'}]})\n"
+               "req = urllib.request.Request(os.environ['OPENAI_BASE_URL'] + '/chat/completions', data=body.encode(),\n"
+               "                             method='POST', headers={'content-type': 'application/json'})\n"
+               "t = time.perf_counter()\n"
+               "resp = urllib.request.urlopen(req)\n"
+               "data = resp.read()\n"
+               "print(json.dumps({'s': time.perf_counter() - t, 'status': resp.status, 'events': data.count(b'data: ')}))\n")
+
+
+def test_realtime_keeps_the_recorded_chunk_delays(repo, run_pf, tmp_path):
+    import sys
+
+    root = repo.git_dir.parent
+    child = ["--", sys.executable, "-c", STREAM_ONCE]
+    with FakeLLM(["one two three four"], chunk_delay_ms=60) as fake:
+        live = json.loads(run_pf("record", "--name", "s", "--upstream", fake.url, *child, cwd=root).stdout)
+    fast = json.loads(run_pf("replay", "s", "--fs-root", tmp_path / "w1", *child, cwd=root).stdout)
+    slow = json.loads(run_pf("replay", "s", "--realtime", "--fs-root", tmp_path / "w2", *child, cwd=root).stdout)
+    assert live["status"] == fast["status"] == slow["status"] == 200
+    assert live["events"] == fast["events"] == slow["events"] > 3
+    assert live["s"] > 0.2 and slow["s"] > 0.8 * live["s"] and fast["s"] < 0.5 * live["s"]
