@@ -3,10 +3,13 @@ request. Real components: fake LLM servers on 127.0.0.1, the agent on the real S
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
 
 from llm_fakes import FakeLLM, routed
+from mount_helpers import requires_fuse
 from runs_helpers import SCRIPT, agent_cmd, agent_line, record, report, tape
 
 
@@ -140,3 +143,22 @@ def test_realtime_keeps_the_recorded_chunk_delays(repo, run_pf, tmp_path):
     assert live["status"] == fast["status"] == slow["status"] == 200
     assert live["events"] == fast["events"] == slow["events"] > 3
     assert live["s"] > 0.2 and slow["s"] > 0.8 * live["s"] and fast["s"] < 0.5 * live["s"]
+
+
+@requires_fuse
+def test_replay_in_a_mount_of_the_first_step(repo, run_pf, tmp_path):
+    root, mnt = repo.git_dir.parent, tmp_path / "mnt"
+    with FakeLLM(SCRIPT) as fake:
+        rec = record(run_pf, root, fake, "openai.chat", tmp_path / "sb", "--steps", "3", effects=tmp_path / "fx")
+    try:
+        played = run_pf("replay", "run", "--mount", mnt, "--json", "--",
+                        *agent_cmd("openai.chat", mnt, "--steps", "3", effects=tmp_path / "fx"), cwd=root)
+    finally:
+        subprocess.run(["fusermount3", "-u", "-q", str(mnt)], capture_output=True)  # only if the test failed
+    out = report(played.stdout)
+    assert out["bit_exact"] is True and out["world"] == str(mnt.resolve())
+    assert agent_line(played.stdout) == agent_line(rec.stdout)
+    assert str(mnt.resolve()) not in Path("/proc/self/mounts").read_text()  # unmounted, changes discarded
+    assert not any(mnt.iterdir())
+    proc = run_pf("replay", "run", "--mount", mnt, "--fs-root", tmp_path / "w", "--", "true", cwd=root, check=False)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1

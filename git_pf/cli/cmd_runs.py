@@ -6,12 +6,14 @@ stderr, or the JSON report on stdout after the agent's output with
 """
 from __future__ import annotations
 
+import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-from ..errors import EXIT_NEGATIVE
+from ..errors import EXIT_NEGATIVE, UsageError
 from .app import JsonOpt, app, emit, open_repo
 
 RUN = {"allow_interspersed_args": False}  # record's CMD may follow without '--' (replay and run need it: REV comes first)
@@ -59,6 +61,8 @@ def replay(
     ignore_field: List[str] = typer.Option([], "--ignore-field", metavar="JSONPATH", help="A volatile request field left out of matching ($.a.b, $.messages[*].id; repeatable)."),
     allow_effects: bool = typer.Option(False, "--allow-effects", help="Let an irreversible tool call that is not on the ledger run."),
     fs_root: Optional[Path] = typer.Option(None, "--fs-root", help="Check the first step's world out here (absent or empty; default: a new temporary directory)."),
+    # str, not Path: click stat()s a Path while parsing, which would hang on a stopped mount daemon
+    mount: Optional[str] = typer.Option(None, "--mount", metavar="DIR", help="Mount the first step's world copy-on-write at DIR instead of checking it out (unmounted and discarded afterwards)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Replay a recorded run to CMD: serve the tape and the draws, check every request, report whether it was bit-exact."""
@@ -68,12 +72,36 @@ def replay(
     ignore = tuple(ignore_field)
     for spec in ignore:
         parse_ignore(spec)  # a malformed one is bad input before anything runs
-    report = do_replay(open_repo(), rev, list(cmd), realtime=realtime, ignore=ignore, allow_effects=allow_effects,
-                       fs_root=fs_root)
+    if mount is not None and fs_root is not None:
+        raise UsageError("--mount and --fs-root cannot be used together")
+    repo = open_repo()
+    with _mounted(repo, rev, mount, list(cmd)) as world:
+        report = do_replay(repo, rev, list(cmd), realtime=realtime, ignore=ignore, allow_effects=allow_effects,
+                           fs_root=fs_root, world=world)
     emit(as_json, report.to_json(), lambda: report.problem() or _say(report.summary()))
     if report.problem():
         _say(f"error: {report.problem()}")
     raise typer.Exit(report.code)
+
+
+@contextmanager
+def _mounted(repo, rev: str, directory: Optional[str], cmd: List[str]):
+    """Step 0 of REV's run mounted copy-on-write at ``directory`` for the block (None: nothing mounted);
+    the mount's changes are discarded when it ends."""
+    if directory is None:
+        yield None
+        return
+    from ..runs import child
+    from ..runs.replaying import plan_of
+    from .cmd_mount import _fuse
+
+    child.start_check(cmd, os.environ)  # before anything is mounted
+    manage = _fuse()
+    manage.mount(repo, plan_of(repo, rev).first, directory, rw=True)
+    try:
+        yield Path(directory)
+    finally:
+        manage.umount(repo, directory, discard=True)
 
 
 @app.command(name="run")

@@ -140,7 +140,9 @@ def another_agent(replayer: Replayer, first: dict, rev: str, diverged: dict | No
 
 
 def replay(repo, rev: str, cmd: list[str], *, realtime: bool = False, ignore: tuple = (),
-           allow_effects: bool = False, fs_root: Path | None = None) -> ReplayReport:
+           allow_effects: bool = False, fs_root: Path | None = None, world: Path | None = None) -> ReplayReport:
+    """Replay the run REV ends to ``cmd``. The world is checked out into ``fs_root`` (or a temporary
+    directory) unless ``world`` is given: a directory that already holds step 0's world (a mount)."""
     from . import child, inject
     from .channel import write_replay_file
     from .proxy import Proxy
@@ -148,7 +150,7 @@ def replay(repo, rev: str, cmd: list[str], *, realtime: bool = False, ignore: tu
 
     plan = plan_of(repo, rev)
     child.start_check(cmd, os.environ)
-    world = fresh_world(repo, plan.first, fs_root)
+    world = Path(world).resolve() if world is not None else fresh_world(repo, plan.first, fs_root)
     stop = threading.Event()
     replayer = Replayer(plan.entries, ignore, realtime, stop)
     with tempfile.TemporaryDirectory(prefix="pf-replay-") as tmp:
