@@ -51,7 +51,7 @@ def test_import_git_pf_loads_nothing_heavy():
 def test_lazy_exports_still_resolve():
     got = _modules_after("import git_pf\n"
                          "print(json.dumps([getattr(git_pf, n).__module__ for n in git_pf.__all__ if n != '__version__']))")
-    assert set(json.loads(got["stdout"])) == {"git_pf.repo", "git_pf.image", "git_pf.errors"}
+    assert set(json.loads(got["stdout"])) == {"git_pf.repo", "git_pf.image", "git_pf.errors", "git_pf.runs.tools"}
 
 
 @pytest.mark.parametrize("args", [["--version"], ["-h"], ["snapshot", "-h"], ["log", "-h"]])

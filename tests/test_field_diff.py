@@ -163,7 +163,7 @@ def test_diff_json_p_carries_a_patch_per_file(repo, tmp_path, run_pf):
 
 def test_diff_usage_line_names_a_and_b(run_pf):
     out = run_pf("diff", "-h").stdout
-    assert "Usage: git pf diff [OPTIONS] A B\n" in out
+    assert "Usage: git pf diff [OPTIONS] A [B]\n" in out  # B is optional with --at-step N
     assert "{" not in out.splitlines()[0]
 
 
