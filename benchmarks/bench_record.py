@@ -28,14 +28,13 @@ from pathlib import Path
 
 import zstandard
 
+from git_pf.runs.fakellm import FakeLLM
+
 from .common import git_env, report, sh, verdict, workdir
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-from llm_fakes import FakeLLM  # noqa: E402  (the tests' fake server, shared)
 
 CLIENT = Path(__file__).with_name("record_client.py")
-AGENT = ROOT / "tests" / "agent_app.py"
+AGENT = ["-m", "git_pf.runs.demo_agent"]
 PF = str(Path(sys.executable).with_name("git-pf")) if Path(sys.executable).with_name("git-pf").exists() else "git-pf"
 
 
@@ -219,7 +218,7 @@ def bench_tracefork(base: Path, fake: FakeLLM, steps: int, skip: bool) -> list:
     env = git_env()
     repo, sandbox, effects = new_repo(base / "repo-agent", env), base / "pf-sandbox", base / "effects.log"
     sandbox.mkdir()
-    agent = [sys.executable, AGENT, "--api", "anthropic", "--steps", steps, "--plain-prompts", "--effects-file", effects]
+    agent = [sys.executable, *AGENT, "--api", "anthropic", "--steps", steps, "--plain-prompts", "--effects-file", effects]
     rec_s, rec = record(repo, env, fake, "agent", sandbox, agent)
     before = tf.lines_of(effects)
     rep_s, rep = run([PF, "replay", "agent", "--", *agent], repo, env)

@@ -1,5 +1,5 @@
 """Helpers of the record / replay / run tests: the agent's command line, a recorded run, reading the
-reports. Test helper only: runs the real ``git-pf`` and the real agent (tests/agent_app.py)."""
+reports. Test helper only: runs the real ``git-pf`` and the real agent (git_pf/runs/demo_agent.py)."""
 from __future__ import annotations
 
 import json
@@ -7,14 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-AGENT = Path(__file__).resolve().parent / "agent_app.py"
+AGENT = ["-m", "git_pf.runs.demo_agent"]
 # Reply scripts: step 2 reads task.md, so step 3's request carries what the world holds.
 SCRIPT = ["I will keep notes.", {"tool": "read_file", "args": {"path": "task.md"}}, "Read it; writing notes.",
           {"tool": "write_file", "args": {"path": "out.txt", "content": "done"}}, "All done."]
 
 
 def agent_cmd(api: str, sandbox: Path, *extra: str, effects: Path | None = None) -> list[str]:
-    cmd = [sys.executable, str(AGENT), "--api", api, "--sandbox", str(sandbox), *extra]
+    cmd = [sys.executable, *AGENT, "--api", api, "--sandbox", str(sandbox), *extra]
     return cmd + (["--effects-file", str(effects)] if effects else [])
 
 

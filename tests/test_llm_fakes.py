@@ -11,18 +11,17 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import anthropic
 import openai
 import pytest
 
-from llm_fakes import COOKIE, FakeLLM, routed
+from git_pf.runs.fakellm import COOKIE, FakeLLM, routed
 
 KEY = "sk-test-fakes-0123456789abcdef0123456789abcdef"
 TOOL = {"tool": "read_file", "args": {"path": "notes/a.txt"}}
 USER = [{"role": "user", "content": "hello"}]
-AGENT = Path(__file__).with_name("agent_app.py")
+AGENT = ["-m", "git_pf.runs.demo_agent"]
 
 
 def oai(fake, cls=openai.OpenAI, **kw):
@@ -193,7 +192,7 @@ def test_agent_app_runs_its_tools_on_the_real_sdk(tmp_path, api, flags):
                      {"tool": "read_file", "args": {"path": "out/a.txt"}}, "last words"],
                     {"critic:": "critic reply"})
     with FakeLLM(script, delay_ms=20) as fake:
-        proc = subprocess.run([sys.executable, AGENT, "--api", api, "--steps", "5", "--sandbox", tmp_path / "sb",
+        proc = subprocess.run([sys.executable, *AGENT, "--api", api, "--steps", "5", "--sandbox", tmp_path / "sb",
                                "--effects-file", effects, *flags], env=dict(os.environ, **fake.env()),
                               capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -1,6 +1,12 @@
-"""Fake LLM servers for the tests: ``FakeLLM`` is a real HTTP/1.1 server on 127.0.0.1 that speaks OpenAI
+"""An offline fake LLM server: ``FakeLLM`` is a real HTTP/1.1 server on 127.0.0.1 that speaks OpenAI
 ``/v1/chat/completions`` and ``/v1/responses`` and Anthropic ``/v1/messages``, as JSON or as SSE
 (``"stream": true``, sent with chunked transfer encoding, one event per chunk), with scripted replies.
+It lets an agent run, be recorded, replayed and forked with no network and no API key (docs/record.md,
+"Offline fake server"). From a shell:
+
+    python -m git_pf.runs.fakellm [--port N] [--fail-first] --reply TEXT [TEXT...]
+
+prints its URL and serves until killed. From Python:
 
     with FakeLLM(["hello", {"tool": "read_file", "args": {"path": "a.txt"}}], fail_first=True) as fake:
         client = openai.OpenAI(base_url=fake.openai_url, api_key="sk-test-...")
@@ -11,17 +17,22 @@ is a list shared by every api, a dict ``{api: [items]}`` (api: ``openai.chat``, 
 ``routed``). Past the end of a script the reply is ``"reply N"``. Ids are derived from the request body,
 so the same request gets the same ids in every run, whatever the order of concurrent requests.
 
-Test helper only: the package never imports it; it opens nothing but its own listening socket.
+It opens nothing but its own listening socket on 127.0.0.1; it reads no image and no repository, and no
+other git-pf module imports it.
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
+import signal
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import NoReturn
 
-import llm_fake_bodies as bodies
+from . import fakellm_bodies as bodies
 
 APIS = {"/v1/chat/completions": "openai.chat", "/v1/responses": "openai.responses",
         "/v1/messages": "anthropic.messages"}
@@ -41,7 +52,7 @@ def normalize(item) -> dict:
 def routed(script, routes: dict):
     """A callable script: a request whose body contains a key of ``routes`` gets that key's reply; the
     others get the items of ``script`` in order. Pins the replies of concurrent requests, whose arrival
-    order is not fixed (``agent_app.py --concurrent`` marks its side request with ``critic:``)."""
+    order is not fixed (``demo_agent --concurrent`` marks its side request with ``critic:``)."""
     lock, count = threading.Lock(), [0]
 
     def pick(api, request, n):
@@ -61,8 +72,9 @@ class FakeLLM:
     """A scripted LLM server; a context manager (``start()`` / ``stop()`` also work)."""
 
     def __init__(self, replies=(), *, fail_first: bool = False, retry_after_ms: str = "0",
-                 delay_ms: float = 0.0, chunk_delay_ms: float = 0.0, model: str | None = None):
+                 delay_ms: float = 0.0, chunk_delay_ms: float = 0.0, model: str | None = None, port: int = 0):
         self.script = replies
+        self._port = port  # 0: a free port
         self.fail_first = fail_first
         self.retry_after_ms = str(retry_after_ms)
         self.delay_ms = delay_ms
@@ -82,7 +94,7 @@ class FakeLLM:
 
     def start(self) -> "FakeLLM":
         handler = type("Handler", (_Handler,), {"fake": self})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", self._port), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         daemon=True, name="fake-llm")
@@ -252,3 +264,59 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("content-length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+
+# --- the command: python -m git_pf.runs.fakellm ------------------------------------------------------
+
+
+class _Args(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, as every git-pf command says a bad input
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}")
+    return int(text)
+
+
+def _reply(text: str):
+    """A ``--reply`` item: a JSON object (``{"tool": ..., "args": {...}}``) when it starts with ``{``."""
+    if not text.lstrip().startswith("{"):
+        return text
+    try:
+        return normalize(json.loads(text))
+    except (ValueError, TypeError):
+        raise argparse.ArgumentTypeError(f"a reply starting with '{{' is a JSON tool call "
+                                         f"{{\"tool\": NAME, \"args\": {{...}}}}, not {text[:60]!r}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = _Args(prog="python -m git_pf.runs.fakellm",
+               description="An offline fake LLM server on 127.0.0.1 (OpenAI chat.completions and responses, "
+                           "Anthropic messages; JSON and streamed). Prints its URL, serves until killed.")
+    ap.add_argument("--port", type=_port, default=0, help="the port to listen on (default: a free one)")
+    ap.add_argument("--reply", nargs="+", type=_reply, default=[], metavar="TEXT",
+                    help="the replies, in order (past the last: 'reply N'); a reply starting with '{' is a "
+                         'tool call, \'{"tool": "read_file", "args": {"path": "a.txt"}}\'')
+    ap.add_argument("--fail-first", action="store_true", help="answer the first request 429 (rate limited)")
+    args = ap.parse_args(argv)
+    fake = FakeLLM(args.reply, fail_first=args.fail_first, port=args.port)
+    try:
+        fake.start()
+    except OSError as e:
+        print(f"{ap.prog}: error: cannot listen on 127.0.0.1:{args.port}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    print(fake.url, flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        fake.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,8 +1,8 @@
-"""Response bodies of the fake LLM servers (tests/llm_fakes.py), in the wire formats the real SDKs parse:
-OpenAI chat.completions and responses, Anthropic messages, each as one JSON body or as SSE events.
+"""Response bodies of the offline fake LLM server (``git_pf.runs.fakellm``), in the wire formats the real
+SDKs parse: OpenAI chat.completions and responses, Anthropic messages, each as one JSON body or as SSE events.
 
 Pure functions of (reply, request, ids): no sockets, no clocks, no randomness, so the same request and
-reply always render to the same bytes. Test helper only; the package never imports it.
+reply always render to the same bytes. Only the fake server imports it; it touches nothing.
 """
 from __future__ import annotations
 

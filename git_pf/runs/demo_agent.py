@@ -1,7 +1,7 @@
-"""A small agent loop on the real ``openai`` / ``anthropic`` SDKs, run as a child process by the record /
-replay tests and the record benchmark:
+"""A small agent loop on the real ``openai`` / ``anthropic`` SDKs (the ``dev`` extra), the agent of
+``make demo``, of the record / replay tests and of the record benchmark:
 
-    python tests/agent_app.py --api openai.chat|openai.responses|anthropic [--stream] [--steps 5]
+    python -m git_pf.runs.demo_agent --api openai.chat|openai.responses|anthropic [--stream] [--steps 5]
         --sandbox DIR [--async] [--concurrent] [--effects-file PATH] [--secret TEXT] [--plain-prompts]
 
 The sandbox is ``$GIT_PF_WORLD`` when git pf sets it (the world of the run: ``--fs-root`` when recording,
@@ -18,7 +18,7 @@ also called by the agent itself once after step 2. A text reply is written to ``
 sums up what it did and is the same whenever the replies and draws are. ``--plain-prompts`` keeps the draws
 out of the prompts (log.txt only), for recorders that cannot replay draws.
 
-Test helper only: it touches the sandbox, the effects file and its LLM endpoint, nothing else.
+It touches the sandbox, the effects file and its LLM endpoint, nothing else; no git-pf module imports it.
 """
 from __future__ import annotations
 
@@ -252,7 +252,7 @@ async def run_async(agent: Agent, client: Client) -> None:
 
 def main(argv: list[str]) -> int:
     global EFFECTS
-    ap = argparse.ArgumentParser(prog="agent_app")
+    ap = argparse.ArgumentParser(prog="python -m git_pf.runs.demo_agent")
     ap.add_argument("--api", choices=["openai.chat", "openai.responses", "anthropic"], required=True)
     ap.add_argument("--stream", action="store_true")
     ap.add_argument("--steps", type=int, default=5)
