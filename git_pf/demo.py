@@ -4,8 +4,10 @@ Snapshot an agent sandbox with its trace, effects and env; fork it three
 ways, each fork mounted copy-on-write; let each fork try a fix through its
 mount and snapshot it; merge the winning fork back; push with plain
 ``git push`` to a bare remote; clone it elsewhere and mount the image.
-Uses only the ``git pf`` command (and git), as a user would; needs no
-network and no API key. Run: ``python -m git_pf.demo [--keep]``.
+Then the debugger half (``git_pf.demo_debugger``): record a small agent
+against the offline fake LLM server, replay it bit-exact, fork a step and
+run on. Uses only the ``git pf`` command (and git), as a user would; needs
+no network and no API key. Run: ``python -m git_pf.demo [--keep]``.
 """
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from .demo_debugger import Debugger, run_debugger
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 TEST = "from calc import add\nassert add(2, 3) == 5, 'add is broken'\nprint('tests pass')\n"
@@ -174,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     base = Path(tempfile.mkdtemp(prefix="git-pf-demo-")) / "demo"
     base.mkdir()
     demo = Demo(base)
+    debugger = Debugger(demo)
     try:
         demo.snapshot_agent()
         winner = demo.explore_in_forks()
@@ -181,8 +186,10 @@ def main(argv: list[str] | None = None) -> int:
         demo.merge_winner(winner)
         demo.clone_and_mount(demo.push())
         demo.say("done: snapshot -> fork -> mount -> merge -> git push -> clone -> mount")
+        run_debugger(debugger)
         return 0
     finally:
+        debugger.stop()  # a failed step must not leave the fake LLM server running
         for mnt in demo.mounts:  # a failed step must not leave mounts behind
             subprocess.run(["fusermount3", "-u", "-z", str(mnt)], capture_output=True)
         if "--keep" in argv:

@@ -1,7 +1,9 @@
-"""`make demo` keeps working: the end-to-end story runs clean from start to finish."""
+"""`make demo` keeps working: the end-to-end story runs clean from start to finish, then its debugger half
+(record an agent against the offline fake LLM server, replay it, fork a step, run on)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,4 +21,15 @@ def test_demo_runs_end_to_end():
     assert "Merged: image" in out and "trace    clean" in out
     assert "refs/pf/heads/main -> refs/pf/heads/main" in out  # plain git push carried the images
     assert "return a + b" in out and "tests in the mounted image: pass" in out  # merged image, from a clone
-    assert out.rstrip().endswith("done: snapshot -> fork -> mount -> merge -> git push -> clone -> mount")
+    assert "done: snapshot -> fork -> mount -> merge -> git push -> clone -> mount" in out
+    # the debugger half
+    assert "git pf: recorded 5 steps on 'run'" in out
+    assert '"bit_exact": true' in out and "replay: bit-exact (5/5 exchanges" in out
+    shared = re.search(r"steps 0-2 of run-fix are run's commits: (\w+) (\w+) (\w+)", out).groups()
+    for n, oid in enumerate(shared):  # listed on both branches by git pf log, as the same step
+        assert out.count(f"  {oid} [step {n}] ") == 2, (oid, n)
+    assert "Pf-Forked-From: " in out and "git pf: ran on: recorded 2 steps on 'run-fix'" in out
+    assert "notes/step-03.txt: 'Read task.md. Before writing notes I will write a plan.'" in out
+    assert out.count("outbox.log: 1 line") == 2  # the irreversible notify ran once: not on replay, not on run
+    assert "+1. read task.md" in out  # the diff of the two runs' last steps: the fork's live steps wrote plan.txt
+    assert out.rstrip().endswith("done: record -> replay (bit-exact) -> fork at step 3 -> run on -> diff")
