@@ -51,6 +51,23 @@ def loads(data: bytes | str) -> Any:
     return json.loads(data)
 
 
+def strict_loads(text: str | bytes) -> Any:
+    """``json.loads`` that refuses (ValueError) a duplicate key and NaN / Infinity: a parser
+    keeps one value of a duplicate key, and what it drops must not escape a check or redaction."""
+    return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+
+
+def _unique_keys(pairs: list) -> dict:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise ValueError("duplicate key")
+    return out
+
+
+def _no_constant(name: str):
+    raise ValueError(name)
+
+
 def canonical_bytes(value: Any) -> bytes:
     """The canonical bytes of one value without the trailing newline (what gets hashed)."""
     return encode(value)[:-1]

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
 from urllib.parse import unquote
 
@@ -181,21 +180,11 @@ def _json_document(text: str):
     if head not in ("{", "[", '"'):
         return None
     try:
-        value = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+        value = canonjson.strict_loads(text)
     except (ValueError, RecursionError):
         return None
     return value if isinstance(value, (dict, list, str)) else None
 
-
-def _unique_keys(pairs: list) -> dict:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        raise ValueError("duplicate key")
-    return out
-
-
-def _no_constant(name: str):
-    raise ValueError(name)
 
 
 def _redact_url(url: str, keep: frozenset[str]) -> str:

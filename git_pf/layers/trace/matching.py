@@ -82,16 +82,6 @@ def _delete(value, path: tuple) -> None:
         _delete(value[t], rest)
 
 
-def _unique(pairs: list) -> dict:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        raise ValueError("duplicate key")
-    return out
-
-
-def _no_constant(name: str):
-    raise ValueError(name)
-
 
 def normal_body(data: bytes, ignore=(), keep: frozenset[str] = frozenset()) -> tuple[str, object]:
     """What of a body counts: ``("json", value)`` redacted and without the ignored paths,
@@ -101,7 +91,7 @@ def normal_body(data: bytes, ignore=(), keep: frozenset[str] = frozenset()) -> t
     except UnicodeDecodeError:
         return "bytes", hashlib.sha256(data).hexdigest()
     try:  # a duplicate key or NaN makes it text, as redaction has it (git_pf.secrets)
-        value = redact_json(json.loads(text, object_pairs_hook=_unique, parse_constant=_no_constant), keep)
+        value = redact_json(canonjson.strict_loads(text), keep)
         for path in _paths(ignore):
             _delete(value, path)
         canonjson.dumps(value)  # deep or odd values fall back to text here, not later
