@@ -63,6 +63,7 @@ def replay(
     fs_root: Optional[Path] = typer.Option(None, "--fs-root", help="Check the first step's world out here (absent or empty; default: a new temporary directory)."),
     # str, not Path: click stat()s a Path while parsing, which would hang on a stopped mount daemon
     mount: Optional[str] = typer.Option(None, "--mount", metavar="DIR", help="Mount the first step's world copy-on-write at DIR instead of checking it out (unmounted and discarded afterwards)."),
+    keep_world: bool = typer.Option(False, "--keep-world", help="Keep the temporary world the replay checked out (default: removed when the replay ends)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Replay a recorded run to CMD: serve the tape and the draws, check every request, report whether it was bit-exact."""
@@ -74,10 +75,12 @@ def replay(
         parse_ignore(spec)  # a malformed one is bad input before anything runs
     if mount is not None and fs_root is not None:
         raise UsageError("--mount and --fs-root cannot be used together")
+    if keep_world and (mount is not None or fs_root is not None):
+        raise UsageError("--keep-world is for the temporary world: --fs-root DIR stays anyway, a --mount is discarded")
     repo = open_repo()
     with _mounted(repo, rev, mount, list(cmd)) as world:
         report = do_replay(repo, rev, list(cmd), realtime=realtime, ignore=ignore, allow_effects=allow_effects,
-                           fs_root=fs_root, world=world)
+                           fs_root=fs_root, world=world, keep_world=keep_world)
     emit(as_json, report.to_json(), lambda: report.problem() or _say(report.summary()))
     if report.problem():
         _say(f"error: {report.problem()}")

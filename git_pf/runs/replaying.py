@@ -1,7 +1,8 @@
 """The replay operation: world, draws and tape handed back to the agent, and the bit-exact report.
 
 ``replay`` checks out the run's first step into a fresh directory (the child
-finds it in ``GIT_PF_WORLD``), writes the recorded draws and effects for the
+finds it in ``GIT_PF_WORLD``; a temporary one is removed when the replay
+ends, also on an interrupt, unless it is to be kept), writes the recorded draws and effects for the
 in-process hook (``inject``, ``channel``), serves the tape through a
 ``Replayer`` and watches the channel: a divergence of draws or effects, like
 a request mismatch, stops the child. ``ReplayReport`` says what held
@@ -10,6 +11,8 @@ a request mismatch, stops the child. ``ReplayReport`` says what held
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -55,7 +58,7 @@ def draw_step(entries: list[dict], index: int) -> str:
 @dataclass
 class ReplayReport:
     rev: str
-    world: str
+    world: str | None  # None: a temporary world, removed
     exit: int
     served: int
     total: int
@@ -64,6 +67,7 @@ class ReplayReport:
     mismatch: Mismatch | None
     divergence: str | None
     another_agent: str | None = None
+    kept: bool = False  # the world is a temporary directory left behind (--keep-world)
 
     @property
     def bit_exact(self) -> bool:
@@ -89,7 +93,8 @@ class ReplayReport:
     def summary(self) -> str:
         held = "bit-exact" if self.bit_exact else "not bit-exact"
         return (f"replayed {self.served} of {self.total} exchanges, {self.draws[0]} of {self.draws[1]} draws, "
-                f"{self.effects[0]} of {self.effects[1]} effects: {held}; the agent exited {self.exit}")
+                f"{self.effects[0]} of {self.effects[1]} effects: {held}; the agent exited {self.exit}"
+                + (f"; its world is kept in {self.world}" if self.kept else ""))
 
     def to_json(self) -> dict:
         return {"bit_exact": self.bit_exact, "rev": self.rev, "world": self.world, "exit": self.exit,
@@ -140,17 +145,55 @@ def another_agent(replayer: Replayer, first: dict, rev: str, diverged: dict | No
 
 
 def replay(repo, rev: str, cmd: list[str], *, realtime: bool = False, ignore: tuple = (),
-           allow_effects: bool = False, fs_root: Path | None = None, world: Path | None = None) -> ReplayReport:
+           allow_effects: bool = False, fs_root: Path | None = None, world: Path | None = None,
+           keep_world: bool = False) -> ReplayReport:
     """Replay the run REV ends to ``cmd``. The world is checked out into ``fs_root`` (or a temporary
-    directory) unless ``world`` is given: a directory that already holds step 0's world (a mount)."""
-    from . import child, inject
+    directory, removed when the replay ends, whatever its outcome, unless ``keep_world``) unless
+    ``world`` is given: a directory that already holds step 0's world (a mount)."""
+    from . import child
+
+    plan = plan_of(repo, rev)
+    child.start_check(cmd, os.environ)
+    if world is not None or fs_root is not None:
+        world = Path(world).resolve() if world is not None else fresh_world(repo, plan.first, fs_root)
+        return _replay(plan, rev, cmd, world, realtime, ignore, allow_effects)
+    temp = Path(tempfile.mkdtemp(prefix="pf-world-"))
+    try:
+        report = _replay(plan, rev, cmd, fresh_world(repo, plan.first, temp), realtime, ignore, allow_effects)
+    finally:
+        if not keep_world:
+            remove_tree(temp)
+    if keep_world:
+        report.kept = True
+    else:
+        report.world = None
+    return report
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a temporary world, also where the agent left directories without write permission."""
+    def writable_again(func, name, exc):
+        os.chmod(os.path.dirname(name), 0o700)
+        if os.path.isdir(name) and not os.path.islink(name):
+            os.chmod(name, 0o700)
+        func(name)
+
+    try:
+        if sys.version_info >= (3, 12):
+            shutil.rmtree(path, onexc=writable_again)
+        else:
+            shutil.rmtree(path, onerror=lambda func, name, info: writable_again(func, name, info[1]))
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _replay(plan, rev: str, cmd: list[str], world: Path, realtime: bool, ignore: tuple,
+            allow_effects: bool) -> ReplayReport:
+    from . import inject
     from .channel import write_replay_file
     from .proxy import Proxy
     from .record import drive, world_env
 
-    plan = plan_of(repo, rev)
-    child.start_check(cmd, os.environ)
-    world = Path(world).resolve() if world is not None else fresh_world(repo, plan.first, fs_root)
     stop = threading.Event()
     replayer = Replayer(plan.entries, ignore, realtime, stop)
     with tempfile.TemporaryDirectory(prefix="pf-replay-") as tmp:

@@ -1,0 +1,83 @@
+"""Record / replay edge cases: the temporary world of a replay, a prompt proxy shutdown, a damaged tape
+seen by fsck and show, secrets in tool calls, draws before a request the upstream never answered.
+Real components: the real ``git-pf``, Python children talking HTTP to fake servers on 127.0.0.1."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from git_pf.runs.fakellm import FakeLLM
+
+# A child that draws, asks the model once, writes what it heard into its world and, with an argument,
+# then waits (so it can be interrupted while the replay runs).
+ASK_ONCE = ("import json, os, sys, time, urllib.request, uuid\n"
+            "tag = uuid.uuid4().hex\n"
+            "body = json.dumps({'model': 'm', 'messages': [{'role': 'user', 'content': 'hi ' + tag}]})\n"
+            "req = urllib.request.Request(os.environ['OPENAI_BASE_URL'] + '/chat/completions', data=body.encode(),\n"
+            "                             method='POST', headers={'content-type': 'application/json'})\n"
+            "reply = json.loads(urllib.request.urlopen(req).read())['choices'][0]['message']['content']\n"
+            "open(os.path.join(os.environ['GIT_PF_WORLD'], 'heard.txt'), 'w').write(reply)\n"
+            "print(json.dumps({'tag': tag, 'reply': reply}), flush=True)\n"
+            "if len(sys.argv) > 1:\n"
+            "    open(sys.argv[1], 'w').close()\n"
+            "    time.sleep(60)\n")
+
+
+def _record_once(run_pf, root: Path, tmp_path: Path, name: str = "r") -> None:
+    (tmp_path / "sb").mkdir(exist_ok=True)
+    with FakeLLM(["hello there"]) as fake:
+        run_pf("record", "--name", name, "--fs-root", tmp_path / "sb", "--upstream", fake.url, "--",
+               sys.executable, "-c", ASK_ONCE, cwd=root)
+
+
+def _report(stdout: str) -> dict:
+    return json.loads(stdout[stdout.index("\n{") + 1:])
+
+
+# -- 1. the temporary world --------------------------------------------------------------------------
+
+def test_replay_removes_its_temporary_world_unless_kept(repo, run_pf, tmp_path):
+    root, tmp = repo.git_dir.parent, tmp_path / "tmp"
+    tmp.mkdir()
+    _record_once(run_pf, root, tmp_path)
+    env = {"TMPDIR": str(tmp)}
+    played = run_pf("replay", "r", "--json", "--", sys.executable, "-c", ASK_ONCE, cwd=root, env=env)
+    out = _report(played.stdout)
+    assert out["bit_exact"] is True and out["world"] is None
+    assert os.listdir(tmp) == []  # neither the world nor the channel stays
+    mismatch = run_pf("replay", "r", "--json", "--", sys.executable, "-c", ASK_ONCE.replace("'hi '", "'ho '"),
+                      cwd=root, env=env, check=False)
+    assert mismatch.returncode == 1 and "replay mismatch: step 1" in mismatch.stderr
+    assert os.listdir(tmp) == []  # a failed replay removes it too
+    kept = run_pf("replay", "r", "--keep-world", "--json", "--", sys.executable, "-c", ASK_ONCE, cwd=root, env=env)
+    world = Path(_report(kept.stdout)["world"])
+    assert world.parent == tmp.resolve() and (world / "heard.txt").read_text() == "hello there"
+    human = run_pf("replay", "r", "--keep-world", "--", sys.executable, "-c", ASK_ONCE, cwd=root, env=env)
+    assert "its world is kept in " + str(tmp.resolve()) in human.stderr
+    proc = run_pf("replay", "r", "--keep-world", "--fs-root", tmp_path / "w", "--", "true", cwd=root, check=False)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--keep-world" in proc.stderr
+
+
+def test_an_interrupted_replay_removes_its_temporary_world(repo, run_pf, tmp_path):
+    root, tmp, ready = repo.git_dir.parent, tmp_path / "tmp", tmp_path / "ready"
+    tmp.mkdir()
+    _record_once(run_pf, root, tmp_path)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        ready.unlink(missing_ok=True)
+        env = dict(os.environ, TMPDIR=str(tmp), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+        proc = subprocess.Popen(["git-pf", "replay", "r", "--", sys.executable, "-c", ASK_ONCE, str(ready)],
+                                cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert ready.exists(), proc.communicate()
+        assert any(n.startswith("pf-world-") for n in os.listdir(tmp))  # the child runs in it now
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 128 + sig, err
+        assert os.listdir(tmp) == [], sig
