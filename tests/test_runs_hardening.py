@@ -81,3 +81,26 @@ def test_an_interrupted_replay_removes_its_temporary_world(repo, run_pf, tmp_pat
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 128 + sig, err
         assert os.listdir(tmp) == [], sig
+
+
+# -- 2. stopping the proxy -----------------------------------------------------------------------------
+
+class _Hello:
+    def handle(self, request, reply) -> None:
+        reply.whole(200, [("Content-Type", "text/plain")], b"hello")
+
+
+def test_the_proxy_stops_promptly_after_serving():
+    """A replay ends by stopping its proxy: that must not wait out a long poll (it was up to 0.5 s)."""
+    import urllib.request
+
+    from git_pf.runs.proxy import Proxy
+
+    stops = []
+    for _ in range(8):
+        proxy = Proxy(_Hello())
+        with proxy:
+            assert urllib.request.urlopen(proxy.url + "/v1/models", timeout=10).read() == b"hello"
+            t = time.perf_counter()
+        stops.append(time.perf_counter() - t)
+    assert max(stops) < 0.25, stops

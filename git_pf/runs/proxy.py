@@ -21,6 +21,7 @@ from typing import Iterable, Protocol
 
 HOST = "127.0.0.1"
 MAX_BODY = 64 << 20  # a request body over this is refused (413)
+STOP_POLL_S = 0.05  # how often the server looks for a stop: what stopping it may wait (the default is 0.5 s)
 # Headers that describe one connection, never the message: not passed on either way.
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding",
                         "upgrade", "content-length", "host"})
@@ -157,7 +158,8 @@ class Proxy:
         self.server = _Server((HOST, 0), _Handler)
         self.server.backend = backend
         self.server.failures = []
-        self._thread = threading.Thread(target=self.server.serve_forever, name="git-pf-proxy", daemon=True)
+        self._thread = threading.Thread(target=self.server.serve_forever, args=(STOP_POLL_S,), name="git-pf-proxy",
+                                        daemon=True)
 
     @property
     def url(self) -> str:
