@@ -4,10 +4,12 @@ Image data is untrusted: every layer file git-pf reads from an image has one
 parser here, and each raises ``DataError`` naming the path (and line) when
 the file is malformed (types as docs/format.md specifies them). ``fsck``
 reports every malformed file, ``show`` and ``diff`` refuse an image holding
-one, and the merge engine parses each layer file of a merge result before it
+one (``show`` and a fast-forward merge also one with a bad tape entry), and the merge engine parses each layer file of a merge result before it
 writes the image, so a merge never writes a layer it could not parse. Reads
-blobs; writes nothing. The recorded exchanges (``trace/tape/``) and the
-plug-in layers (model, cache) have their own readers.
+blobs; writes nothing. A tree a layer registers (the recorded exchanges,
+``trace/tape/``) is checked entry by entry with its checker by ``check``
+(fsck reaches it through the layer's own check); the plug-in layers (model,
+cache) have their own readers.
 """
 from __future__ import annotations
 
@@ -18,11 +20,16 @@ from . import image as img
 from .errors import DataError
 from .layers import registry
 
-# The manifest's parser and every parser a layer registers (git_pf.layers.registry).
+_SPECS = {path: spec for layer in registry.layers() for path, spec in layer.parsers.items()}
+# The manifest's parser and every file parser a layer registers (git_pf.layers.registry).
 PARSERS: dict[bytes, Callable[[bytes], object]] = {
     img.MANIFEST: img.parse_manifest,
-    **{path: registry.load(spec) for layer in registry.layers() for path, spec in layer.parsers.items()},
+    **{path: registry.load(spec) for path, spec in _SPECS.items() if not path.endswith(b"/")},
 }
+# The trees a layer registers (a parsers key ending in "/": the tape): (git, image tree) -> each
+# problem, path -> one line.
+TREES: dict[bytes, Callable[[object, str], dict[bytes, str]]] = {
+    path.rstrip(b"/"): registry.load(spec) for path, spec in _SPECS.items() if path.endswith(b"/")}
 
 
 def _parse(git, tree: str, path: bytes, default=None):
@@ -40,7 +47,9 @@ def load(git, image: img.ImageInfo, path: bytes, default=None):
 
 
 def problems(git, tree: str) -> dict[bytes, str]:
-    """Each malformed layer file of an image tree: path -> one line (the path is named in it)."""
+    """Each malformed layer file of an image tree: path -> one line (the path is named in it).
+    The registered trees are not read here: fsck reports their entries through the layer's
+    own check (``Layer.fsck``)."""
     out = {}
     for path in PARSERS:
         try:
@@ -51,8 +60,10 @@ def problems(git, tree: str) -> dict[bytes, str]:
 
 
 def check(git, image: img.ImageInfo, what: str | None = None) -> None:
-    """Raise the first malformed layer file of ``image`` as a DataError naming ``what``
-    (default: the image)."""
+    """Raise the first malformed layer file, or bad entry of a registered tree (the tape), of
+    ``image`` as a DataError naming ``what`` (default: the image)."""
     found = problems(git, image.tree)
+    for check_tree in TREES.values():
+        found = found or check_tree(git, image.tree)
     if found:
         raise DataError(f"{what or f'image {image.short}'}: {next(iter(found.values()))}")

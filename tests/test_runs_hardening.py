@@ -104,3 +104,40 @@ def test_the_proxy_stops_promptly_after_serving():
             t = time.perf_counter()
         stops.append(time.perf_counter() - t)
     assert max(stops) < 0.25, stops
+
+
+# -- 3. a damaged tape seen by fsck, show and merges ----------------------------------------------------
+
+def _exchange(step: int, arrival: int, batch: int, content_type: str = "text/plain") -> dict:
+    return {"v": 2, "kind": "exchange", "step": step, "arrival": arrival, "batch": batch, "api": "openai.chat",
+            "ms": 1, "request": {"method": "POST", "path": "/v1/chat/completions", "query": "", "headers": {},
+                                 "body": {"text": "{}"}},
+            "response": {"status": 200, "headers": {"content-type": content_type}, "body": {"text": "hi"}},
+            "draws": []}
+
+
+def _image_with_tape(run_pf, root: Path, tmp_path: Path, name: str, entries: list[dict]) -> None:
+    (tmp_path / "sb").mkdir(exist_ok=True)
+    (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
+    run_pf("snapshot", "--fs-root", tmp_path / "sb", "--name", name, "--tape", tmp_path / f"{name}.jsonl", cwd=root)
+
+
+def test_fsck_show_and_merge_look_inside_the_tape(repo, run_pf, tmp_path):
+    root = repo.git_dir.parent
+    _image_with_tape(run_pf, root, tmp_path, "evil", [_exchange(1, 1, 1)])
+    run_pf("branch", "clean", "evil", cwd=root)
+    _image_with_tape(run_pf, root, tmp_path, "evil", [_exchange(1, 1, 1, "text/plain\r\nx-evil: 1"),
+                                                       _exchange(2, 2, 2), _exchange(3, 3, 9)])
+    _image_with_tape(run_pf, root, tmp_path, "twice", [_exchange(1, 1, 1), _exchange(1, 2, 2)])
+    proc = run_pf("fsck", cwd=root, check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    lines = [l for l in (proc.stdout + proc.stderr).splitlines() if "trace/tape" in l]
+    assert len(lines) == 3, proc.stdout + proc.stderr  # each bad entry of evil, and the step twice's tape holds twice
+    assert any("trace/tape/00000000-" in l and "control characters" in l for l in lines)
+    assert any("trace/tape/00000002-" in l and "batch must not be after its arrival" in l for l in lines)
+    assert any("trace/tape: step 1 is recorded twice" in l for l in lines)
+    for args in (("show", "evil"), ("merge", "evil", "--into", "clean")):  # the branch is not moved onto it
+        proc = run_pf(*args, cwd=root, check=False)
+        assert proc.returncode == 3 and proc.stderr.count("\n") == 1, (args, proc.stderr)
+        assert "trace/tape/00000000-" in proc.stderr and "control characters" in proc.stderr, args
+    assert run_pf("show", "clean", cwd=root).returncode == 0
