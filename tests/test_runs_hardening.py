@@ -141,3 +141,67 @@ def test_fsck_show_and_merge_look_inside_the_tape(repo, run_pf, tmp_path):
         assert proc.returncode == 3 and proc.stderr.count("\n") == 1, (args, proc.stderr)
         assert "trace/tape/00000000-" in proc.stderr and "control characters" in proc.stderr, args
     assert run_pf("show", "clean", cwd=root).returncode == 0
+
+
+# -- 4. secrets in tool calls --------------------------------------------------------------------------
+
+KEY = "sk-" + "Qw7Er9Ty" * 6
+PASSWORD = "hunter2-horse-battery"
+TOKEN = "tok-" + "Zz9" * 10
+TOOLS = ("import json, os, sys, urllib.request\n"
+         "import git_pf\n"
+         f"KEY, PASSWORD, TOKEN = {KEY!r}, {PASSWORD!r}, {TOKEN!r}\n"
+         "def ran(name):\n"
+         "    open(sys.argv[1], 'a').write(name + '\\n')\n"
+         "@git_pf.tool(side_effect='irreversible')\n"
+         "def call_api(url, api_key, password):\n"
+         "    ran('call_api')\n"
+         "    return {'used': api_key, 'echo': 'logged in with ' + password}\n"
+         "@git_pf.tool(side_effect='irreversible', key=lambda a: 'deploy-' + a['token'])\n"
+         "def deploy(token):\n"
+         "    ran('deploy')\n"
+         "    return 'deployed'\n"
+         "@git_pf.tool(side_effect='idempotent')\n"
+         "def login(password):\n"
+         "    ran('login')\n"
+         "    raise PermissionError('wrong password ' + password + ' for key ' + KEY)\n"
+         "out = [call_api('https://api.example', KEY, PASSWORD), deploy(TOKEN)]\n"
+         "try:\n"
+         "    login(PASSWORD)\n"
+         "except Exception as e:\n"
+         "    out.append(type(e).__name__)\n"
+         "if os.environ.get('GIT_PF_MODE') == 'record':  # what another writer of the channel could send\n"
+         "    raw = {'tool': 'raw', 'args': {'api_key': KEY}, 'result': None, 'side_effect_class': 'pure',\n"
+         "           'idempotency_key': 'raw:1', 'ts': '2026-01-01T00:00:00Z'}\n"
+         "    open(os.environ['GIT_PF_CHANNEL'], 'a').write(json.dumps({'t': 'effect', 'entry': raw}) + '\\n')\n"
+         "body = json.dumps({'model': 'm', 'messages': [{'role': 'user', 'content': 'go'}]})\n"
+         "req = urllib.request.Request(os.environ['OPENAI_BASE_URL'] + '/chat/completions', data=body.encode(),\n"
+         "                             method='POST', headers={'content-type': 'application/json'})\n"
+         "urllib.request.urlopen(req).read()\n"
+         "print(json.dumps(out))\n")
+
+
+def test_a_secret_given_to_a_tool_reaches_no_git_object_and_the_call_still_replays(repo, run_pf, tmp_path):
+    root, ran = repo.git_dir.parent, tmp_path / "ran.log"
+    (tmp_path / "sb").mkdir()
+    child = [sys.executable, "-c", TOOLS, ran]
+    with FakeLLM(["ok"]) as fake:
+        rec = run_pf("record", "--name", "t", "--fs-root", tmp_path / "sb", "--upstream", fake.url, "--", *child,
+                     cwd=root)
+    assert json.loads(rec.stdout)[2] == "PermissionError"
+    objects = subprocess.run(["git", "cat-file", "--batch-all-objects", "--batch"], cwd=root,
+                             capture_output=True, check=True).stdout
+    for secret in (KEY, PASSWORD, TOKEN):
+        assert secret.encode() not in objects, secret
+    ledger = [json.loads(l) for l in subprocess.run(["git", "show", "refs/pf/heads/t:effects/ledger.jsonl"],
+                                                    cwd=root, capture_output=True, text=True).stdout.splitlines()]
+    assert [e["tool"] for e in ledger] == ["call_api", "deploy", "login", "raw"]
+    assert ledger[0]["result"] == {"used": "<redacted>", "echo": "logged in with <redacted>"}
+    assert ledger[1]["idempotency_key"] == "deploy-<redacted>" and ledger[3]["args"] == {"api_key": "<redacted>"}
+    assert ledger[2]["error"] == "PermissionError: wrong password <redacted> for key <redacted>"
+    assert ran.read_text().split() == ["call_api", "deploy", "login"]
+    played = run_pf("replay", "t", "--json", "--", *child, cwd=root)
+    out = _report(played.stdout)
+    assert out["mismatch"] is None and out["divergence"] is None and out["exchanges"] == {"served": 1, "of": 1}
+    assert out["effects"] == {"replayed": 3, "of": 4}  # raw was no call of git_pf.tool: nothing asks for it again
+    assert ran.read_text().split() == ["call_api", "deploy", "login"]  # answered from the ledger, not run again

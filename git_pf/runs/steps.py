@@ -19,7 +19,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import image as img, refs
+from .. import image as img, refs, secrets
 from ..errors import InputFormatError, UnknownRevision, UsageError
 from ..layers.effects import ledger as effects_mod
 from ..layers.trace import exchange, tape as tape_mod, wire
@@ -233,8 +233,8 @@ class StepWriter:
         """Move the effects seen at arrivals up to ``upto`` into the ledger (so it only grows)."""
         while self._pending and self._pending[0][0] <= upto:
             for entry in self._pending.pop(0)[1]:
-                try:
-                    self._ledger = effects_mod.chain(self._ledger + [entry], "effect")
+                try:  # redacted here too: the channel is the child's to write (git_pf.tool redacts first)
+                    self._ledger = effects_mod.chain(self._ledger + [secrets.redact_json(entry, self.keep)], "effect")
                 except InputFormatError:  # not a ledger entry: the child's tool wrapper is broken
                     self.bad_effects += 1
 

@@ -23,6 +23,7 @@ from .. import canonjson, secrets
 from ..errors import UsageError
 
 CLASSES = ("pure", "idempotent", "irreversible")
+_MIN_HIDDEN = 4  # a redacted argument shorter than this is not looked for in the result
 _counts: dict[tuple[str, str], int] = {}
 _counts_lock = threading.Lock()
 
@@ -117,13 +118,19 @@ class Call:
         result, is_json = _jsonable(self.result)
         if is_json and error is None:
             self.result = result  # what replay will return: the agent sees the same value both times
-        entry = {"tool": self.name, "args": secrets.redact_json(self.args), "result": secrets.redact_json(result),
-                 "side_effect_class": self.side_effect, "idempotency_key": self._idempotency_key(),
+        args = secrets.redact_json(self.args)
+        hidden = _hidden(self.args, args, set())
+
+        def clean(value):  # a secret given in the args stays out of the result, error and key too
+            return _scrub(secrets.redact_json(value), hidden)
+
+        entry = {"tool": self.name, "args": args, "result": clean(result),
+                 "side_effect_class": self.side_effect, "idempotency_key": clean(self._idempotency_key()),
                  "ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_wall_clock()))}
         if not is_json:
             entry["result_repr"] = True
         if error is not None:
-            entry["result"], entry["error"] = None, f"{type(error).__name__}: {error}"
+            entry["result"], entry["error"] = None, clean(f"{type(error).__name__}: {error}")
         self._run.emit({"t": "effect", "entry": entry})
 
     def _idempotency_key(self) -> str:
@@ -135,6 +142,35 @@ class Call:
         with _counts_lock:
             n = _counts[self.name, digest] = _counts.get((self.name, digest), 0) + 1
         return f"{self.name}:{digest}:{n}"
+
+
+def _hidden(value, redacted, found: set[str]) -> set[str]:
+    """The strings of ``value`` that redaction replaced whole (a password, a key under a secret name)."""
+    if isinstance(value, str):
+        if redacted == secrets.REDACTED and value != redacted and len(value) >= _MIN_HIDDEN:
+            found.add(value)
+    elif isinstance(value, dict) and isinstance(redacted, dict):
+        for k, v in value.items():
+            _hidden(v, redacted.get(k), found)
+    elif isinstance(value, list) and isinstance(redacted, list):
+        for v, r in zip(value, redacted):
+            _hidden(v, r, found)
+    return found
+
+
+def _scrub(value, hidden: set[str]):
+    """``value`` with every occurrence of a ``hidden`` string inside its strings redacted."""
+    if not hidden:
+        return value
+    if isinstance(value, str):
+        for secret in sorted(hidden, key=len, reverse=True):
+            value = value.replace(secret, secrets.REDACTED)
+        return value
+    if isinstance(value, dict):
+        return {k: _scrub(v, hidden) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub(v, hidden) for v in value]
+    return value
 
 
 def _brief(entry: dict) -> dict:
