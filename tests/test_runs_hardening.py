@@ -205,3 +205,57 @@ def test_a_secret_given_to_a_tool_reaches_no_git_object_and_the_call_still_repla
     assert out["mismatch"] is None and out["divergence"] is None and out["exchanges"] == {"served": 1, "of": 1}
     assert out["effects"] == {"replayed": 3, "of": 4}  # raw was no call of git_pf.tool: nothing asks for it again
     assert ran.read_text().split() == ["call_api", "deploy", "login"]  # answered from the ledger, not run again
+
+
+# -- 5. draws before a request the upstream never answered -------------------------------------------------
+
+# Draws a tag, asks with it until an answer comes (on a 502: waits for the test to start the upstream), then
+# draws once more: recorded, the first request fails; replayed, the tape answers it at once.
+RETRY = ("import json, os, sys, time, urllib.error, urllib.request, uuid\n"
+         "tag = uuid.uuid4().hex\n"
+         "body = json.dumps({'model': 'm', 'messages': [{'role': 'user', 'content': 'hi ' + tag}]}).encode()\n"
+         "while True:\n"
+         "    req = urllib.request.Request(os.environ['OPENAI_BASE_URL'] + '/chat/completions', data=body,\n"
+         "                                 method='POST', headers={'content-type': 'application/json'})\n"
+         "    try:\n"
+         "        reply = json.loads(urllib.request.urlopen(req).read())['choices'][0]['message']['content']\n"
+         "        break\n"
+         "    except urllib.error.HTTPError as e:\n"
+         "        assert e.code == 502, e.code\n"
+         "        open(sys.argv[1], 'w').close()\n"
+         "        while not os.path.exists(sys.argv[2]):\n"
+         "            time.sleep(0.02)\n"
+         "print(json.dumps({'tag': tag, 'reply': reply, 'after': uuid.uuid4().hex}))\n")
+
+
+def test_draws_before_a_request_the_upstream_never_answered_are_kept(repo, run_pf, tmp_path):
+    import socket
+
+    root, down, up = repo.git_dir.parent, tmp_path / "down", tmp_path / "up"
+    closed = socket.socket()  # bound, not listening: the first connection is refused
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    proc = subprocess.Popen(["git-pf", "record", "--name", "flaky", "--upstream", f"http://127.0.0.1:{port}", "--",
+                             sys.executable, "-c", RETRY, down, up], cwd=root, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not down.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert down.exists(), proc.communicate()
+        closed.close()
+        with FakeLLM(["you again"], port=port):
+            up.touch()
+            out, err = proc.communicate(timeout=30)
+    finally:
+        closed.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    recorded = json.loads(out)
+    assert recorded["reply"] == "you again"
+    played = run_pf("replay", "flaky", "--json", "--", sys.executable, "-c", RETRY, down, up, cwd=root)
+    report = _report(played.stdout)
+    assert report["bit_exact"] is True and report["draws"]["consumed"] == report["draws"]["of"] >= 2, report
+    assert json.loads(played.stdout[:played.stdout.index("\n{")]) == recorded  # the same tag, reply and last draw

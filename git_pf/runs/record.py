@@ -5,7 +5,8 @@
 arrival of the first exchange in flight with it), the ``StepWriter`` is told
 before the request goes upstream (so it captures the world as the agent
 left it) and after the response reached the agent (so it writes step N).
-A request the upstream never answered gets a 502 and is no step.
+A request the upstream never answered gets a 502 and is no step; the draws
+made before it go with the next step (``StepWriter.failed``).
 
 ``record`` is the operation: a new branch, step 0, the proxy, the child with
 its environment (docs/record.md, "Commands"), and the final image with the
@@ -79,6 +80,7 @@ class Recorder:
                 raise ConnectionResetError from None  # the stream broke: the agent sees it break
             reply.error(502, f"git-pf proxy: {e}", "upstream_unreachable")
         finally:
+            self.writer.failed(token)  # no step (a no-op once it completed): its draws go with the next
             with self._lock:
                 self._busy -= 1
                 self._lock.notify_all()

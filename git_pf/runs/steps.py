@@ -164,6 +164,8 @@ class StepWriter:
         self._messages = list(messages or [])
         self._ledger = effects_mod.chain(list(ledger or []), "ledger")
         self._pending: list[tuple[int, list[dict]]] = []  # effects seen at each arrival, not yet in an image
+        self._flight: set[int] = set()  # arrivals neither completed nor failed yet
+        self._carried: dict[int, list[dict]] = {}  # failed arrival -> the draws made before it
         self.bad_effects = 0
         runs = repo.git_dir / "pf" / "runs"
         runs.mkdir(parents=True, exist_ok=True)
@@ -186,13 +188,31 @@ class StepWriter:
         with self._lock:
             draws, effects = self._events()
             self._pending.append((arrival, effects))
+            self._flight.add(arrival)
             return StepToken(arrival, self._capture(), draws, effects)
+
+    def failed(self, token: StepToken) -> None:
+        """Request ``token.arrival`` got no response (its upstream is down): no step, but the draws
+        made before it go with the next exchange to complete after it (or the ``end`` entry), so a
+        replay still has them all, in order."""
+        with self._lock:
+            if token.arrival in self._flight:
+                self._flight.discard(token.arrival)
+                self._carried[token.arrival] = list(token.draws)
+
+    def _carried_before(self, arrival: int | None) -> list[dict]:
+        """The draws of failed requests that go before ``arrival``'s (None: the end): those of
+        each failed one before it with no request in flight between them."""
+        take = [k for k in sorted(self._carried)
+                if arrival is None or (k < arrival and not any(k < f < arrival for f in self._flight))]
+        return [d for k in take for d in self._carried.pop(k)]
 
     def completed(self, token: StepToken, entry: dict) -> img.ImageInfo:
         """Exchange ``entry`` (a v2 exchange without ``step`` / ``draws``) ended: write its step image."""
         with self._lock:
+            self._flight.discard(token.arrival)
             self.step += 1
-            entry = dict(entry, step=self.step, draws=list(token.draws))
+            entry = dict(entry, step=self.step, draws=self._carried_before(token.arrival) + list(token.draws))
             data = self._append(entry)
             stored = json.loads(data)  # the entry as the image holds it, secrets redacted
             self._messages = wire.messages(stored) or self._messages
@@ -204,6 +224,7 @@ class StepWriter:
         """The child ended: the ``end`` entry (the draws and effects after the last request) and the final image."""
         with self._lock:
             draws, effects = self._events()
+            draws = self._carried_before(None) + draws
             self._pending.append((MAX_STEP, effects))
             self._take_effects(MAX_STEP)
             self._append({"v": 2, "kind": "end", "step": self.step, "draws": draws, "exit": exit_code})
