@@ -4,7 +4,8 @@ Image data is untrusted: every layer file git-pf reads from an image has one
 parser here, and each raises ``DataError`` naming the path (and line) when
 the file is malformed (types as docs/format.md specifies them). ``fsck``
 reports every malformed file, ``show`` and ``diff`` refuse an image holding
-one (``show`` and a fast-forward merge also one with a bad tape entry), and the merge engine parses each layer file of a merge result before it
+one (``show`` and a fast-forward merge also one with a bad tape entry), and
+the merge engine parses each layer file of a merge result before it
 writes the image, so a merge never writes a layer it could not parse. Reads
 blobs; writes nothing. A tree a layer registers (the recorded exchanges,
 ``trace/tape/``) is checked entry by entry with its checker by ``check``
@@ -20,16 +21,15 @@ from . import image as img
 from .errors import DataError
 from .layers import registry
 
-_SPECS = {path: spec for layer in registry.layers() for path, spec in layer.parsers.items()}
 # The manifest's parser and every file parser a layer registers (git_pf.layers.registry).
 PARSERS: dict[bytes, Callable[[bytes], object]] = {
     img.MANIFEST: img.parse_manifest,
-    **{path: registry.load(spec) for path, spec in _SPECS.items() if not path.endswith(b"/")},
+    **{path: registry.load(spec) for layer in registry.layers() for path, spec in layer.parsers.items()},
 }
-# The trees a layer registers (a parsers key ending in "/": the tape): (git, image tree) -> each
-# problem, path -> one line.
+# The trees a layer registers (``Layer.tree_checks``: the tape): (git, image tree) -> each bad
+# entry, path -> one line.
 TREES: dict[bytes, Callable[[object, str], dict[bytes, str]]] = {
-    path.rstrip(b"/"): registry.load(spec) for path, spec in _SPECS.items() if path.endswith(b"/")}
+    path: registry.load(spec) for layer in registry.layers() for path, spec in layer.tree_checks.items()}
 
 
 def _parse(git, tree: str, path: bytes, default=None):

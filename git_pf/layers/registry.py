@@ -26,6 +26,8 @@ class Layer:
     claims: tuple[bytes, ...]  # image-tree paths (files or trees) the layer owns
     merger: str  # "module:Class" implementing git_pf.merge.layer.LayerMerger
     parsers: dict[bytes, str] = field(default_factory=dict)  # layer file -> "module:function" (DataError if malformed)
+    tree_checks: dict[bytes, str] = field(default_factory=dict)  # layer tree -> "module:function"(git, image tree)
+    # -> {path: one line} for each bad entry (the tape)
     files: tuple[bytes, ...] = ()  # what checkout writes as they are (a tree: its files)
     writer: str | None = None  # "module:function"(repo, image, dest): a checkout writer of its own
     object_refs: str | None = None  # "module:function"(git, tree_hex): side-store objects named without pointers

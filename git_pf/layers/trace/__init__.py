@@ -9,8 +9,8 @@ from ... import image as _img
 from ..registry import Layer
 
 LAYERS = (Layer("trace", (b"trace",), "git_pf.layers.trace.merge:TraceMerger",
-                parsers={_img.TRACE_MESSAGES: "git_pf.layers.trace.messages:decode",
-                         _img.TRACE_TAPE + b"/": "git_pf.layers.trace.check:tape_problems"},
+                parsers={_img.TRACE_MESSAGES: "git_pf.layers.trace.messages:decode"},
+                tree_checks={_img.TRACE_TAPE: "git_pf.layers.trace.check:tape_problems"},
                 files=(_img.TRACE_MESSAGES, _img.TRACE_TAPE), input="git_pf.layers.trace.snapshot_input:write",
                 diff="git_pf.layers.trace.diff:diff", diff_paths=(_img.TRACE_MESSAGES, _img.TRACE_TAPE), diff_rank=2,
                 fsck="git_pf.layers.trace.check:problems"),)
