@@ -12,7 +12,7 @@ SPECS = ("writer", "object_refs", "input", "diff", "summary", "fsck")
 
 def test_every_layer_names_code_that_loads():
     for layer in registry.layers():
-        specs = [getattr(layer, f) for f in SPECS] + list(layer.parsers.values())
+        specs = [getattr(layer, f) for f in SPECS] + list(layer.parsers.values()) + list(layer.tree_checks.values())
         specs += [] if layer.needs_extra else [layer.merger]  # a merge with torch is not loaded for this
         for spec in (s for s in specs if s):
             assert callable(registry.load(spec)), (layer.name, spec)

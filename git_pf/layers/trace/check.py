@@ -1,6 +1,6 @@
 """Checking an image's tape (``trace/tape/``) as untrusted data, for show and fsck.
 
-``tape_problems`` is the tape's reader in the registry (``Layer.parsers``, a tree, used by
+``tape_problems`` is the tape's reader in the registry (``Layer.tree_checks``, used by
 ``layercheck.check``: show, a fast-forward merge): one line per problem, each malformed entry on
 its own (a name that is not ``<seq:08d>-<16 hex>.json``, a blob that is missing, too large, not a
 JSON object or whose name does not carry its hash, a v2 entry that ``exchange.parse_entry``
