@@ -12,7 +12,8 @@ PACKAGE_DIRS = {"git_pf": "git_pf", "git_pf.fuse": "fuse", "git_pf.kernels": "ke
 UTILITIES = {"git_pf.errors", "git_pf.cores", "git_pf.limits", "git_pf.writeback"}
 # What no layer package may import: the porcelain, the transport, the mount, the merge engine.
 ABOVE_LAYERS = ("git_pf.cli", "git_pf.fuse", "git_pf.transport", "git_pf.mounts", "git_pf.mount_snapshot",
-                "git_pf.merge.engine", "git_pf.merge.conflicts", "git_pf.merge.report", "git_pf.runs")
+                "git_pf.merge.engine", "git_pf.merge.conflicts", "git_pf.merge.report", "git_pf.runs",
+                "git_pf.integrations")
 # A rule that spans layers: the cache merge keeps the pages whose tokens the merged trace still holds.
 CROSS_LAYER = {("cache", "trace")}
 
@@ -77,6 +78,9 @@ def violations(graph: dict[str, set[str]]) -> list[str]:
                 out.append(f"{edge}: only the entry point imports the CLI")
             if _under(target, "git_pf.fuse") and not (_under(module, "git_pf.fuse") or _under(module, "git_pf.cli")):
                 out.append(f"{edge}: only the CLI starts the mount daemon's code")
+            if _under(target, "git_pf.integrations") and not (_under(module, "git_pf.integrations")
+                                                               or _under(module, "git_pf.cli")):
+                out.append(f"{edge}: only the CLI imports the framework integrations")
     return out
 
 
