@@ -57,19 +57,30 @@ def branch_tip(repo: pygit2.Repository, name: str) -> str | None:
 
 def update_branch(repo: pygit2.Repository, name: str, new: str, old: str | None, log: str) -> None:
     """Move ``name`` from ``old`` (None: must not exist) to ``new`` atomically."""
-    full = HEADS + name
+    update_ref(repo, HEADS + name, new, old, log, f"branch '{name}'")
+
+
+def ref_tip(repo: pygit2.Repository, full: str) -> str | None:
+    """The id a full ref name (``refs/pf/...``) points at directly, or None."""
+    ref = repo.references.get(full)
+    return str(ref.target) if ref is not None and ref.type == pygit2.enums.ReferenceType.DIRECT else None
+
+
+def update_ref(repo: pygit2.Repository, full: str, new: str, old: str | None, log: str, what: str | None = None) -> None:
+    """Move the full ref ``full`` from ``old`` (None: must not exist) to ``new`` atomically."""
+    what = what or f"ref '{full}'"
     try:
         if old is None:
             _when_unlocked(lambda: repo.create_reference_direct(full, pygit2.Oid(hex=new), False, message=log))
         else:
             ref = repo.references[full]
             if str(ref.target) != old:
-                raise PfError(f"branch '{name}' moved while this command ran; nothing was changed")
+                raise PfError(f"{what} moved while this command ran; nothing was changed")
             _when_unlocked(lambda: ref.set_target(new, log))
     except pygit2.AlreadyExistsError:
-        raise PfError(f"branch '{name}' was created while this command ran; nothing was changed") from None
+        raise PfError(f"{what} was created while this command ran; nothing was changed") from None
     except pygit2.GitError as e:
-        raise PfError(f"cannot update branch '{name}': {e}") from None
+        raise PfError(f"cannot update {what}: {e}") from None
 
 
 def _when_unlocked(move) -> None:

@@ -66,6 +66,7 @@ class SnapshotRequest:
     rewrite_effects: str | None = None  # the reason a given ledger may drop or change the parent's entries
     switch: bool = False  # make the branch current (else only when there is no current image)
     trailers: tuple[tuple[str, str], ...] = ()  # more Pf-* trailers for the commit (a run's Pf-Step: N)
+    ref: str | None = None  # a full ref (refs/pf/...) the image goes on instead of a branch; HEAD is left alone
 
 
 @dataclass(frozen=True)
@@ -168,9 +169,9 @@ class DirWorld:
         self.cache.save(self.root, cap.tree)
 
 
-def _parent(git, branch: str, expected: str | None) -> tuple[str | None, img.ImageInfo | None]:
-    """(current tip of ``branch``, parent image): the tip, or ``expected`` when given."""
-    tip = refs.branch_tip(git, branch)
+def _parent(git, branch: str, expected: str | None, full: str | None = None) -> tuple[str | None, img.ImageInfo | None]:
+    """(current tip of ``branch`` (or of the full ref ``full``), parent image): the tip, or ``expected`` when given."""
+    tip = refs.ref_tip(git, full) if full else refs.branch_tip(git, branch)
     if expected is None:
         return tip, img.read_image(git, tip) if tip else None
     if tip is not None and tip != expected:
@@ -185,16 +186,19 @@ def take(repo, req: SnapshotRequest) -> SnapshotResult:
     Agent and label not given are inherited from the parent image."""
     git = repo.git
     world = req.world or DirWorld(repo, req.fs_root, req.ignore)
-    branch = refs.check_name(req.branch or refs.current_branch(git) or refs.DEFAULT_BRANCH)
-    tip, parent = _parent(git, branch, req.parent)
+    branch = req.ref or refs.check_name(req.branch or refs.current_branch(git) or refs.DEFAULT_BRANCH)
+    tip, parent = _parent(git, branch, req.parent, req.ref)
+    move = (lambda new, old, log: refs.update_ref(git, req.ref, new, old, log)) if req.ref else \
+        (lambda new, old, log: refs.update_branch(git, branch, new, old, log))
+    follow = (lambda: None) if req.ref else (lambda: _follow(git, branch, req.switch))
     with repo.store.batch():  # one filesystem sync for every side-store object, before any ref moves
         cap, tree, agent, layer_trailers = _write_tree(repo, req, world, parent)
 
     if parent is not None and tree == parent.tree and not req.allow_empty:
         world.done(cap)
         if tip is None:
-            refs.update_branch(git, branch, parent.id, None, f"pf snapshot: branch at {parent.short}")
-        _follow(git, branch, req.switch)
+            move(parent.id, None, f"pf snapshot: branch at {parent.short}")
+        follow()
         return SnapshotResult(parent, branch, True, cap.stats)
 
     trailers = [("Pf-Agent", agent.label())] if agent.kind else []
@@ -202,8 +206,8 @@ def take(repo, req: SnapshotRequest) -> SnapshotResult:
     message = img.format_message(req.message or f"snapshot of {world.name}", trailers)
     sig = config.signature(git)
     commit = git.create_commit(None, sig, sig, message, tree, [parent.id] if parent else [])
-    refs.update_branch(git, branch, str(commit), tip, f"pf snapshot: {message.splitlines()[0]}")
-    _follow(git, branch, req.switch)
+    move(str(commit), tip, f"pf snapshot: {message.splitlines()[0]}")
+    follow()
     world.done(cap)
     maintenance.auto_gc(git)
     return SnapshotResult(img.read_image(git, str(commit)), branch, False, cap.stats)

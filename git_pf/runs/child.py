@@ -37,11 +37,12 @@ def start_check(cmd: list[str], env) -> None:
         raise ChildNotStarted(f"{exe}: No such file or directory", 127)
 
 
-def start(cmd: list[str], env: dict[str, str], cwd: Path | None = None) -> subprocess.Popen:
+def start(cmd: list[str], env: dict[str, str], cwd: Path | None = None, output=None) -> subprocess.Popen:
+    """Start CMD; ``output`` (a file or ``subprocess.DEVNULL``) takes its stdout and stderr instead of ours."""
     start_check(cmd, env)
     exe = cmd[0]
     try:
-        return subprocess.Popen(cmd, env=env, cwd=cwd)
+        return subprocess.Popen(cmd, env=env, cwd=cwd, stdout=output, stderr=output)
     except FileNotFoundError:
         raise ChildNotStarted(f"{exe}: command not found", 127) from None
     except PermissionError:

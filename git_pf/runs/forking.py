@@ -5,7 +5,7 @@ The new step N's tree is the original step N's (so its world is the sandbox
 as it was when request N was sent) with tape entry N replaced and the trace
 messages recomputed from it; its parent is the original step N-1 image.
 ``reply_from_editor`` lets a user write the new reply in their editor.
-Writes one commit and creates one branch.
+Writes one commit and creates one branch (or sets one full ref: a blame trial's).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from .. import canonjson, config, image as img, refs
 from ..errors import DataError, UsageError
 from ..fork import _next_index
 from ..layers.trace import messages as trace, tape as tape_mod, wire
-from .steps import FORKED_TRAILER, RUN_END_TRAILER, STEP_TRAILER, at_step, step_of
+from .steps import FORKED_TRAILER, RUN_END_TRAILER, STEP_TRAILER, at_step, check_target, step_of
 
 
 def default_name(git, rev: str, n: int) -> str:
@@ -32,9 +32,10 @@ def default_name(git, rev: str, n: int) -> str:
     return refs.check_name(f"{prefix}-{_next_index(refs.list_refs(git, refs.HEADS), prefix)}")
 
 
-def fork_at_step(repo, rev: str, n: int, *, entry_change: Callable[[dict], dict], name: str | None = None
-                 ) -> img.ImageInfo:
-    """A new branch whose tip is step ``n`` of REV's run with its exchange changed by ``entry_change``."""
+def fork_at_step(repo, rev: str, n: int, *, entry_change: Callable[[dict], dict], name: str | None = None,
+                 ref: str | None = None) -> img.ImageInfo:
+    """A new branch whose tip is step ``n`` of REV's run with its exchange changed by ``entry_change``;
+    with ``ref`` (a full name under ``refs/pf/``) that ref is set instead, replacing where it pointed."""
     git = repo.git
     if n < 1:
         raise UsageError("a fork at a step needs a step of 1 or more (step 0 is the world before the run)")
@@ -42,9 +43,12 @@ def fork_at_step(repo, rev: str, n: int, *, entry_change: Callable[[dict], dict]
     parent = source.parents[0] if source.parents else None
     if parent is None or step_of(img.read_image(git, parent)) != n - 1:
         raise DataError(f"image {source.short} (step {n}) does not follow step {n - 1}")
-    name = refs.check_name(name) if name else default_name(git, rev, n)
-    if refs.branch_tip(git, name) is not None:
-        raise UsageError(f"branch '{name}' already exists")
+    if ref is not None:
+        ref = check_target(ref)
+    else:
+        name = refs.check_name(name) if name else default_name(git, rev, n)
+        if refs.branch_tip(git, name) is not None:
+            raise UsageError(f"branch '{name}' already exists")
     stored = tape_mod.read(git, source.tree)
     at = [i for i, e in enumerate(stored) if e.get("v") == 2 and e.get("kind") == "exchange" and e.get("step") == n]
     if len(at) != 1:
@@ -68,7 +72,10 @@ def fork_at_step(repo, rev: str, n: int, *, entry_change: Callable[[dict], dict]
                                  kept + [(STEP_TRAILER, str(n)), (FORKED_TRAILER, source.id)])
     sig = config.signature(git)
     commit = str(git.create_commit(None, sig, sig, message, edit.write(), [parent]))
-    refs.update_branch(git, name, commit, None, f"pf fork: step {n} of {source.short}")
+    if ref is not None:
+        refs.update_ref(git, ref, commit, refs.ref_tip(git, ref), f"pf fork: step {n} of {source.short}")
+    else:
+        refs.update_branch(git, name, commit, None, f"pf fork: step {n} of {source.short}")
     return img.read_image(git, commit)
 
 

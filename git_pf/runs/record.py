@@ -6,7 +6,9 @@ arrival of the first exchange in flight with it), the ``StepWriter`` is told
 before the request goes upstream (so it captures the world as the agent
 left it) and after the response reached the agent (so it writes step N).
 A request the upstream never answered gets a 502 and is no step; the draws
-made before it go with the next step (``StepWriter.failed``).
+made before it go with the next step (``StepWriter.failed``). A blame trial
+gives it a sticky tail (recorded exchanges served, and written as steps,
+while the requests match them) and a callback that sees each live exchange.
 
 ``record`` is the operation: a new branch, step 0, the proxy, the child with
 its environment (docs/record.md, "Commands"), and the final image with the
@@ -33,9 +35,11 @@ DRAIN_S = 30.0  # how long the end of a run waits for exchanges still being writ
 class Recorder:
     """Forward each request and record it as the next step."""
 
-    def __init__(self, writer, upstreams: Upstreams, first_arrival: int = 1):
+    def __init__(self, writer, upstreams: Upstreams, first_arrival: int = 1, *, sticky=None, on_live=None):
         self.writer = writer
         self.upstreams = upstreams
+        self.sticky = sticky  # a Replayer of recorded exchanges served (and written) while requests match
+        self.on_live = on_live  # called with each exchange the upstream answered (a spend meter)
         self._lock = threading.Condition()
         self._next = first_arrival
         self._in_flight = 0
@@ -61,7 +65,7 @@ class Recorder:
         arrival, batch, token = self._arrive()
         try:
             try:
-                response = forward(up, request, reply)
+                response, live = self._answer(up, request, reply)
             finally:
                 with self._lock:
                     self._in_flight -= 1
@@ -73,6 +77,8 @@ class Recorder:
             self.writer.completed(token, entry)
             with self._lock:
                 self.steps += 1
+            if live and self.on_live is not None:
+                self.on_live(entry)
         except UpstreamDown as e:
             with self._lock:
                 self.errors.append((self.steps, str(e)))
@@ -84,6 +90,18 @@ class Recorder:
             with self._lock:
                 self._busy -= 1
                 self._lock.notify_all()
+
+    def _answer(self, up, request: Request, reply: Reply) -> tuple[dict, bool]:
+        """The response part of the exchange, and whether it came from the upstream: the sticky
+        tail's recorded exchange while requests match it, else the upstream's answer."""
+        if self.sticky is not None:
+            from .replay import serve
+
+            entry = self.sticky.take(request)
+            if entry is not None:
+                serve(entry, reply)
+                return entry["response"], False
+        return forward(up, request, reply), True
 
     def drain(self, timeout: float = DRAIN_S) -> None:
         """Wait until every exchange that arrived is written (or failed)."""
@@ -126,9 +144,10 @@ def world_env(base: dict[str, str], proxy: Proxy, world: Path | None) -> dict[st
 
 
 def drive(cmd: list[str], env: dict[str, str], recorder: Recorder | None,
-          stop: threading.Event | None = None, tick=lambda: None) -> int:
-    """Run the child until it exits (or ``stop``), then let the recorder finish its steps; its exit code."""
-    proc = child.start(cmd, env)
+          stop: threading.Event | None = None, tick=lambda: None, output=None) -> int:
+    """Run the child until it exits (or ``stop``), then let the recorder finish its steps; its exit code.
+    ``output``: where the child's stdout and stderr go (default: ours)."""
+    proc = child.start(cmd, env, output=output)
     code = child.wait(proc, stop or threading.Event(), tick)
     if recorder is not None:
         recorder.drain()

@@ -19,6 +19,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pygit2
+
 from .. import image as img, refs, secrets
 from ..errors import InputFormatError, UnknownRevision, UsageError
 from ..layers.effects import ledger as effects_mod
@@ -143,13 +145,28 @@ class _StepTape:
         return tape_mod.summary(len(self.entries))
 
 
+def check_target(name: str) -> str:
+    """A run's branch name, or a full ref under ``refs/pf/`` (a blame trial's); UsageError otherwise."""
+    if name.startswith(refs.ROOT):
+        if not pygit2.reference_is_valid_name(name) or name == refs.HEAD or name.startswith(refs.HEADS):
+            raise UsageError(f"'{name}' is not a valid ref name for a run")
+        return name
+    return refs.check_name(name)
+
+
+def target_tip(git, name: str) -> str | None:
+    """The tip of a run's branch or full ref (``check_target``), or None."""
+    return refs.ref_tip(git, name) if name.startswith(refs.ROOT) else refs.branch_tip(git, name)
+
+
 class StepWriter:
-    """Writes a run's step images on ``branch`` as the proxy sees exchanges complete. Thread-safe."""
+    """Writes a run's step images on ``branch`` (or a full ref under ``refs/pf/``) as the proxy sees
+    exchanges complete. Thread-safe."""
 
     def __init__(self, repo, branch: str, fs_root: Path | None, *, parent: str | None = None, start_step: int = 0,
                  tape: list[dict] = (), messages=None, ledger=None, ignore=(), no_redact=frozenset()):
         self.repo = repo
-        self.branch = refs.check_name(branch)
+        self.branch = check_target(branch)
         self.keep = frozenset(no_redact)
         self._lock = threading.Lock()
         self._tip = parent
@@ -179,7 +196,7 @@ class StepWriter:
         with self._lock:
             if self._tip is not None:
                 return self._parent_image
-            if refs.branch_tip(self.repo.git, self.branch) is not None:
+            if target_tip(self.repo.git, self.branch) is not None:
                 raise UsageError(f"branch '{self.branch}' already exists; a recorded run needs a new branch")
             return self._write(self._capture(), f"run start: {self._name}", [(STEP_TRAILER, "0")])
 
@@ -266,7 +283,8 @@ class StepWriter:
         return data
 
     def _write(self, cap, subject: str, trailers: list[tuple[str, str]]) -> img.ImageInfo:
-        req = SnapshotRequest(Path("."), branch=self.branch, messages=list(self._messages),
+        full = self.branch if self.branch.startswith(refs.ROOT) else None
+        req = SnapshotRequest(Path("."), branch=None if full else self.branch, ref=full, messages=list(self._messages),
                               effects=list(self._ledger), message=subject, allow_empty=True, layers=(self._tape,),
                               world=Given(cap, self._name), parent=self._tip, trailers=tuple(trailers))
         result = take(self.repo, req)

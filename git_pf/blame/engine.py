@@ -1,0 +1,187 @@
+"""The blame of a failed run (docs/blame.md): K trials at each step, graded, kept, summed up.
+
+``blame`` checks the settings, grades the baseline (the recorded run itself
+must fail), estimates the cost (refused above the budget before anything is
+written), writes the run's ``meta`` and runs the trials not finished yet, up to
+``jobs`` at a time, each in its own world (``trials``). A blame run that exists
+is resumed: its finished trials are kept, its settings must be the same. The
+spend meter stops the trials at the budget (exit 1; the same command resumes).
+Returns ``store.summary`` plus ``resumed``. Writes refs under
+``refs/pf/blame/<run>/`` only.
+"""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import threading
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pygit2
+
+from .. import refs
+from ..errors import EXIT_NEGATIVE, PfError, UsageError
+from ..runs import child
+from ..runs.replaying import fresh_world, plan_of, remove_tree
+from . import perturb, store, trials as trials_mod
+from .cost import Meter, Prices, estimate, rerun_steps
+from .grade import FAIL, Grader
+
+# The settings of a blame run: a resumed run must have the same ones.
+SETTINGS = ("rev", "k", "steps", "perturb", "grade", "null_rate", "alpha", "seed", "min_valid")
+
+
+@dataclass
+class BlameOptions:
+    oracle: str | None = None
+    success_re: str | None = None
+    failure_re: str | None = None
+    k: int = 5
+    steps: tuple[int, int] | None = None
+    perturb: str = "text"
+    budget_usd: float | None = None
+    jobs: int = 1
+    upstreams: list[str] = ()
+    name: str | None = None
+    null_rate: float = 0.1
+    alpha: float = 0.05
+    seed: int = 0
+    oracle_timeout_s: float = 300.0
+    min_valid: int = 3
+    mount: bool | None = None
+
+
+class Refused(PfError):
+    """The blame cannot go on (exit 1): the baseline does not fail, or the budget is reached."""
+
+    code = EXIT_NEGATIVE
+
+
+def _check(opts: BlameOptions) -> None:
+    if not isinstance(opts.k, int) or opts.k < 1:
+        raise UsageError(f"-k must be 1 or more, not {opts.k}")
+    if not isinstance(opts.jobs, int) or opts.jobs < 1:
+        raise UsageError(f"--jobs must be 1 or more, not {opts.jobs}")
+    for name, value in (("null rate", opts.null_rate), ("alpha", opts.alpha)):
+        if not 0 < value < 1:
+            raise UsageError(f"the {name} must be between 0 and 1, not {value}")
+    if opts.budget_usd is not None and not (math.isfinite(opts.budget_usd) and opts.budget_usd >= 0):
+        raise UsageError(f"--budget must be a number of USD of 0 or more, not {opts.budget_usd}")
+    if opts.mount and not trials_mod.fuse_available():
+        raise UsageError("mounting needs fusermount3 on PATH and /dev/fuse")
+
+
+def _steps(opts: BlameOptions, last: int) -> tuple[int, int]:
+    first, end = opts.steps or (1, last)
+    if not 1 <= first <= end <= last:
+        raise UsageError(f"--steps {first}..{end}: the run has steps 1..{last}")
+    return first, end
+
+
+def _baseline(repo, grader: Grader, tip: str, entries: list[dict]) -> dict:
+    """The grade of the recorded run itself (its final world, its last exchange)."""
+    last = max(entries, key=lambda e: e["step"])
+    if grader.oracle is None:
+        grade, detail = grader.grade(None, last)
+    else:
+        tmp = Path(tempfile.mkdtemp(prefix="pf-blame-base-"))
+        try:
+            grade, detail = grader.grade(fresh_world(repo, tip, tmp / "world"), last)
+        finally:
+            remove_tree(tmp)
+    return {"grade": grade, "detail": detail}
+
+
+def blame(repo, rev: str, agent_cmd: list[str], opts: BlameOptions, *,
+          progress: Callable[[dict], None] | None = None) -> dict:
+    """Blame the failed run REV ends (docs/blame.md); the summary dict plus ``resumed``."""
+    git = repo.git
+    _check(opts)
+    grader = Grader(opts.oracle, opts.success_re, opts.failure_re, opts.oracle_timeout_s).check()
+    fn = perturb.load(opts.perturb)
+    tip = refs.resolve(git, rev)
+    plan = plan_of(repo, tip)
+    entries = sorted(plan.entries, key=lambda e: e["step"])
+    first, end = _steps(opts, entries[-1]["step"])
+    run = store.check_run(opts.name) if opts.name else store.default_run(git, rev)
+    child.start_check(agent_cmd, os.environ)
+    settings = {"rev": tip, "k": opts.k, "steps": [first, end], "perturb": opts.perturb, "grade": grader.spec(),
+                "null_rate": opts.null_rate, "alpha": opts.alpha, "seed": opts.seed, "min_valid": opts.min_valid}
+    meta = store.read_meta(git, run)
+    if meta is not None:
+        differ = [k for k in SETTINGS if meta.get(k) != settings[k]]
+        if differ:
+            raise UsageError(f"blame run '{run}' exists with other settings ({', '.join(differ)}); "
+                             f"give the same ones to resume it, or another --name")
+    done = {(t["step"], t["trial"]) for t in store.trials(git, run)} if meta is not None else set()
+    every = [(s, k) for s in range(first, end + 1) for k in range(1, opts.k + 1)]
+    pending = [t for t in every if t not in done]
+    prices = Prices(git)
+    resample = opts.perturb == "resample"
+    if opts.budget_usd is not None:
+        needed = [e for s in range(first, end + 1) for e in rerun_steps(entries, s, resample)]
+        missing = prices.missing(needed)
+        if missing:
+            raise UsageError(f"--budget: no price for model {missing[0]} (set git config pf.price.{missing[0]}.input "
+                             f"and .output, or pf.price.default.*, in USD per million tokens)")
+    est = estimate(prices, entries, pending, resample)
+    if opts.budget_usd is not None and est > opts.budget_usd:
+        raise Refused(f"the estimate for {len(pending)} trials is ${est:.4f}, over --budget ${opts.budget_usd:g}; "
+                            "nothing was run")
+    if meta is None:
+        base = _baseline(repo, grader, tip, entries)
+        if base["grade"] != FAIL:
+            raise Refused(f"the run does not fail ({base['grade']}: {base['detail']}): blame needs a failed run")
+        store.write_meta(git, run, dict(settings, v=1, run=run, baseline=base,
+                                        estimate_usd=estimate(prices, entries, every, resample)))
+    meter = Meter(prices, opts.budget_usd)
+    setup = trials_mod.Setup(run, tip, entries, list(agent_cmd), opts.perturb, fn, opts.seed, grader,
+                             list(opts.upstreams), meter,
+                             trials_mod.fuse_available() if opts.mount is None else opts.mount)
+    finished = _run_all(repo, setup, pending, opts.jobs, progress)
+    if meter.tripped.is_set():
+        left = len(pending) - finished
+        raise Refused(f"the spend reached --budget ${opts.budget_usd:g} (${meter.spent:.4f}) with {left} "
+                            f"trials left; run the same command again (a higher --budget) to resume")
+    out = store.summary(repo, run)
+    out["resumed"] = len(done)
+    return out
+
+
+def _run_all(repo, setup: trials_mod.Setup, pending: list[tuple[int, int]], jobs: int, progress) -> int:
+    """Run the pending trials, ``jobs`` at a time; how many finished."""
+    local = threading.local()
+    count = [0]
+    lock = threading.Lock()
+
+    def one(step: int, k: int) -> None:
+        if setup.meter.stopping.is_set():
+            return
+        if not hasattr(local, "repo"):  # a repository object per thread
+            local.repo = type(repo)(pygit2.Repository(str(repo.git_dir)))
+        row = trials_mod.run_trial(local.repo, setup, step, k)
+        if row is not None:
+            with lock:
+                count[0] += 1
+            if progress is not None:
+                progress(row)
+
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="pf-blame") as pool:
+        futures = [pool.submit(one, s, k) for s, k in pending]
+        try:
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            failed = [f for f in done if f.exception() is not None]
+            if failed:
+                setup.meter.halt()
+                for f in futures:
+                    f.cancel()
+                raise failed[0].exception()
+        except BaseException:
+            setup.meter.halt()
+            for f in futures:
+                f.cancel()
+            raise
+    return count[0]

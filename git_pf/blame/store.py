@@ -1,0 +1,156 @@
+"""Where a blame keeps its trials, and the summary read back from them (docs/blame.md, "Storage").
+
+A blame run ``<run>`` lives under ``refs/pf/blame/<run>/``: ``meta`` (a commit
+whose parent is the blamed run's tip and whose tree holds ``blame.json``, the
+settings and the baseline's grade), ``step-<N>/<k>`` (the verdict of one
+finished trial: the trial's final image tree, its parent that image, the
+outcome in ``Pf-Blame-*`` trailers) and, while a trial runs,
+``work/step-<N>/<k>`` (the trial's steps, removed once its verdict is written).
+``summary`` and ``runs`` are what the report reads. Writes and moves only refs
+under ``refs/pf/blame/``.
+"""
+from __future__ import annotations
+
+import pygit2
+
+from .. import canonjson, config, image as img, refs
+from ..errors import DataError, UsageError
+from ..gittree import MODE_FILE, TreeWriter
+from . import stats
+
+ROOT = refs.ROOT + "blame/"
+META_FILE = "blame.json"
+OUTCOMES = ("flip", "no-flip", "undefined")
+T_STEP, T_TRIAL, T_OUTCOME, T_REASON, T_COST = ("Pf-Blame-Step", "Pf-Blame-Trial", "Pf-Blame-Outcome",
+                                                "Pf-Blame-Reason", "Pf-Blame-Cost-USD")
+_RESERVED = ("meta", "work")
+
+
+def check_run(name: str) -> str:
+    """A blame run's name: a valid branch name of one component (no '/')."""
+    refs.check_name(name, "blame run")
+    if "/" in name:
+        raise UsageError(f"'{name}' is not a valid blame run name (no '/' in it)")
+    return name
+
+
+def default_run(git, rev: str) -> str:
+    """The branch REV names ('/' written '-'), else ``run-<8 hex>``."""
+    base = refs.current_branch(git) if rev in ("HEAD", "@") else rev
+    if base and refs.branch_tip(git, base) is not None:
+        return check_run(base.replace("/", "-"))
+    return f"run-{refs.resolve(git, rev)[:8]}"
+
+
+def meta_ref(run: str) -> str:
+    return f"{ROOT}{run}/meta"
+
+
+def verdict_ref(run: str, step: int, k: int) -> str:
+    return f"{ROOT}{run}/step-{step}/{k}"
+
+
+def work_ref(run: str, step: int, k: int) -> str:
+    return f"{ROOT}{run}/work/step-{step}/{k}"
+
+
+def runs(repo) -> list[str]:
+    """The names of the blame runs in ``repo``."""
+    return sorted(name[:-len("/meta")] for name in refs.list_refs(repo.git, ROOT)
+                  if name.endswith("/meta") and "/" not in name[:-len("/meta")])
+
+
+def read_meta(git, run: str) -> dict | None:
+    """The ``blame.json`` of run ``run`` (None when there is no such blame run)."""
+    oid = refs.ref_tip(git, meta_ref(run))
+    if oid is None:
+        return None
+    commit = git[oid]
+    entry = commit.tree[META_FILE] if META_FILE in commit.tree else None
+    meta = canonjson.loads(git[entry.id].data) if entry is not None else None
+    if not isinstance(meta, dict) or meta.get("v") != 1:
+        raise DataError(f"blame run '{run}': its meta commit {oid[:12]} holds no blame.json of version 1")
+    return meta
+
+
+def write_meta(git, run: str, meta: dict) -> str:
+    """Write run ``run``'s meta commit (its parent: the blamed tip); refuses an existing one."""
+    tw = TreeWriter(git)
+    tree = tw.write([(META_FILE.encode(), MODE_FILE, tw.write_blob(canonjson.encode(meta)))])
+    sig = config.signature(git)
+    commit = str(git.create_commit(None, sig, sig, f"blame {run}: settings and baseline\n",
+                                   pygit2.Oid(raw=tree), [meta["rev"]]))
+    refs.update_ref(git, meta_ref(run), commit, None, f"pf blame: {run}")
+    return commit
+
+
+def write_verdict(git, run: str, step: int, k: int, tip: str, outcome: str, reason: str, cost: float) -> str:
+    """The verdict of one finished trial whose final image is ``tip``; drops its work ref."""
+    if outcome not in OUTCOMES:
+        raise ValueError(f"unknown outcome {outcome!r}")
+    final = git[tip]
+    trailers = [(T_STEP, str(step)), (T_TRIAL, str(k)), (T_OUTCOME, outcome),
+                (T_REASON, " ".join(reason.split()) or "-"), (T_COST, f"{cost:.6f}")]
+    sig = config.signature(git)
+    message = img.format_message(f"blame {run}: step {step} trial {k}: {outcome}", trailers)
+    commit = str(git.create_commit(None, sig, sig, message, final.tree_id, [tip]))
+    full = verdict_ref(run, step, k)
+    refs.update_ref(git, full, commit, refs.ref_tip(git, full), f"pf blame: step {step} trial {k}")
+    drop_work(git, run, step, k)
+    return commit
+
+
+def drop_work(git, run: str, step: int, k: int) -> None:
+    ref = git.references.get(work_ref(run, step, k))
+    if ref is not None:
+        ref.delete()
+
+
+def trials(git, run: str) -> list[dict]:
+    """The finished trials of run ``run``, by step and trial."""
+    out = []
+    prefix = f"{ROOT}{run}/"
+    for name, oid in refs.list_refs(git, prefix).items():
+        head, _, k = name.partition("/")
+        if not head.startswith("step-") or not k.isdigit():
+            continue
+        t = dict(img.parse_trailers(git[oid].message))
+        try:
+            step, trial, cost = int(t[T_STEP]), int(t[T_TRIAL]), float(t.get(T_COST, "0"))
+        except (KeyError, ValueError):
+            raise DataError(f"blame run '{run}': the verdict {name} ({oid[:12]}) has no readable trailers") from None
+        if t.get(T_OUTCOME) not in OUTCOMES or f"step-{step}" != head or str(trial) != k:
+            raise DataError(f"blame run '{run}': the verdict {name} ({oid[:12]}) does not match its ref")
+        parents = git[oid].parent_ids
+        out.append({"step": step, "trial": trial, "outcome": t[T_OUTCOME], "reason": t.get(T_REASON, ""),
+                    "commit": oid, "tip": str(parents[0]) if parents else None, "cost_usd": cost})
+    return sorted(out, key=lambda t: (t["step"], t["trial"]))
+
+
+def step_rows(meta: dict, found: list[dict]) -> tuple[list[dict], int | None]:
+    """The statistics rows of every step in the run's range, and the decisive step."""
+    first, last = meta["steps"]
+    rows = []
+    for step in range(first, last + 1):
+        mine = [t["outcome"] for t in found if t["step"] == step]
+        rows.append(stats.step_stats(step, mine.count("flip"), mine.count("no-flip"), mine.count("undefined"),
+                                     null_rate=meta["null_rate"], alpha=meta["alpha"],
+                                     min_valid=meta.get("min_valid", 3)))
+    return stats.summarize(rows, alpha=meta["alpha"])
+
+
+def summary(repo, run: str, estimate_usd: float | None = None) -> dict | None:
+    """The summary of blame run ``run`` (docs/blame.md, "Storage"); None when there is none."""
+    git = repo.git
+    check_run(run)
+    meta = read_meta(git, run)
+    if meta is None:
+        return None
+    found = trials(git, run)
+    rows, decisive = step_rows(meta, found)
+    if estimate_usd is None:
+        estimate_usd = meta.get("estimate_usd")
+    return {"v": 1, "run": run, "rev": meta["rev"], "k": meta["k"], "grade": meta["grade"],
+            "perturb": meta["perturb"], "baseline": meta["baseline"], "steps": rows, "decisive": decisive,
+            "cost": {"estimate_usd": estimate_usd, "spent_usd": round(sum(t["cost_usd"] for t in found), 6)},
+            "trials": [{k: t[k] for k in ("step", "trial", "outcome", "reason", "commit", "tip")} for t in found]}

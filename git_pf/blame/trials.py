@@ -1,0 +1,168 @@
+"""One blame trial (docs/blame.md, "Method"): fork at a step with a perturbed response, run the
+rest of the run again, grade it, write its verdict.
+
+The fork goes to ``refs/pf/blame/<run>/work/step-<N>/<k>``
+(``runs.forking.fork_at_step``); the run on (``runs.runon.run``) serves the
+recorded exchanges after step N while the agent asks exactly what it asked
+(the sticky tail), then goes live, and writes every step on that ref. Its
+world is a copy-on-write mount of the fork's step (``git pf mount --rw``, run
+as a command: the mount daemon is the CLI's to import) or, without FUSE, a
+checkout into a temporary directory; either is gone when the trial ends. A
+trial stopped by the spend meter writes no verdict: it is not finished.
+Writes refs under ``refs/pf/blame/<run>/`` only.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import PfError
+from ..layers.trace import exchange, tape as tape_mod, wire
+from ..runs import forking, runon
+from ..runs.forward import Upstreams, UpstreamDown, forward
+from ..runs.proxy import Request
+from ..runs.replaying import fresh_world, remove_tree
+from . import grade as grade_mod, perturb, store
+from .cost import Meter
+
+
+def fuse_available() -> bool:
+    """Whether this machine can mount (as ``git pf mount`` needs it)."""
+    return shutil.which("fusermount3") is not None and Path("/dev/fuse").exists()
+
+
+def _pf(repo, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "git_pf", *args], cwd=repo.git_dir, capture_output=True,
+                          text=True, stdin=subprocess.DEVNULL)
+
+
+@contextmanager
+def trial_world(repo, image: str, mount: bool):
+    """The world of ``image`` in a fresh directory for the block: a copy-on-write mount, or a checkout."""
+    tmp = Path(tempfile.mkdtemp(prefix="pf-blame-"))
+    world = tmp / "world"
+    try:
+        if mount:
+            world.mkdir()
+            proc = _pf(repo, "mount", "--rw", image, str(world))
+            if proc.returncode != 0:
+                raise PfError(f"cannot mount the trial's world: {(proc.stderr.strip().splitlines() or ['?'])[-1]}", 1)
+            try:
+                yield world
+            finally:
+                _pf(repo, "umount", "--discard", str(world))
+        else:
+            yield fresh_world(repo, image, world)
+    finally:
+        remove_tree(tmp)
+
+
+class _Sink:
+    """A proxy ``Reply`` that goes nowhere: a resampled response is only kept."""
+
+    started = False
+
+    def whole(self, status, headers, body) -> None:
+        self.started = True
+
+    def start(self, status, headers) -> None:
+        self.started = True
+
+    def chunk(self, data) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+def resample(entry: dict, upstreams: Upstreams) -> dict:
+    """``entry`` with the answer the upstream gives its recorded request now."""
+    req = entry["request"]
+    request = Request(req["method"], req["path"], req.get("query") or "", list((req.get("headers") or {}).items()),
+                      exchange.body_bytes(req.get("body")))
+    try:
+        response = forward(upstreams.for_request(entry.get("api", "other"), request), request, _Sink())
+    except UpstreamDown as e:
+        raise PfError(f"resample of step {entry['step']}: {e}", 1) from None
+    return dict(entry, response=response)
+
+
+@dataclass
+class Setup:
+    """What every trial of one blame shares."""
+
+    run: str
+    rev: str  # the blamed run's tip
+    entries: list[dict]  # its recorded exchanges
+    cmd: list[str]
+    perturb_spec: str
+    perturb_fn: object  # perturb.Perturb, None for resample
+    seed: int
+    grader: grade_mod.Grader
+    upstreams: list[str]
+    meter: Meter
+    mount: bool
+
+
+def change(setup: Setup, step: int, k: int, ups: Upstreams, spent: list[float]):
+    """The ``entry_change`` of the fork of trial ``k`` at ``step``."""
+    def apply(entry: dict) -> dict:
+        if setup.perturb_spec == "none":
+            return entry
+        if setup.perturb_fn is None:
+            new = resample(entry, ups)
+            spent[0] += setup.meter.add(new)
+            return new
+        rng = perturb.rng_for(setup.seed, step, k)
+        return wire.with_reply(entry, perturb.apply(setup.perturb_fn, wire.reply_text(entry), rng, setup.perturb_spec))
+    return apply
+
+
+def run_trial(repo, setup: Setup, step: int, k: int) -> dict | None:
+    """Run trial ``k`` at ``step``; its verdict row, or None when the spend meter stopped it."""
+    git = repo.git
+    ups = Upstreams.from_repo(git, list(setup.upstreams))
+    spent = [0.0]
+    ref = store.work_ref(setup.run, step, k)
+    fork = forking.fork_at_step(repo, setup.rev, step, entry_change=change(setup, step, k, ups, spent), ref=ref)
+    stop = threading.Event()
+    setup.meter.watch(stop)
+
+    def on_live(entry: dict) -> None:
+        spent[0] += setup.meter.add(entry)
+
+    try:
+        with trial_world(repo, fork.id, setup.mount) as world:
+            sticky = [e for e in setup.entries if e["step"] > step]
+            result, prefix = runon.run(repo, ref, setup.cmd, upstreams=setup.upstreams, world=world, stop=stop,
+                                       sticky=sticky, on_live=on_live, output=subprocess.DEVNULL)
+            if setup.meter.stopping.is_set():
+                return None
+            outcome, reason = _outcome(git, setup.grader, world, result, prefix)
+    finally:
+        setup.meter.unwatch(stop)
+    commit = store.write_verdict(git, setup.run, step, k, result.tip, outcome, reason, spent[0])
+    return {"step": step, "trial": k, "outcome": outcome, "reason": reason, "commit": commit, "tip": result.tip,
+            "cost_usd": spent[0]}
+
+
+def _outcome(git, grader: grade_mod.Grader, world: Path, result, prefix) -> tuple[str, str]:
+    """(flip | no-flip | undefined, why) of a finished trial whose baseline failed."""
+    if prefix.mismatch is not None:
+        return "undefined", f"the agent asked otherwise before the fork's step: {prefix.mismatch.line}"
+    if result.upstream_error or result.failures:
+        return "undefined", result.upstream_error or f"internal proxy error: {result.failures[0]}"
+    from ..image import read_image
+
+    tip = read_image(git, result.tip)
+    last = max((e for e in tape_mod.read(git, tip.tree) if e.get("kind") == "exchange"),
+               key=lambda e: e.get("step", 0), default=None)
+    grade, detail = grader.grade(world, last)
+    outcome = {"success": "flip", "fail": "no-flip"}.get(grade, "undefined")
+    return outcome, f"{detail}; the agent exited {result.exit}"
