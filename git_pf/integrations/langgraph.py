@@ -1,0 +1,325 @@
+"""``PfSaver``: a LangGraph checkpointer whose checkpoints are git-pf images.
+
+``graph = builder.compile(checkpointer=PfSaver(repo))``: each thread's namespace is a branch
+(``lg/<thread>``), each checkpoint an image whose parent is its parent checkpoint's image, so
+``get_state_history`` walks git history and a fork (``update_state`` on an older checkpoint)
+is a git fork. Values go through LangGraph's own serializer (``self.serde``) and are kept as
+its ``(type, bytes)`` pairs (``langgraph_store``). With ``fs_root``, the sandbox directory is
+captured into each checkpoint's image (the world layer). Needs the ``langgraph`` extra;
+writes git objects, side-store objects (the world) and refs under ``refs/pf/heads/lg/`` only.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+try:
+    from langgraph.checkpoint.base import (WRITES_IDX_MAP, BaseCheckpointSaver, ChannelVersions, Checkpoint,
+                                           CheckpointMetadata, CheckpointTuple, get_checkpoint_metadata,
+                                           writes_sort_key)
+except ImportError as e:  # pragma: no cover - the extra is missing
+    raise ImportError("git_pf.integrations.langgraph needs LangGraph: pip install 'git-pf[langgraph]'") from e
+
+from .. import canonjson, config as pf_config, image as img
+from ..errors import UsageError
+from ..gittree import TreeWriter
+from ..layers import registry
+from ..repo import Repo
+from ..snapshot import DirWorld, SnapshotRequest, SnapshotWrite
+from . import langgraph_store as st
+
+AGENT = img.Agent("langgraph")
+_RECORDS = 256  # records kept decoded per saver (an image never changes)
+
+
+def _configurable(config) -> dict:
+    conf = (config or {}).get("configurable") or {}
+    if "thread_id" not in conf:
+        raise UsageError("a LangGraph config needs configurable.thread_id")
+    return conf
+
+
+def _key(config) -> st.Key:
+    conf = _configurable(config)
+    return st.Key(str(conf["thread_id"]), conf.get("checkpoint_ns") or "")
+
+
+def _config(key: st.Key, checkpoint_id: str) -> dict:
+    return {"configurable": {"thread_id": key.thread, "checkpoint_ns": key.ns, "checkpoint_id": checkpoint_id}}
+
+
+class PfSaver(BaseCheckpointSaver[int]):
+    """A ``BaseCheckpointSaver`` on a git-pf repository (a ``git_pf.Repo`` or a path, made a
+    repository when it is not one). One saver may be shared by threads and coroutines."""
+
+    def __init__(self, repo: Repo | str | os.PathLike, *, fs_root: str | os.PathLike | None = None,
+                 serde=None) -> None:
+        super().__init__(serde=serde)
+        self.repo = repo if isinstance(repo, Repo) else Repo.init(repo)[0]
+        self.git = self.repo.git
+        self.fs_root = Path(fs_root) if fs_root is not None else None
+        self._world = DirWorld(self.repo, self.fs_root, ()) if self.fs_root is not None else None
+        self._lock = threading.RLock()
+        self._threads: dict[st.Key, st.Thread] = {}
+        self._records: OrderedDict[str, st.Record] = OrderedDict()
+        self._early: dict[tuple[st.Key, str], list] = {}  # writes sent before their checkpoint
+
+    # -- reading ----------------------------------------------------------
+    def _thread(self, key: st.Key, fresh: bool = False) -> st.Thread:
+        """The thread ``key``, re-read from its refs when its branch moved since last seen."""
+        cached = self._threads.get(key)
+        tip = self.git.references.get("refs/pf/heads/" + key.branch)
+        tip = str(tip.target) if tip is not None else None
+        if not fresh and cached is not None and cached.local and tip is not None and cached.heads.get(key.branch) == tip:
+            return cached
+        thread = st.load_thread(self.git, key, st.scan(self.git, key).get(key))
+        self._threads[key] = thread
+        return thread
+
+    def _keys(self, config) -> list[st.Key]:
+        if config is None:
+            return sorted(st.scan(self.git))
+        conf = _configurable(config)
+        if conf.get("checkpoint_ns") is not None:
+            return [st.Key(str(conf["thread_id"]), conf["checkpoint_ns"])]
+        return sorted(k for k in st.scan(self.git, st.Key(str(conf["thread_id"]))) if k.thread == str(conf["thread_id"]))
+
+    def _record(self, oid: str) -> st.Record:
+        rec = self._records.get(oid)
+        if rec is None:
+            rec = self._records[oid] = st.read_record(self.git, str(self.git[oid].tree_id))
+            if len(self._records) > _RECORDS:
+                self._records.popitem(last=False)
+        return rec
+
+    def _loads(self, typed) -> Any:
+        return self.serde.loads_typed(st.load(self.git, typed))
+
+    def _tuple(self, key: st.Key, image: st.Image) -> CheckpointTuple:
+        rec = self._record(image.oid)
+        if rec.checkpoint_id != image.checkpoint_id:
+            raise UsageError(f"image {image.oid[:12]} holds checkpoint {rec.checkpoint_id!r}, "
+                             f"its commit names {image.checkpoint_id!r}")
+        checkpoint = self._loads(rec.checkpoint)
+        checkpoint["channel_values"] = {ch: self._loads(v) for ch, (_, v) in rec.channels.items()}
+        writes = sorted(rec.writes, key=lambda w: writes_sort_key(w[3], w[0], w[2]))
+        return CheckpointTuple(
+            config=_config(key, rec.checkpoint_id), checkpoint=checkpoint, metadata=self._loads(rec.metadata),
+            parent_config=_config(key, rec.parent_id) if rec.parent_id else None,
+            pending_writes=[(task, ch, self._loads(v)) for task, ch, _, _, v in writes])
+
+    def get_tuple(self, config) -> CheckpointTuple | None:
+        key, wanted = _key(config), _configurable(config).get("checkpoint_id")
+        with self._lock:
+            thread = self._thread(key)
+            if wanted and wanted not in thread.images:  # written by another process since?
+                thread = self._thread(key, fresh=True)
+            cid = wanted or thread.latest()
+            image = thread.images.get(cid) if cid else None
+            return self._tuple(key, image) if image is not None else None
+
+    def list(self, config, *, filter: dict[str, Any] | None = None, before=None,
+             limit: int | None = None) -> Iterator[CheckpointTuple]:
+        wanted = _configurable(config).get("checkpoint_id") if config else None
+        below = (before or {}).get("configurable", {}).get("checkpoint_id")
+        with self._lock:
+            found = [(cid, key, image) for key in self._keys(config)
+                     for cid, image in self._thread(key).images.items()
+                     if (not wanted or cid == wanted) and (not below or cid < below)]
+        found.sort(key=lambda x: (x[0], x[1].thread, x[1].ns), reverse=True)
+        for _, key, image in found:
+            if limit is not None and limit <= 0:
+                return
+            with self._lock:
+                if filter and not all(self._loads(self._record(image.oid).metadata).get(k) == v
+                                      for k, v in filter.items()):
+                    continue
+                tup = self._tuple(key, image)
+            if limit is not None:
+                limit -= 1
+            yield tup
+
+    # -- writing ----------------------------------------------------------
+    def _commit(self, thread: st.Thread, rec: st.Record, parent: st.Image | None, rev: int, subject: str,
+                world: bool) -> st.Image:
+        """Write the image of ``rec`` on ``parent`` (its tree edited: ``langgraph/``, the manifest, the
+        world when captured) and move the thread's heads."""
+        git = self.git
+        parent_info = img.read_image(git, parent.oid) if parent is not None else None
+        edit = img.TreeEdit(git, parent_info.tree if parent_info else None)
+        layers = dict(parent_info.manifest.get("layers", {})) if parent_info else {}
+        cap = None
+        if world and self._world is not None:
+            with self.repo.store.batch():
+                cap = self._world.capture(self.repo, parent_info)
+            snap = SnapshotWrite(self.repo, SnapshotRequest(self.fs_root), cap, edit, parent_info)
+            for key, summary in registry.load(registry.get("world").input)(snap).items():
+                layers.setdefault(key, {}).update(summary)
+        edit.put_tree(st.ROOT, st.write_tree(edit.writer, rec).hex())
+        layers["langgraph"] = {"thread": rec.thread_id, "checkpoint": rec.checkpoint_id,
+                               "channels": len(rec.channels), "writes": len(rec.writes)}
+        edit.put_file(img.MANIFEST, canonjson.encode(img.make_manifest(AGENT, "", layers)))
+        trailers = [("Pf-Agent", AGENT.label()), (st.TRAILER_ID, st.encode(rec.checkpoint_id)), (st.TRAILER_REV, str(rev))]
+        sig = pf_config.signature(git)
+        oid = str(git.create_commit(None, sig, sig, img.format_message(subject, trailers), edit.write(),
+                                    [parent.oid] if parent is not None else []))
+        image = st.Image(oid, rec.checkpoint_id, rev)
+        self._records[oid] = rec
+        wanted = st.desired_heads(thread, image, parent.oid if parent is not None else None)
+        thread.add(image)
+        st.move_heads(git, thread, wanted, f"langgraph: {subject}")
+        if cap is not None:
+            self._world.done(cap)
+        return image
+
+    def put(self, config, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            new_versions: ChannelVersions) -> dict:
+        key, conf = _key(config), _configurable(config)
+        saved = dict(checkpoint)
+        values = saved.pop("channel_values", {}) or {}
+        with self._lock:
+            thread = self._thread(key)
+            parent_id = conf.get("checkpoint_id")
+            parent = thread.images.get(parent_id) if parent_id else None
+            inherited = self._record(parent.oid).channels if parent is not None else {}
+            writer = TreeWriter(self.git)
+
+            def stored(value) -> tuple[str, bytes]:
+                kind, data = self.serde.dumps_typed(value)
+                return kind, writer.write_blob(data)
+
+            channels = {}
+            for ch, version in checkpoint["channel_versions"].items():
+                if ch not in new_versions and ch in inherited and inherited[ch][0] == version:
+                    channels[ch] = inherited[ch]
+                elif ch in values:
+                    channels[ch] = (version, stored(values[ch]))
+            meta = get_checkpoint_metadata(config, metadata)
+            rec = st.Record(key.thread, key.ns, checkpoint["id"], parent_id, stored(saved), stored(meta), channels)
+            for writes in self._early.pop((key, checkpoint["id"]), []):
+                rec.writes = self._merged_writes(rec.writes, *writes)
+            old = thread.images.get(checkpoint["id"])
+            subject = f"langgraph: {meta.get('source', 'checkpoint')} step {meta.get('step', '?')}"
+            self._commit(thread, rec, parent, old.rev + 1 if old else 1, subject, world=True)
+        return _config(key, checkpoint["id"])
+
+    def _merged_writes(self, old: list, writes, task_id: str, task_path: str) -> list:
+        """``old`` with ``writes`` added as LangGraph's savers do: a (task, index) already there is
+        kept, except the special channels (errors, interrupts, resumes), which are replaced."""
+        merged, writer = list(old), TreeWriter(self.git)
+        at = {(w[0], w[2]): n for n, w in enumerate(merged)}
+        for n, (channel, value) in enumerate(writes):
+            idx = WRITES_IDX_MAP.get(channel, n)
+            if idx >= 0 and (task_id, idx) in at:
+                continue
+            kind, data = self.serde.dumps_typed(value)
+            entry = (task_id, channel, idx, task_path, (kind, writer.write_blob(data)))
+            if (task_id, idx) in at:
+                merged[at[(task_id, idx)]] = entry
+            else:
+                at[(task_id, idx)] = len(merged)
+                merged.append(entry)
+        return merged
+
+    def put_writes(self, config, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
+        """Writes to a checkpoint make a child image of it. LangGraph may send them before the
+        checkpoint itself (its puts run in the background): they wait for its ``put``."""
+        key, cid = _key(config), _configurable(config).get("checkpoint_id")
+        with self._lock:
+            thread = self._thread(key)
+            image = thread.images.get(cid) if cid else None
+            if image is None:
+                if not cid:
+                    raise UsageError("writes need configurable.checkpoint_id")
+                self._early.setdefault((key, cid), []).append((list(writes), task_id, task_path))
+                return
+            rec = self._record(image.oid)
+            merged = self._merged_writes(rec.writes, writes, task_id, task_path)
+            if merged == rec.writes:
+                return
+            subject = f"langgraph: writes of task {task_id} ({', '.join(sorted({c for c, _ in writes}))})"
+            self._commit(thread, replace(rec, writes=merged), image, image.rev + 1, subject, world=False)
+
+    # -- threads ----------------------------------------------------------
+    def delete_thread(self, thread_id: str) -> None:
+        """Remove the thread's branches (every namespace), and a remote's tracking refs of them."""
+        thread_id = str(thread_id)
+        with self._lock:
+            for key, found in st.scan(self.git, st.Key(thread_id)).items():
+                if key.thread == thread_id:
+                    st.delete_refs(self.git, [*("refs/pf/heads/" + n for n in found["local"]), *found["remote"]])
+                    self._threads.pop(key, None)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """The target thread gains the source's checkpoints: the same images (a fork, not a copy of data)."""
+        with self._lock:
+            for key in self._keys({"configurable": {"thread_id": source_thread_id}}):
+                src = self._thread(key)
+                dst = self._thread(st.Key(str(target_thread_id), key.ns))
+                merged = st.merged(dst, src)
+                st.move_heads(self.git, dst, st.desired_heads(merged, None, None), "langgraph: copy thread")
+                self._threads.pop(dst.key, None)
+
+    def _rewrite(self, keys: list[st.Key], drop) -> None:
+        """Rewrite each thread without the checkpoints ``drop(key, image)`` names."""
+        for key in keys:
+            thread = self._thread(key)
+            gone = {cid for cid, image in thread.images.items() if drop(key, image)}
+            if gone:
+                st.move_heads(self.git, thread, st.rewrite(self.git, thread, gone), "langgraph: rewrite")
+                self._threads.pop(key, None)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: each namespace keeps only its latest checkpoint (its image becomes a
+        root); ``delete``: the threads are deleted."""
+        if strategy not in ("keep_latest", "delete"):
+            raise UsageError(f"unknown prune strategy {strategy!r} (keep_latest or delete)")
+        with self._lock:
+            for thread_id in thread_ids:
+                if strategy == "delete":
+                    self.delete_thread(thread_id)
+                    continue
+                keys = self._keys({"configurable": {"thread_id": thread_id}})
+                self._rewrite(keys, lambda key, image: image.checkpoint_id != self._thread(key).latest())
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Every checkpoint whose metadata names one of ``run_ids`` leaves its thread's history."""
+        runs = set(run_ids)
+        with self._lock:
+            self._rewrite(self._keys(None), lambda key, image: self._loads(
+                self._record(image.oid).metadata).get("run_id") in runs)
+
+    # -- async twins --------------------------------------------------------
+    async def aget_tuple(self, config) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(self, config, *, filter: dict[str, Any] | None = None, before=None,
+                    limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
+        found = await asyncio.to_thread(lambda: list(self.list(config, filter=filter, before=before, limit=limit)))
+        for tup in found:
+            yield tup
+
+    async def aput(self, config, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+                   new_versions: ChannelVersions) -> dict:
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(self, config, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await asyncio.to_thread(lambda: self.prune(thread_ids, strategy=strategy))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
