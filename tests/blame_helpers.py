@@ -34,6 +34,11 @@ def record(run_pf, root: Path, fake, name: str = "run", steps: int = 4):
                   cwd=root, env={"BLAME_AGENT_STEPS": str(steps)})
 
 
+def fix(text, rng):
+    """A ``--perturb module:function`` plug-in: the reply with its BUG fixed."""
+    return text.replace("BUG", "fixed")
+
+
 def main() -> int:
     base = os.environ["OPENAI_BASE_URL"].rstrip("/")
     world = Path(os.environ["GIT_PF_WORLD"])
