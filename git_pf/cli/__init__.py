@@ -3,7 +3,8 @@
 ``app`` holds the Typer application; each ``cmd_*`` module registers the
 commands of one concept; ``commands`` imports them all. ``main``, the console
 entry point, only adds signal handling around ``app.main`` (standard library
-only: its import time is every command's) and answers ``--version`` itself.
+only: its import time is every command's) and answers ``--version`` and
+``hook claude-code`` itself.
 """
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ def _run_command() -> int:
         from .pipe import write
 
         return write(version_line() + "\n")
+    if sys.argv[1:] == ["hook", "claude-code"]:  # Claude Code waits on every hook: no Typer, no pygit2 up front
+        from ..integrations.claude_code_hook import main as hook
+
+        return hook()
     from .app import main as run
 
     return run()

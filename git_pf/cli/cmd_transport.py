@@ -24,9 +24,15 @@ def _size(n: int) -> str:
 @app.command()
 def install(
     remote: Optional[str] = typer.Option(None, "--remote", help="Remote to configure (default: origin, else every remote)."),
+    claude_code: bool = typer.Option(False, "--claude-code", help="Instead: add git-pf's hooks to Claude Code's settings."),
+    scope: str = typer.Option("project", "--scope", help="With --claude-code: project (.claude/settings.json) or user (~/.claude)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Chain the git-pf pre-push hook and configure remotes so plain git push/fetch carry images."""
+    if claude_code:
+        from .cmd_integrations import install_claude_code
+
+        return install_claude_code(scope, as_json)
     from ..transport import install as install_mod
 
     changed = install_mod.install(open_repo(), remote)
@@ -44,8 +50,16 @@ def install(
 
 
 @app.command()
-def uninstall(as_json: bool = JsonOpt) -> None:
+def uninstall(
+    claude_code: bool = typer.Option(False, "--claude-code", help="Instead: take git-pf's hooks out of Claude Code's settings."),
+    scope: str = typer.Option("project", "--scope", help="With --claude-code: project or user."),
+    as_json: bool = JsonOpt,
+) -> None:
     """Remove what 'git pf install' added and put back any hook it displaced."""
+    if claude_code:
+        from .cmd_integrations import uninstall_claude_code
+
+        return uninstall_claude_code(scope, as_json)
     from ..transport import install as install_mod
 
     removed = install_mod.uninstall(open_repo())

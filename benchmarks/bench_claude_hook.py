@@ -1,0 +1,120 @@
+"""Wall time of Claude Code's ``PostToolUse`` hook (``git pf hook claude-code``) on a 5,000-file project.
+
+    python -m benchmarks.bench_claude_hook [--runs 15] [--files 5000] [--changed 3]
+
+The project is a git work tree of ``--files`` files (~1 KB each, 1,000
+directories); before each timed call ``--changed`` files are rewritten and the
+session's transcript grows by a user line, an assistant tool call and its
+result, as a tool call would leave them. Each call runs as Claude Code runs a
+hook: ``sh -c 'git pf hook claude-code'`` with the event JSON on stdin,
+through git's dispatcher. Figures are medians of ``--runs`` calls with the
+median CPU time (user + sys) of the client process beside them, for the warm
+path (the repository's hook server running) and for the same events handled
+in the hook's own process (``pf.claudeCode.server=false``), against
+``python -c pass``. Goal: at most 150 ms per call.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .bench_cli import Timing, _ms
+from .bench_snapshot import make_tree
+from .common import git_env, report, sh, verdict, workdir
+
+GOAL = 0.150
+
+
+def _transcript_lines(i: int) -> list[dict]:
+    use = {"type": "tool_use", "id": f"toolu_{i}", "name": "Bash", "input": {"command": f"make step{i}"}}
+    return [
+        {"type": "user", "uuid": f"u{i}", "message": {"role": "user", "content": f"please run step {i}"}},
+        {"type": "assistant", "uuid": f"a{i}", "message": {"id": f"msg_{i}", "role": "assistant", "content": [use]}},
+        {"type": "user", "uuid": f"r{i}", "message": {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": "ok\n" * 20}]}},
+    ]
+
+
+class Session:
+    def __init__(self, project: Path, transcript: Path, sid: str, env: dict, paths: list[Path], changed: int):
+        self.project, self.transcript, self.sid, self.env = project, transcript, sid, env
+        self.paths, self.changed, self.step = paths, changed, 0
+
+    def event(self, name: str, **more) -> bytes:
+        return json.dumps({"session_id": self.sid, "transcript_path": str(self.transcript), "cwd": str(self.project),
+                           "hook_event_name": name, **more}).encode()
+
+    def call(self, payload: bytes) -> tuple[float, float]:
+        r0 = os.times()
+        t0 = time.perf_counter()
+        subprocess.run(["sh", "-c", "git pf hook claude-code"], input=payload, cwd=self.project, env=self.env,
+                       check=True, stdout=subprocess.DEVNULL)
+        wall = time.perf_counter() - t0
+        r1 = os.times()
+        return wall, r1.children_user - r0.children_user + r1.children_system - r0.children_system
+
+    def tool_call(self) -> tuple[float, float]:
+        self.step += 1
+        i = self.step
+        for p in self.paths[i * self.changed:(i + 1) * self.changed]:
+            p.write_bytes(p.read_bytes()[::-1] + b"!")
+        with open(self.transcript, "a") as f:
+            f.writelines(json.dumps(line) + "\n" for line in _transcript_lines(i))
+        return self.call(self.event("PostToolUse", tool_name="Bash", tool_use_id=f"toolu_{i}",
+                                    tool_input={"command": f"make step{i}"}, tool_response={"stdout": "ok\n" * 20}))
+
+
+def _median(samples: list[tuple[float, float]]) -> Timing:
+    walls = sorted(s[0] for s in samples)
+    cpus = sorted(s[1] for s in samples)
+    t = Timing(walls[len(walls) // 2])
+    t.cpu = cpus[len(cpus) // 2]
+    return t
+
+
+def bench(base: Path, runs: int, files: int, changed: int) -> list:
+    project = base / "project"
+    paths = make_tree(project, files, files * 1000)
+    sh("git", "init", "-q", project)
+    bin_dir = str(Path(sys.executable).parent)  # where the git-pf console script is installed
+    env = dict(git_env(), PATH=f"{bin_dir}:{os.environ.get('PATH', '')}", CLAUDE_PROJECT_DIR=str(project))
+    sh("git", "pf", "init", cwd=project, env=env)
+    rows = []
+    t_py = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        t_py.append((time.perf_counter() - t0, 0.0))
+    rows.append(("python -c pass", f"{_median(t_py) * 1000:.0f} ms", ""))
+    for mode, server in (("warm (hook server)", "true"), ("in the hook's process", "false")):
+        sh("git", "config", "pf.claudeCode.server", server, cwd=project)
+        s = Session(project, base / f"transcript-{server}.jsonl", f"bench-{server}", env, paths, changed)
+        s.call(s.event("SessionStart", source="startup"))
+        for _ in range(2):  # untimed: the server starts, the stat cache and transcript are read once
+            s.tool_call()
+        samples = [s.tool_call() for _ in range(runs)]
+        t = _median(samples)
+        rows.append((f"PostToolUse, {mode}", _ms(t), f"goal <= {GOAL * 1000:.0f} ms  {verdict(t <= GOAL)}"))
+    subprocess.run(["git", "pf", "hook", "claude-code", "--stop-server"], cwd=project, env=env,
+                   stdout=subprocess.DEVNULL)
+    return rows
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--files", type=int, default=5000)
+    ap.add_argument("--changed", type=int, default=3)
+    args = ap.parse_args(argv)
+    with workdir("claude-hook") as base:
+        report(f"Claude Code PostToolUse hook, {args.files} files, {args.changed} changed per call",
+               bench(base, args.runs, args.files, args.changed))
+
+
+if __name__ == "__main__":
+    main()

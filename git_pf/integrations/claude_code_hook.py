@@ -1,0 +1,213 @@
+"""``git pf hook claude-code``: the hook command Claude Code runs, which never blocks the agent.
+
+It reads the event JSON on stdin, finds the repository (``GIT_PF_REPO``,
+``$CLAUDE_PROJECT_DIR`` or the event's ``cwd``, as git discovers it) and hands
+the event to the repository's hook server (``claude_code_server``), starting
+one when none runs, so that the repository, the project's stat cache and the
+transcript read so far stay warm between tool calls. With
+``pf.claudeCode.server=false``, or when no server can be reached, it handles
+the event in this process. Any failure is appended to
+``$GIT_DIR/pf/claude-code/hook.log`` and shown as one line on stderr; the exit
+status is always 0. This module imports only the standard library at load
+time: a warm call costs one small Python process. Writes nothing but the log
+(the server or ``claude_code`` write the images).
+"""
+from __future__ import annotations
+
+import _socket as socket  # the C module: ``socket`` would add enum and selectors to every call's start-up
+import json
+import os
+import sys
+import time
+
+STATE_DIR = ("pf", "claude-code")
+SOCKET = "server.sock"
+REPLY_WAIT_S = 50.0  # under Claude Code's 60 s hook timeout
+START_WAIT_S = 5.0
+
+
+def state_dir(git_dir: str | os.PathLike) -> str:
+    return os.path.join(git_dir, *STATE_DIR)
+
+
+def git_dir_of(start: str) -> str:
+    """The git directory a path belongs to: the nearest ``.git`` above it (a directory, or a
+    ``gitdir:`` file), else as ``git rev-parse`` finds it (``GIT_DIR`` honoured)."""
+    if not os.environ.get("GIT_DIR"):
+        here = os.path.abspath(start)
+        while True:
+            dot = os.path.join(here, ".git")
+            if os.path.isdir(dot):
+                return os.path.realpath(dot)
+            if os.path.isfile(dot):
+                break  # a linked work tree or a submodule: git knows where it points
+            parent = os.path.dirname(here)
+            if parent == here:
+                break
+            here = parent
+    import subprocess
+
+    out = subprocess.run(["git", "-C", start, "rev-parse", "--absolute-git-dir"], capture_output=True)
+    if out.returncode != 0:
+        raise LookupError(f"not a git repository: '{start}' (run 'git pf init' there)")
+    return os.fsdecode(out.stdout.strip())
+
+
+def _start_dir(event: dict) -> str:
+    for candidate in (os.environ.get("GIT_PF_REPO"), os.environ.get("CLAUDE_PROJECT_DIR"), event.get("cwd")):
+        if isinstance(candidate, str) and candidate and os.path.isdir(candidate):
+            return candidate
+    return os.getcwd()
+
+
+def main(data: bytes | None = None) -> int:
+    """Handle one event; 0 always (a failure is one line on stderr and a line in the log)."""
+    data = sys.stdin.buffer.read() if data is None else data
+    git_dir = None
+    try:
+        try:
+            event = json.loads(data)
+        except ValueError:
+            event = None  # handle_request says what is wrong with it, in the repository's log
+        git_dir = git_dir_of(_start_dir(event if isinstance(event, dict) else {}))
+        request = {"event": data.decode("utf-8", "replace"), "project_dir": os.environ.get("CLAUDE_PROJECT_DIR") or None,
+                   "version": _version()}
+        reply = _via_server(git_dir, request)
+        if reply is None:
+            reply = handle_request(git_dir, request)
+        if reply.get("error"):
+            _fail(git_dir, reply["error"], data)
+    except Exception as e:  # noqa: BLE001  (a hook must never block the agent: every failure is logged)
+        _fail(git_dir, _line(e), data)
+    return 0
+
+
+def handle_request(git_dir: str, request: dict, sessions=None) -> dict:
+    """Handle one request in this process (``sessions``: a warm ``claude_code.Sessions``);
+    ``{"ok": outcome}`` or ``{"error": line}``. Events are handled one at a time per repository."""
+    import fcntl
+
+    from ..errors import PfError
+
+    try:
+        from . import claude_code
+        from ..repo import Repo
+
+        event = claude_code.parse_event(request["event"].encode("utf-8"))
+        directory = state_dir(git_dir)
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, "hook.lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            own = sessions is None
+            sessions = sessions or claude_code.Sessions(Repo.open(git_dir))
+            try:
+                outcome = sessions.handle(event, request.get("project_dir"))
+            finally:
+                if own:
+                    sessions.close()
+        return {"ok": outcome.to_json()}
+    except PfError as e:
+        return {"error": e.message}
+    except Exception as e:  # noqa: BLE001
+        return {"error": _line(e)}
+
+
+def _line(e: BaseException) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if isinstance(e, (LookupError, ValueError)) and not isinstance(e, KeyError) else f"{type(e).__name__}: {text}"
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def _fail(git_dir: str | None, message: str, data: bytes) -> None:
+    where = ""
+    if git_dir is not None:
+        try:
+            log = os.path.join(state_dir(git_dir), "hook.log")
+            os.makedirs(os.path.dirname(log), exist_ok=True)
+            try:
+                event = json.loads(data)
+                what = f"{event.get('hook_event_name')} {event.get('session_id')}" if isinstance(event, dict) else "?"
+            except ValueError:
+                what = "?"
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {str(what)[:200]}: {message}\n")
+            where = f" (logged in {log})"
+        except OSError:
+            pass
+    sys.stderr.write(f"git pf: claude-code hook: {message}{where}\n")
+
+
+# -- the server connection ---------------------------------------------------
+def _connect(directory: str):
+    """A connection to the repository's server, or None when none listens. The socket is named
+    relative to its directory (a path can be longer than a socket address may be)."""
+    here = os.open(".", os.O_RDONLY)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        os.chdir(directory)
+        sock.connect(SOCKET)
+        return sock
+    except OSError:
+        sock.close()
+        return None
+    finally:
+        os.fchdir(here)
+        os.close(here)
+
+
+def exchange(directory: str, request: dict) -> dict | None:
+    """Send one request to the server; its reply, or None when there is no server to answer."""
+    sock = _connect(directory)
+    if sock is None:
+        return None
+    chunks = []
+    try:
+        sock.settimeout(REPLY_WAIT_S)
+        sock.sendall(json.dumps(request).encode("utf-8"))
+        sock.shutdown(socket.SHUT_WR)
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    except ConnectionError:  # a server that was ending: this process handles the event
+        return None
+    finally:
+        sock.close()
+    reply = json.loads(b"".join(chunks) or b"null")
+    return reply if isinstance(reply, dict) else None
+
+
+def _server_enabled(git_dir: str) -> bool:
+    import subprocess
+
+    out = subprocess.run(["git", f"--git-dir={git_dir}", "config", "--type=bool", "--get", "pf.claudeCode.server"],
+                         capture_output=True)
+    return out.stdout.strip() != b"false"
+
+
+def _via_server(git_dir: str, request: dict) -> dict | None:
+    """The server's reply, starting the server first when none runs; None: handle it here."""
+    directory = state_dir(git_dir)
+    sock = os.path.join(directory, SOCKET)
+    reply = exchange(directory, request) if os.path.exists(sock) else None
+    if reply is not None:
+        return None if reply.get("restart") else reply
+    if not _server_enabled(git_dir):
+        return None
+    import subprocess
+
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "server.log"), "ab") as log:
+        subprocess.Popen([sys.executable, "-m", "git_pf.integrations.claude_code_server", git_dir],
+                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
+                         cwd=directory)
+    deadline = time.monotonic() + START_WAIT_S
+    while time.monotonic() < deadline:
+        reply = exchange(directory, request) if os.path.exists(sock) else None
+        if reply is not None:
+            return None if reply.get("restart") else reply
+        time.sleep(0.01)
+    return None

@@ -1,0 +1,351 @@
+"""Claude Code hooks: hook events and transcripts written from Claude Code's documented schemas,
+fed to the real ``git pf hook claude-code`` (through ``sh -c``, as Claude Code runs a hook) on a
+real project directory; the settings file install and uninstall; ``git pf rewind``."""
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from git_pf import Repo, image as img
+from git_pf.layers.effects import ledger
+from git_pf.layers.world.restore import iter_world
+
+from conftest import BIN, git_fsck_clean
+
+SID = "3f2a9c1e-7b4d-4e2a-9f10-5c6d7e8f9a0b"
+SECRET = "sk-" + "A1b2C3d4" * 5
+
+
+class Claude:
+    """A Claude Code session against one project: writes its transcript, fires its hook events."""
+
+    def __init__(self, project: Path, transcript: Path, env: dict, sid: str = SID):
+        self.project, self.transcript, self.env, self.sid = project, transcript, env, sid
+        self.n = 0
+
+    def line(self, **entry) -> None:
+        entry = {"parentUuid": None, "isSidechain": False, "userType": "external", "cwd": str(self.project),
+                 "sessionId": self.sid, "version": "1.0.80", "uuid": f"u{self.n}",
+                 "timestamp": "2026-01-05T10:00:00.000Z", **entry}
+        self.n += 1
+        with open(self.transcript, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+    def payload(self, event: str, **more) -> dict:
+        return {"session_id": self.sid, "transcript_path": str(self.transcript), "cwd": str(self.project),
+                "hook_event_name": event, **more}
+
+    def run(self, command: str, payload: dict | bytes, check_stderr: bool = True) -> subprocess.CompletedProcess:
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        proc = subprocess.run(["sh", "-c", command], input=data, cwd=self.project, env=self.env, capture_output=True)
+        if check_stderr:
+            assert proc.returncode == 0 and proc.stderr == b"", proc.stderr
+        return proc
+
+    def hook(self, event: str, check_stderr: bool = True, **more) -> subprocess.CompletedProcess:
+        return self.run("git pf hook claude-code", self.payload(event, **more), check_stderr)
+
+    def tool(self, name: str, tool_input: dict, response, **more) -> subprocess.CompletedProcess:
+        """The assistant's tool_use in the transcript, then PostToolUse (the tool has already acted)."""
+        use_id = f"toolu_{self.n:04d}"
+        self.line(type="assistant", requestId=f"req_{self.n}", message={
+            "id": f"msg_{self.n:04d}", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+            "content": [{"type": "tool_use", "id": use_id, "name": name, "input": tool_input}],
+            "stop_reason": "tool_use", "usage": {"input_tokens": 10, "output_tokens": 5}})
+        self.line(type="user", message={"role": "user", "content": [
+            {"tool_use_id": use_id, "type": "tool_result", "content": json.dumps(response)}]}, toolUseResult=response)
+        return self.hook("PostToolUse", tool_name=name, tool_input=tool_input, tool_response=response,
+                         tool_use_id=use_id, **more)
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A project that is a git work tree made ready for git-pf, with the hook server off."""
+    root = tmp_path / "project"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / "app.py").write_text("print('v1')\n")
+    (root / "notes.md").write_text("notes\n")
+    (root / ".gitignore").write_text("build/\n")
+    (root / "build").mkdir()
+    (root / "build" / "cache.bin").write_bytes(b"ignored")
+    env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}", CLAUDE_PROJECT_DIR=str(root),
+               HOME=str(tmp_path / "home"), GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    env.pop("GIT_PF_REPO", None)
+    subprocess.run(["git", "pf", "init"], cwd=root, env=env, check=True, capture_output=True)
+    subprocess.run(["git", "config", "pf.claudeCode.server", "false"], cwd=root, check=True)
+    yield root, env
+    pid_file = root / ".git" / "pf" / "claude-code" / "server.pid"
+    if pid_file.exists():  # a server a test started and did not stop: end it, by its id
+        try:
+            os.kill(int(pid_file.read_text()), signal.SIGTERM)
+        except (ProcessLookupError, ValueError):
+            pass
+    git_fsck_clean(root)
+
+
+@pytest.fixture
+def claude(project, tmp_path):
+    root, env = project
+    return Claude(root, tmp_path / "transcript.jsonl", env)
+
+
+def _world(repo: Repo, rev: str) -> dict[str, bytes]:
+    """The image's project files by path."""
+    tree = img.subtree(repo.git, repo.resolve(rev).tree, img.WORLD_FS)
+    return {os.fsdecode(rel): repo.git[oid.hex()].data for rel, _, oid in iter_world(repo.git, bytes.fromhex(tree))}
+
+
+def _ledger(repo: Repo, rev: str) -> list[dict]:
+    return ledger.decode(repo.read_layer(rev, "effects/ledger.jsonl") or b"")
+
+
+def _messages(repo: Repo, rev: str) -> list[dict]:
+    return [json.loads(l) for l in (repo.read_layer(rev, "trace/messages.jsonl") or b"").splitlines()]
+
+
+def _session(claude: Claude) -> None:
+    """Start, a Write, an Edit, a Read, a Bash that removes one file and makes another, Stop."""
+    p = claude.project
+    claude.line(type="user", message={"role": "user", "content": "add a helper and clean up"})
+    claude.hook("SessionStart", source="startup")
+    (p / "helper.py").write_text("def help(): pass\n")
+    claude.tool("Write", {"file_path": str(p / "helper.py"), "content": "def help(): pass\n"},
+                {"type": "create", "filePath": str(p / "helper.py")})
+    (p / "app.py").write_text("print('v2')\n")
+    claude.tool("Edit", {"file_path": str(p / "app.py"), "old_string": "v1", "new_string": "v2"},
+                {"filePath": str(p / "app.py"), "oldString": "v1", "newString": "v2"})
+    claude.tool("Read", {"file_path": str(p / "app.py")}, {"type": "text", "file": {"content": "print('v2')\n"}})
+    (p / "notes.md").unlink()
+    (p / "out.txt").write_text("generated\n")
+    claude.tool("Bash", {"command": f"rm notes.md && ./gen > out.txt  # OPENAI_API_KEY={SECRET}"},
+                {"stdout": "", "stderr": "", "interrupted": False, "isImage": False})
+    claude.line(type="assistant", message={"id": "msg_final", "role": "assistant",
+                                           "content": [{"type": "text", "text": "Done."}]})
+    claude.hook("Stop", stop_hook_active=False)
+
+
+@pytest.mark.parametrize("server", [False, True], ids=["in-process", "server"])
+def test_a_session_is_a_branch_of_step_images(claude, server):
+    if server:
+        subprocess.run(["git", "config", "pf.claudeCode.server", "true"], cwd=claude.project, check=True)
+    _session(claude)
+    repo = Repo.open(claude.project)
+    branch = f"cc/{SID}"
+    log = repo.log(branch)
+    assert [i.trailer("Pf-Step") for i in log] == [["4"], ["3"], ["2"], ["1"], ["0"]]
+    assert _world(repo, f"{branch}~4") == {".gitignore": b"build/\n", "app.py": b"print('v1')\n", "notes.md": b"notes\n"}
+    assert _world(repo, f"{branch}~3")["helper.py"] == b"def help(): pass\n"
+    assert _world(repo, f"{branch}~2")["app.py"] == b"print('v2')\n"
+    last = _world(repo, branch)
+    assert "notes.md" not in last and last["out.txt"] == b"generated\n" and "build/cache.bin" not in last
+    effects = _ledger(repo, branch)
+    assert [(e["tool"], e["side_effect_class"]) for e in effects] == [
+        ("Write", "idempotent"), ("Edit", "idempotent"), ("Read", "pure"), ("Bash", "irreversible")]
+    assert effects[0]["idempotency_key"] == "toolu_0001" and effects[0]["args"]["content"] == "def help(): pass\n"
+    assert SECRET not in json.dumps(effects) and "rm notes.md" in effects[3]["args"]["command"]
+    assert ledger.verify(effects) == [] and len(_ledger(repo, f"{branch}~1")) == 3
+    messages = _messages(repo, branch)
+    assert messages[0] == {"role": "user", "content": "add a helper and clean up"}
+    assert [m["role"] for m in messages] == ["user"] + ["assistant", "user"] * 4
+    assert messages[-2]["content"][0]["name"] == "Bash" and SECRET not in json.dumps(messages)
+    tag = repo.git.references.get(f"refs/pf/tags/{branch}/turn-1")
+    assert tag is not None and str(tag.target) == log[0].id
+    claude.hook("Stop", stop_hook_active=False)  # nothing new since: no second tag
+    assert repo.git.references.get(f"refs/pf/tags/{branch}/turn-2") is None
+    if server:
+        pid = int((claude.project / ".git/pf/claude-code/server.pid").read_text())
+        out = subprocess.run(["git", "pf", "hook", "claude-code", "--stop-server"], cwd=claude.project,
+                             env=claude.env, capture_output=True, text=True)
+        assert out.stdout.strip() == "stopped the hook server"
+        _wait_gone(pid)
+        assert not (claude.project / ".git/pf/claude-code/server.sock").exists()
+
+
+def _wait_gone(pid: int) -> None:
+    for _ in range(2000):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"the hook server {pid} did not end")
+
+
+def test_an_assistant_message_split_over_lines_is_one_and_side_chains_stay_out(claude):
+    claude.line(type="summary", summary="earlier work", leafUuid="x")
+    claude.line(type="assistant", message={"id": "msg_a", "role": "assistant", "content": [{"type": "text", "text": "Let me look."}]})
+    claude.line(type="assistant", isSidechain=True, message={"id": "msg_s", "role": "assistant", "content": "sub-agent"})
+    claude.hook("SessionStart", source="startup")
+    claude.tool("Glob", {"pattern": "*.py"}, {"filenames": ["app.py"]})
+    messages = _messages(Repo.open(claude.project), f"cc/{SID}")
+    assert messages[0]["content"] == [{"type": "text", "text": "Let me look."}]
+    assert len(messages) == 3 and "sub-agent" not in json.dumps(messages)
+
+
+def test_pf_config_sets_a_tools_side_effect_class(claude):
+    subprocess.run(["git", "config", "pf.claudeCode.Bash.sideEffect", "idempotent"], cwd=claude.project, check=True)
+    subprocess.run(["git", "config", "pf.claudeCode.mcp__db__query.sideEffect", "pure"], cwd=claude.project, check=True)
+    claude.tool("Bash", {"command": "make"}, {"stdout": "ok"})
+    claude.tool("mcp__db__query", {"sql": "select 1"}, [{"type": "text", "text": "1"}])
+    claude.tool("mcp__mail__send", {"to": "a@b"}, "sent")
+    classes = [e["side_effect_class"] for e in _ledger(Repo.open(claude.project), f"cc/{SID}")]
+    assert classes == ["idempotent", "pure", "irreversible"]
+
+
+def test_a_failure_is_logged_and_never_blocks_the_tool_call(claude, tmp_path):
+    log = claude.project / ".git/pf/claude-code/hook.log"
+    claude.hook("SessionStart", source="startup")
+    subprocess.run(["git", "config", "pf.claudeCode.Bash.sideEffect", "sometimes"], cwd=claude.project, check=True)
+    out = claude.tool("Bash", {"command": "make"}, {"stdout": "ok"}, check_stderr=False)
+    assert out.returncode == 0 and len(out.stderr.splitlines()) == 1 and b"sideEffect" in out.stderr
+    assert "sideEffect must be one of" in log.read_text()
+    assert len(Repo.open(claude.project).log(f"cc/{SID}")) == 1  # nothing half-written: no step image
+    for bad in (b"{not json", json.dumps({**claude.payload("PostToolUse"), "session_id": "../../x"}).encode()):
+        out = claude.run("git pf hook claude-code", bad, check_stderr=False)
+        assert out.returncode == 0 and len(out.stderr.splitlines()) == 1 and b"Traceback" not in out.stderr
+    assert len(log.read_text().splitlines()) == 3
+    elsewhere = tmp_path / "not-a-repo"
+    elsewhere.mkdir()
+    out = subprocess.run(["sh", "-c", "git pf hook claude-code"], input=json.dumps(claude.payload("Stop")).encode(),
+                         cwd=elsewhere, env={**claude.env, "CLAUDE_PROJECT_DIR": str(elsewhere)}, capture_output=True)
+    assert out.returncode == 0 and b"not a git repository" in out.stderr and len(out.stderr.splitlines()) == 1
+
+
+# -- install / uninstall --------------------------------------------------------------------------
+USER_SETTINGS = {
+    "permissions": {"allow": ["Bash(npm run test:*)"]},
+    "hooks": {"PostToolUse": [{"matcher": "Write|Edit", "hooks": [
+        {"type": "command", "command": "cat > \"$CLAUDE_PROJECT_DIR/.marker\""}]}]},
+}
+
+
+def _matches(matcher, tool: str | None) -> bool:
+    return tool is None or matcher in (None, "", "*") or re.fullmatch(matcher, tool) is not None
+
+
+def fire(claude: Claude, event: str, tool: str | None = None, **more) -> list[str]:
+    """Run every hook command the settings file gives ``event`` as Claude Code does: through
+    ``sh -c``, the event JSON on stdin; the commands run."""
+    settings = json.loads((claude.project / ".claude/settings.json").read_text())
+    ran = []
+    for group in settings.get("hooks", {}).get(event, []):
+        if _matches(group.get("matcher"), tool):
+            for h in group["hooks"]:
+                claude.run(h["command"], claude.payload(event, **more))
+                ran.append(h["command"])
+    return ran
+
+
+def test_install_chains_the_users_hooks_and_uninstall_gives_the_file_back(claude):
+    settings = claude.project / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    original = (json.dumps(USER_SETTINGS, indent=4) + "\n").encode()
+    settings.write_bytes(original)
+    pf = ["git", "pf", "install", "--claude-code"]
+    out = subprocess.run(pf, cwd=claude.project, env=claude.env, capture_output=True, text=True, check=True)
+    assert "SessionStart, PostToolUse, Stop" in out.stdout
+    installed = settings.read_bytes()
+    assert subprocess.run(pf, cwd=claude.project, env=claude.env, capture_output=True, check=True).returncode == 0
+    assert settings.read_bytes() == installed  # idempotent
+    assert json.loads(installed)["permissions"] == USER_SETTINGS["permissions"]
+
+    fire(claude, "SessionStart", source="startup")
+    (claude.project / "new.py").write_text("x = 1\n")
+    ran = fire(claude, "PostToolUse", "Write", tool_name="Write", tool_input={"file_path": "new.py", "content": "x = 1\n"},
+               tool_response={"type": "create"}, tool_use_id="toolu_1")
+    assert len(ran) == 2 and json.loads((claude.project / ".marker").read_text())["tool_name"] == "Write"
+    fire(claude, "Stop")
+    repo = Repo.open(claude.project)
+    assert _world(repo, f"cc/{SID}")["new.py"] == b"x = 1\n"
+    assert repo.git.references.get(f"refs/pf/tags/cc/{SID}/turn-1") is not None
+
+    subprocess.run(["git", "pf", "uninstall", "--claude-code"], cwd=claude.project, env=claude.env, check=True,
+                   capture_output=True)
+    assert settings.read_bytes() == original
+
+
+def test_uninstall_after_the_user_edited_the_file_removes_only_git_pfs_entries(claude):
+    settings = claude.project / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text(json.dumps(USER_SETTINGS))
+    subprocess.run(["git", "pf", "install", "--claude-code", "--json"], cwd=claude.project, env=claude.env, check=True,
+                   capture_output=True)
+    edited = json.loads(settings.read_text())
+    edited["model"] = "opus"
+    settings.write_text(json.dumps(edited))
+    out = subprocess.run(["git", "pf", "uninstall", "--claude-code", "--json"], cwd=claude.project, env=claude.env,
+                         check=True, capture_output=True, text=True)
+    assert json.loads(out.stdout)["restored"] is False
+    assert json.loads(settings.read_text()) == {**USER_SETTINGS, "model": "opus"}
+
+
+def test_install_into_no_settings_and_user_scope_and_a_broken_file(claude):
+    settings = claude.project / ".claude" / "settings.json"
+    run = lambda *a: subprocess.run(["git", "pf", *a], cwd=claude.project, env=claude.env, capture_output=True, text=True)
+    assert run("install", "--claude-code").returncode == 0 and settings.exists()
+    assert run("uninstall", "--claude-code").returncode == 0
+    assert not (claude.project / ".claude").exists()
+    user = Path(claude.env["HOME"]) / ".claude" / "settings.json"
+    assert run("install", "--claude-code", "--scope", "user").returncode == 0
+    assert "git pf hook claude-code" in user.read_text() and not settings.exists()
+    assert run("uninstall", "--claude-code", "--scope", "user").returncode == 0 and not user.exists()
+    settings.parent.mkdir()
+    settings.write_text("{\"hooks\": [")
+    out = run("install", "--claude-code")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "not valid JSON" in out.stderr
+    assert settings.read_text() == "{\"hooks\": [" and not list(settings.parent.glob(".*pf-tmp"))
+    assert run("install", "--claude-code", "--scope", "team").returncode == 2
+
+
+# -- rewind -----------------------------------------------------------------------------------------
+def test_rewind_restores_the_project_at_a_step_shell_changes_included(claude, tmp_path):
+    _session(claude)
+    p = claude.project
+    (p / "app.py").write_text("print('v3, after the session')\n")
+    run = lambda *a: subprocess.run(["git", "pf", "rewind", *a], cwd=p, env=claude.env, capture_output=True, text=True)
+    out = run("--to-step", "1")  # not a terminal: refuses, changes nothing
+    assert out.returncode == 2 and "--yes" in out.stderr and (p / "out.txt").exists()
+    assert b"2 files to write, 1 to remove" in _answer_prompt(claude, b"n\n")  # a terminal: asks; "n" changes nothing
+    assert (p / "out.txt").exists() and "v3" in (p / "app.py").read_text()
+    out = run(SID, "--to-step", "1", "--yes", "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["applied"] and sorted(report["remove"]) == ["out.txt"]
+    assert (p / "app.py").read_text() == "print('v1')\n" and (p / "notes.md").read_text() == "notes\n"
+    assert (p / "helper.py").exists() and not (p / "out.txt").exists()
+    assert (p / "build" / "cache.bin").read_bytes() == b"ignored" and (p / ".git" / "HEAD").exists()
+    assert json.loads(run("--to-step", "1", "--json").stdout)["applied"] is False  # already there
+    out = run(f"cc/{SID}", "--to-step", "4", "--yes")
+    assert out.returncode == 0 and (p / "out.txt").exists() and not (p / "notes.md").exists()
+    other = tmp_path / "copy"
+    other.mkdir()
+    assert run("--to-step", "0", "--into", str(other), "--yes").returncode == 0
+    assert sorted(x.name for x in other.iterdir()) == [".gitignore", "app.py", "notes.md"]
+    out = run("--to-step", "9", "--yes")
+    assert out.returncode == 2 and "no step 9" in out.stderr
+
+
+def _answer_prompt(claude: Claude, answer: bytes) -> bytes:
+    """Run ``git pf rewind --to-step 1`` on a terminal, answer its question; what it showed."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(["git", "pf", "rewind", "--to-step", "1"], cwd=claude.project, env=claude.env,
+                            stdin=slave, stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    seen = b""
+    try:
+        while b"Go on?" not in seen:
+            seen += os.read(master, 1024)
+        os.write(master, answer)
+        assert proc.wait(timeout=60) == 1
+    finally:
+        os.close(master)
+    return seen.replace(b"\r", b"")
