@@ -13,7 +13,7 @@ UTILITIES = {"git_pf.errors", "git_pf.cores", "git_pf.limits", "git_pf.writeback
 # What no layer package may import: the porcelain, the transport, the mount, the merge engine.
 ABOVE_LAYERS = ("git_pf.cli", "git_pf.fuse", "git_pf.transport", "git_pf.mounts", "git_pf.mount_snapshot",
                 "git_pf.merge.engine", "git_pf.merge.conflicts", "git_pf.merge.report", "git_pf.runs",
-                "git_pf.integrations", "git_pf.blame")
+                "git_pf.integrations", "git_pf.blame", "git_pf.report")
 # A rule that spans layers: the cache merge keeps the pages whose tokens the merged trace still holds.
 CROSS_LAYER = {("cache", "trace")}
 
