@@ -166,23 +166,29 @@ def add_transcript_line(messages: list[dict], line: bytes) -> None:
     messages.append(out)
 
 
-def effect_entry(git, event: dict, step: int, keep: frozenset[str]) -> dict:
-    """The ledger entry of a ``PostToolUse`` event (args and result redacted; a large result by its hash)."""
-    tool = event.get("tool_name")
-    if not isinstance(tool, str) or not tool:
-        raise InputFormatError("a PostToolUse event has no tool_name")
-    args = secrets.redact_json(event.get("tool_input"), keep)
-    result = secrets.redact_json(event.get("tool_response"), keep)
-    key = event.get("tool_use_id")
+def tool_effect(tool: str, args, result, key: str, side_effect: str, step: int, keep: frozenset[str] = frozenset()) -> dict:
+    """A ledger entry for one tool call of an agent framework: args and result redacted, a
+    result over ``RESULT_KEPT_BYTES`` kept by its hash only (``result_bytes`` says how large)."""
+    args = secrets.redact_json(args, keep)
+    result = secrets.redact_json(result, keep)
     entry = {"ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "tool": tool, "args": args,
-             "idempotency_key": key if isinstance(key, str) and key else f"{event['session_id']}/step-{step}",
-             "side_effect_class": side_effect_class(git, tool), "step": step}
-    size = len(json.dumps(result, ensure_ascii=False))
+             "idempotency_key": key, "side_effect_class": side_effect, "step": step}
+    size = len(json.dumps(result, ensure_ascii=False, default=str))
     if size <= RESULT_KEPT_BYTES:
         entry["result"] = result
     else:
         entry.update(result_hash=effects_mod.value_hash(result), result_bytes=size)
     return entry
+
+
+def effect_entry(git, event: dict, step: int) -> dict:
+    """The ledger entry of a ``PostToolUse`` event (its ``tool_use_id`` the idempotency key)."""
+    tool = event.get("tool_name")
+    if not isinstance(tool, str) or not tool:
+        raise InputFormatError("a PostToolUse event has no tool_name")
+    key = event.get("tool_use_id")
+    key = key if isinstance(key, str) and key else f"{event['session_id']}/step-{step}"
+    return tool_effect(tool, event.get("tool_input"), event.get("tool_response"), key, side_effect_class(git, tool), step)
 
 
 class Sessions:
@@ -226,7 +232,7 @@ class Sessions:
         step = (step_of(parent) or 0) + 1 if parent else 1
         data = img.read_file(git, parent.tree, img.EFFECTS_LEDGER) if parent else None
         ledger = effects_mod.decode(data) if data else []
-        entry = effect_entry(git, event, step, frozenset())
+        entry = effect_entry(git, event, step)
         ledger = ledger + [entry]
         image = self._write(event, branch, project_dir, step, parent, ledger, f"step {step}: {entry['tool'][:60]}")
         return Outcome("step", branch, image.id, step)
