@@ -8,8 +8,8 @@ session's transcript grows by a user line, an assistant tool call and its
 result, as a tool call would leave them. Each call runs as Claude Code runs a
 hook: ``sh -c 'git pf hook claude-code'`` with the event JSON on stdin,
 through git's dispatcher. Figures are medians of ``--runs`` calls with the
-median CPU time (user + sys) of the client process beside them, for the warm
-path (the repository's hook server running) and for the same events handled
+median CPU time (user + sys) of the hook's processes beside them (the
+server's own is not in it), for the warm path (the repository's hook server running) and for the same events handled
 in the hook's own process (``pf.claudeCode.server=false``), against
 ``python -c pass``. Goal: at most 150 ms per call.
 """
@@ -100,8 +100,9 @@ def bench(base: Path, runs: int, files: int, changed: int) -> list:
         samples = [s.tool_call() for _ in range(runs)]
         t = _median(samples)
         rows.append((f"PostToolUse, {mode}", _ms(t), f"goal <= {GOAL * 1000:.0f} ms  {verdict(t <= GOAL)}"))
-    subprocess.run(["git", "pf", "hook", "claude-code", "--stop-server"], cwd=project, env=env,
-                   stdout=subprocess.DEVNULL)
+        # a running server answers whatever the config says: stop it before the next mode
+        subprocess.run(["git", "pf", "hook", "claude-code", "--stop-server"], cwd=project, env=env,
+                       stdout=subprocess.DEVNULL)
     return rows
 
 
