@@ -243,10 +243,11 @@
       var title = svgEl("title");
       title.textContent = (n.branches.join(", ") || short(n.id)) + (n.step !== null ? " \u00b7 step " + n.step : "");
       add(node, c, title);
-      if (n.branches.length) {
+      var named = n.branches.filter(function (b) { return b.indexOf("blame:") !== 0; });
+      if (named.length) {  /* blame trials are many: their names show on click and hover only */
         var t = svgEl("text", "fork-label");
         t.setAttribute("x", pos[n.id][0] + 9); t.setAttribute("y", pos[n.id][1] + 4);
-        t.textContent = oneLine(n.branches.join(", "), 48);
+        t.textContent = oneLine(named.join(", "), 48);
         node.appendChild(t);
       }
       function show() {
@@ -277,13 +278,14 @@
       (b.decisive !== null ? "; decisive step: " + b.decisive : "; no decisive step")));
     var chart = put(sec, el("div"));
     chart.id = "blame-chart";
+    var plot = put(chart, el("div", "blame-plot"));
     if (typeof b.null_rate === "number") {
-      var nl = put(chart, el("div", "blame-null"));
+      var nl = put(plot, el("div", "blame-null"));
       nl.style.bottom = (b.null_rate * 100) + "%";
       nl.title = "null flip rate " + b.null_rate;
     }
     b.steps.forEach(function (s) {
-      var bar = put(chart, el("div", "blame-bar " + s.label + (s.step === b.decisive ? " decisive" : "")));
+      var bar = put(plot, el("div", "blame-bar " + s.label + (s.step === b.decisive ? " decisive" : "")));
       bar.setAttribute("data-step", s.step);
       bar.setAttribute("data-rate", s.rate === null ? "" : s.rate);
       bar.title = "step " + s.step + ": " + s.flips + " flips, " + s.no_flips + " no-flips, " + s.undefined +
