@@ -9,15 +9,25 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SYSPKGS := fuse3 libfuse3-dev pkg-config git
+BROWSERPKGS := chromium chromium-driver
 
-.PHONY: demo test bench sysdeps venv clean
+.PHONY: demo test bench sysdeps browsers venv clean
 
-sysdeps:
-	@missing=""; for p in $(SYSPKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+# $(call apt_missing,PKGS): install those of the Debian packages PKGS that are not installed
+define apt_missing
+	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
+endef
+
+sysdeps:
+	$(call apt_missing,$(SYSPKGS))
+
+# the browser tests (tests/test_report_browser.py) drive Debian's headless chromium; no browser is downloaded
+browsers:
+	$(call apt_missing,$(BROWSERPKGS))
 
 $(STAMP): pyproject.toml | sysdeps
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,7 +38,7 @@ $(STAMP): pyproject.toml | sysdeps
 
 venv: sysdeps $(STAMP)
 
-test: venv
+test: venv browsers
 	$(PY) -m pytest -q
 
 demo: venv
