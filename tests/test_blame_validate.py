@@ -160,7 +160,7 @@ def test_a_small_validation_finds_every_fault_step_and_its_control_blames_none(r
 
 def test_validate_says_bad_input_in_one_line(run_pf, tmp_path):
     for args, words in ((("--cases", 0), "--cases"), (("--perturb", "none"), "control"),
-                        (("HEAD",), "no REV")):
+                        (("--perturb", "bogus"), "bogus"), (("HEAD",), "no REV")):
         proc = run_pf("blame", "--validate", *args, check=False)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and words in proc.stderr, (args, proc.stderr)
         assert "Traceback" not in proc.stderr

@@ -136,6 +136,9 @@ def validate(*, cases: int, k: int, jobs: int = 1, seed: int = 0, perturb: str =
         raise UsageError("--seed must be 0 or more")
     if perturb == "none":
         raise UsageError("--validate needs a perturbation that changes a response (the control runs --perturb none)")
+    from .perturb import load
+
+    load(perturb)  # an unknown one is bad input before any case runs
     rows = []
     for c in range(cases):
         plan = case_plan(seed, c)
