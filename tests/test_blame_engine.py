@@ -19,8 +19,11 @@ def test_blame_finds_the_decisive_step_keeps_every_trial_and_resumes_without_red
     root = repo.git_dir.parent
     with FakeLLM(by_step(REPLIES)) as fake:
         record(run_pf, root, fake)
+        caches = repo.git_dir / "pf" / "statcache"
+        kept = set(caches.iterdir()) if caches.is_dir() else set()
         opts = BlameOptions(oracle=ORACLE, k=3, upstreams=[fake.url], mount=False)
         out = blame(repo, "run", AGENT, opts)
+        assert set(caches.iterdir()) == kept  # the trials' temporary worlds leave no stat cache behind
         served = len(fake.requests)
         assert out["decisive"] == 3 and out["resumed"] == 0 and out["run"] == "run"
         rows = {r["step"]: r for r in out["steps"]}

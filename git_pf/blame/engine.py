@@ -25,7 +25,7 @@ import pygit2
 from .. import refs
 from ..errors import EXIT_NEGATIVE, PfError, UsageError
 from ..runs import child
-from ..runs.replaying import fresh_world, plan_of, remove_tree
+from ..runs.replaying import fresh_world, plan_of, remove_world
 from . import perturb, store, trials as trials_mod
 from .cost import Meter, Prices, estimate, rerun_steps
 from .grade import FAIL, Grader
@@ -91,7 +91,7 @@ def _baseline(repo, grader: Grader, tip: str, entries: list[dict]) -> dict:
         try:
             grade, detail = grader.grade(fresh_world(repo, tip, tmp / "world"), last)
         finally:
-            remove_tree(tmp)
+            remove_world(repo, tmp, tmp / "world")
     return {"grade": grade, "detail": detail}
 
 

@@ -27,7 +27,7 @@ from ..layers.trace import exchange, tape as tape_mod, wire
 from ..runs import forking, runon
 from ..runs.forward import Upstreams, UpstreamDown, forward
 from ..runs.proxy import Request
-from ..runs.replaying import fresh_world, remove_tree
+from ..runs.replaying import fresh_world, remove_world
 from . import grade as grade_mod, perturb, store
 from .cost import Meter
 
@@ -60,7 +60,7 @@ def trial_world(repo, image: str, mount: bool):
         else:
             yield fresh_world(repo, image, world)
     finally:
-        remove_tree(tmp)
+        remove_world(repo, tmp, world)
 
 
 class _Sink:

@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import EXIT_NEGATIVE, EXIT_USAGE, UsageError
+from ..errors import EXIT_NEGATIVE, EXIT_USAGE, PfError, UsageError
 from .replay import Mismatch, Replayer
 
 DIVERGED_EXIT = 86  # the hook's exit on a divergence (docs/record.md, "Draws")
@@ -162,12 +162,27 @@ def replay(repo, rev: str, cmd: list[str], *, realtime: bool = False, ignore: tu
         report = _replay(plan, rev, cmd, fresh_world(repo, plan.first, temp), realtime, ignore, allow_effects)
     finally:
         if not keep_world:
-            remove_tree(temp)
+            remove_world(repo, temp, temp)
     if keep_world:
         report.kept = True
     else:
         report.world = None
     return report
+
+
+def remove_world(repo, temp: Path, world: Path) -> None:
+    """Remove a temporary directory holding the world ``world`` and the stat cache file its
+    step captures left (the cache of a directory that is gone would only be dead weight)."""
+    from ..layers.world.statcache import StatCache
+    from ..snapshot import resolve_fs_root
+
+    try:
+        root = resolve_fs_root(world, repo.git_dir)
+    except PfError:  # the world was never made: there is no cache of it either
+        root = None
+    remove_tree(temp)
+    if root is not None:
+        StatCache.forget(repo.git_dir, root)
 
 
 def remove_tree(path: Path) -> None:

@@ -91,12 +91,20 @@ class StatCache:
         self.old: dict[bytes, DirRecord] = dirs or {}  # by directory path ("" for the root), as loaded
         self.new: dict[bytes, DirRecord] = {}  # what this snapshot saw, saved by save()
 
+    @staticmethod
+    def path_for(git_dir: Path, root: bytes) -> Path:
+        return Path(git_dir) / "pf" / "statcache" / hashlib.sha256(root).hexdigest()[:24]
+
+    @staticmethod
+    def forget(git_dir: Path, root: bytes) -> None:
+        """Drop the cache file of ``root`` (a temporary sandbox that is being removed)."""
+        StatCache.path_for(git_dir, root).unlink(missing_ok=True)
+
     @classmethod
     def load(cls, git_dir: Path, root: bytes, settings: tuple, tree_exists) -> "StatCache":
         """The cache for ``root``; empty when absent, damaged, made with other settings or
         by another format, or when the tree it produced is gone from the object database."""
-        name = hashlib.sha256(root).hexdigest()[:24]
-        path = Path(git_dir) / "pf" / "statcache" / name
+        path = cls.path_for(git_dir, root)
         try:
             with no_gc():
                 fmt, saved_root, saved_settings, tree_hex, dirs = marshal.loads(path.read_bytes())
