@@ -101,8 +101,11 @@ def _when_unlocked(move) -> None:
 
 def is_index_ref(name: str) -> bool:
     """True for ``objects`` and ``remotes/<r>/objects`` (names relative to
-    refs/pf/): objects indexes, not images."""
+    refs/pf/): objects indexes, not images; also for the store records
+    ``meta/*`` and ``remotes/<r>/meta/*`` (docs/transport.md), not images either."""
     parts = name.split("/")
+    if parts[0] == "meta" or (len(parts) >= 4 and parts[0] == "remotes" and parts[2] == "meta"):
+        return True
     return name == "objects" or (len(parts) == 3 and parts[0] == "remotes" and parts[2] == "objects")
 
 

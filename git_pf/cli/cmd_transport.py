@@ -1,4 +1,4 @@
-"""``git pf install|uninstall|push|fetch|clone|gc`` and the hidden ``pre-push`` hook entry."""
+"""``git pf install|uninstall|push|fetch|clone|remote-store|gc`` and the hidden ``pre-push`` hook entry."""
 from __future__ import annotations
 
 import os
@@ -130,6 +130,23 @@ def clone(
     repo, result = fetch_mod.clone(url, directory, Progress(quiet or as_json))
     emit(as_json, {"path": str(repo.git_dir.parent if repo.git.workdir else repo.git_dir), **result.to_json()},
          lambda: quiet or typer.echo(f"cloned into '{directory}': {len(result.created)} image branches"))
+
+
+@app.command("remote-store")
+def remote_store(
+    remote: Optional[str] = typer.Argument(None, help="Remote name (default: origin)."),
+    value: Optional[str] = typer.Argument(None, help="Set the adapter: git, file, file:<dir>, lfs, lfs:<url>, "
+                                          "s3://<bucket>/<prefix>."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Show or set where a remote keeps side-store objects (pf.remote.<name>.store)."""
+    from ..transport import adapters, remotes
+
+    repo = open_repo()
+    target = remotes.resolve(repo, remote)
+    chosen = adapters.configure(repo, target, value) if value is not None else adapters.choice(repo, target)
+    emit(as_json, {"remote": target.arg, **chosen.to_json()},
+         lambda: typer.echo(f"{target.arg}: {chosen.value} ({chosen.source})"))
 
 
 @app.command()

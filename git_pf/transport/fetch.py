@@ -36,7 +36,8 @@ class FetchResult:
 
 
 def refspecs(remote: Remote) -> list[str]:
-    return [f"+refs/pf/heads/*:{remote.tracking('heads/*')}", "+refs/pf/tags/*:refs/pf/tags/*"]
+    return [f"+refs/pf/heads/*:{remote.tracking('heads/*')}", "+refs/pf/tags/*:refs/pf/tags/*",
+            f"+refs/pf/meta/*:{remote.tracking('meta/*')}"]  # the adapter it recorded (storerecord)
 
 
 def fetch(repo, remote: Remote, progress: Progress | None = None) -> FetchResult:

@@ -21,8 +21,8 @@ def check_indexes(git: pygit2.Repository) -> tuple[list[str], Callable[[str], bo
     problems: list[str] = []
     known: set[str] = set()
     for name, oid in refs_mod.list_refs(git, refs_mod.ROOT).items():
-        if not refs_mod.is_index_ref(name):
-            continue
+        if not refs_mod.is_index_ref(name) or name.startswith("meta/") or "/meta/" in name:
+            continue  # images, and store records (storerecord)
         try:
             known.update(idx.read_index(git, oid))
         except (PfError, KeyError, ValueError) as e:

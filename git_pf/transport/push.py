@@ -3,7 +3,8 @@
 The plan is every object the pushed images (and their ancestors) reach
 minus what the remote's objects index already lists.
 Objects go first and refs last, so a remote never shows an image whose
-objects it lacks; a push killed half way leaves only unreferenced objects,
+objects it lacks (a configured adapter is recorded there too, ``storerecord``,
+before the refs); a push killed half way leaves only unreferenced objects,
 and re-running it sends what is still missing. Used by ``git pf push`` and
 by the pre-push hook.
 """
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 
 from .. import refs as refs_mod
 from ..errors import DataError, TransferFailed, UsageError
-from . import adapters, gitcmd, reach, remotes
+from . import adapters, gitcmd, reach, remotes, storerecord
 from .progress import Progress
 from .remotes import Remote
 
@@ -48,12 +49,15 @@ def upload_objects(repo, remote: Remote, tips: list[str], progress: Progress) ->
     images = reach.walk_images(repo.git, tips)
     reached = reach.reach(repo.git, images)
     needed = reach.objects_of(repo.store, reached)
-    adapter = adapters.for_remote(repo, remote)
+    chosen = adapters.choice(repo, remote)
+    adapter = adapters.make(repo, remote, chosen)
     adapter.refresh()
     have = adapter.has(needed)
     todo = [o for o in needed if o not in have]
     _check_local(repo, todo, needed)
     sent = adapter.upload(repo.store, todo, progress) if todo else 0
+    if chosen.source == "config" and chosen.kind in storerecord.RECORDED:
+        storerecord.publish(repo, remote, chosen.kind, chosen.url)  # before any image ref moves
     return UploadResult(len(images), len(needed), len(todo), sent)
 
 

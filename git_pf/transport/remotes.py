@@ -2,9 +2,9 @@
 
 Tracking refs live under ``refs/pf/remotes/<key>/`` where ``key`` is the
 remote's name (or ``url-<hash>`` for a bare URL): ``heads/*`` mirror the
-remote's image branches, ``objects`` its objects index. The adapter is
-``git`` (objects as blobs under ``refs/pf/objects``) unless
-``pf.remote.<name>.store`` says ``file`` or ``file:<directory>``.
+remote's image branches, ``objects`` its objects index, ``meta/store`` the
+adapter it recorded. ``pf.remote.<name>.store`` is read here; ``adapters``
+decides what it means.
 Reads config; writes nothing.
 """
 from __future__ import annotations
@@ -80,9 +80,10 @@ def resolve(repo, arg: str | None) -> Remote:
     raise UsageError(f"no such remote '{arg}' (not a configured remote nor a URL)")
 
 
-def store_setting(repo, remote: Remote) -> str:
+def store_setting(repo, remote: Remote) -> str | None:
+    """``pf.remote.<name>.store`` as configured, or None (then the recorded adapter, else git)."""
     value = config.get_str(repo.git, f"pf.remote.{remote.name}.store") if remote.name else None
-    return (value or "git").strip()
+    return value.strip() if value and value.strip() else None
 
 
 def file_root(repo, remote: Remote, setting: str) -> Path:
