@@ -56,8 +56,9 @@ def upload_objects(repo, remote: Remote, tips: list[str], progress: Progress) ->
     todo = [o for o in needed if o not in have]
     _check_local(repo, todo, needed)
     sent = adapter.upload(repo.store, todo, progress) if todo else 0
-    if chosen.source == "config" and chosen.kind in storerecord.RECORDED:
-        storerecord.publish(repo, remote, chosen.kind, chosen.url)  # before any image ref moves
+    sizes = getattr(adapter, "record_sizes", None)  # lfs: servers want each object's size to serve it
+    if chosen.kind in storerecord.RECORDED and (chosen.source == "config" or sizes):
+        storerecord.publish(repo, remote, chosen.kind, getattr(adapter, "record_url", chosen.url), sizes)  # before any image ref moves
     return UploadResult(len(images), len(needed), len(todo), sent)
 
 

@@ -1,0 +1,176 @@
+"""The Git LFS endpoint of a remote, git's credential helpers, and HTTP requests to the server.
+
+``endpoint`` finds the LFS URL as git-lfs does: ``lfs:<url>``, else
+``remote.<name>.lfsurl``, else ``lfs.url``, else the remote's URL with
+``.git/info/lfs`` (ssh and scp-like URLs map to https on the same host).
+``Session`` asks ``git credential fill`` for a login when the server answers
+401, and tells git ``approve`` / ``reject`` afterwards, as git-lfs does; it
+keeps one connection a thread. Reads config and runs git's credential command;
+writes nothing of its own.
+"""
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import re
+import threading
+from urllib.parse import urlsplit, urlunsplit
+
+from .. import config
+from ..errors import TransferFailed, UsageError
+from . import gitcmd
+from .remotes import Remote
+
+LFS_JSON = "application/vnd.git-lfs+json"
+_SCP = re.compile(r"^(?:[^@/]+@)?([^:/]+):(.+)$")
+
+
+def endpoint(repo, remote: Remote, explicit: str | None) -> str:
+    """The LFS endpoint of ``remote`` (no trailing slash); UsageError when none can be found."""
+    found = explicit
+    if not found and remote.name:
+        found = config.get_str(repo.git, f"remote.{remote.name}.lfsurl")
+    found = found or config.get_str(repo.git, "lfs.url")
+    if not found:
+        found = derive(remote.url)
+    if not found or urlsplit(found).scheme not in ("http", "https") or not urlsplit(found).hostname:
+        raise UsageError(f"remote '{remote.arg}' has no Git LFS endpoint (its URL is not http(s) or ssh); "
+                         f"set one: git pf remote-store {remote.name or 'REMOTE'} lfs:<url>")
+    return found.rstrip("/")
+
+
+def derive(url: str) -> str | None:
+    """The endpoint git-lfs derives from a git remote URL, or None (a local path)."""
+    parts = urlsplit(url)
+    if parts.scheme in ("http", "https"):
+        base = urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+    elif parts.scheme in ("ssh", "git+ssh"):
+        base = f"https://{parts.hostname}{parts.path.rstrip('/')}"
+    elif "://" not in url and _SCP.match(url) and not url.startswith(("/", ".")):
+        host, path = _SCP.match(url).groups()
+        base = f"https://{host}/{path.lstrip('/').rstrip('/')}"
+    else:
+        return None
+    return (base if base.endswith(".git") else base + ".git") + "/info/lfs"
+
+
+class Session:
+    """Requests to one LFS server: credentials from git, one connection a thread."""
+
+    def __init__(self, repo, url: str):
+        self.repo, self.url = repo, url
+        parts = urlsplit(url)
+        self.host = parts.hostname
+        self.origin = (parts.scheme, parts.hostname, parts.port)
+        self.user_hint = parts.username
+        self._login: dict | None = None
+        self._tried = False
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    # -- credentials ---------------------------------------------------------------
+    def _credential(self, action: str, fields: dict) -> dict:
+        text = "".join(f"{k}={v}\n" for k, v in fields.items()) + "\n"
+        proc = gitcmd.run(self.repo.git_dir, ["credential", action], input=text.encode(), check=False,
+                          cwd=self.repo.git.workdir or self.repo.git_dir)
+        if proc.returncode != 0:
+            return {}
+        return dict(line.split("=", 1) for line in proc.stdout.decode().splitlines() if "=" in line)
+
+    def _fill(self) -> bool:
+        with self._lock:
+            if self._tried:
+                return self._login is not None
+            self._tried = True
+            scheme, host, port = self.origin
+            fields = {"protocol": scheme, "host": f"{host}:{port}" if port else host,
+                      "path": urlsplit(self.url).path.lstrip("/")}
+            if self.user_hint:
+                fields["username"] = self.user_hint
+            got = self._credential("fill", fields)
+            if got.get("username") is not None and got.get("password") is not None:
+                self._login = {**fields, "username": got["username"], "password": got["password"]}
+            return self._login is not None
+
+    def _auth_header(self) -> dict:
+        if not self._login:
+            return {}
+        token = base64.b64encode(f"{self._login['username']}:{self._login['password']}".encode()).decode()
+        return {"Authorization": "Basic " + token}
+
+    def approve(self) -> None:
+        if self._login and not getattr(self, "_approved", False):
+            self._approved = True
+            self._credential("approve", self._login)
+
+    # -- requests ------------------------------------------------------------------
+    def _conn(self, scheme: str, host: str, port: int | None) -> http.client.HTTPConnection:
+        key = (scheme, host, port)
+        conns = self._local.__dict__.setdefault("conns", {})
+        if key not in conns:
+            cls = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
+            conns[key] = cls(host, port, timeout=300)
+        return conns[key]
+
+    def request(self, method: str, url: str, body=None, headers: dict | None = None,
+                sink=None) -> tuple[int, bytes]:
+        """``(status, body)``; ``sink(chunk)`` takes a 2xx body instead. Same-server requests
+        carry the login (unless the action brought its own Authorization)."""
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise TransferFailed(f"the lfs server at {self.host} sent an unusable URL")
+        headers = dict(headers or {})
+        same = (parts.scheme, parts.hostname, parts.port) == self.origin
+        if same and not any(k.lower() == "authorization" for k in headers):
+            headers.update(self._auth_header())
+        path = urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        for attempt in range(2):
+            conn = self._conn(parts.scheme, parts.hostname, parts.port)
+            try:
+                conn.request(method, path, body=body, headers=headers)
+                resp = conn.getresponse()
+                if sink is not None and 200 <= resp.status < 300:
+                    while chunk := resp.read(1 << 20):
+                        sink(chunk)
+                    return resp.status, b""
+                return resp.status, resp.read()
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                if attempt or (body is not None and not isinstance(body, (bytes, bytearray, memoryview))):
+                    raise TransferFailed(f"the lfs server at {self.host} is unreachable: {e}") from None
+
+    def post_json(self, url: str, doc: dict, headers: dict | None = None, answer: bool = True) -> dict:
+        """POST a JSON document to the server, asking git for a login when it answers 401; the
+        JSON answer (``answer``; a verify action's body is not read)."""
+        body = json.dumps(doc).encode()
+        hdrs = {"Accept": LFS_JSON, "Content-Type": LFS_JSON, **(headers or {})}
+        status, data = self.request("POST", url, body, hdrs)
+        if status == 401 and self._fill():
+            status, data = self.request("POST", url, body, hdrs)
+        if status in (401, 403):
+            if self._login:
+                self._credential("reject", self._login)
+                raise TransferFailed(f"the lfs server at {self.host} refused the credentials of "
+                                     f"'{self._login['username']}' (HTTP {status})")
+            raise TransferFailed(f"the lfs server at {self.host} needs credentials (HTTP {status}) and git's "
+                                 f"credential helper gave none")
+        if not 200 <= status < 300:
+            raise TransferFailed(f"the lfs server at {self.host} answered HTTP {status}: {_message(data)}")
+        self.approve()
+        if not answer:
+            return {}
+        try:
+            out = json.loads(data)
+        except ValueError:
+            out = None
+        if not isinstance(out, dict):
+            raise TransferFailed(f"the lfs server at {self.host} sent an answer that is not JSON")
+        return out
+
+
+def _message(data: bytes) -> str:
+    try:
+        return str(json.loads(data).get("message", ""))[:200] or "(no message)"
+    except (ValueError, AttributeError):
+        return data[:200].decode("utf-8", "replace").splitlines()[0] if data.strip() else "(no message)"
