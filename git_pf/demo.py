@@ -6,7 +6,7 @@ mount and snapshot it; merge the winning fork back; push with plain
 ``git push`` to a bare remote; clone it elsewhere and mount the image.
 Then the debugger half (``git_pf.demo_debugger``): record a small agent
 against the offline fake LLM server, replay it bit-exact, fork a step and
-run on. Uses only the ``git pf`` command (and git), as a user would; needs
+run on; blame a failed run and write the HTML reports. Uses only the ``git pf`` command (and git), as a user would; needs
 no network and no API key. Run: ``python -m git_pf.demo [--keep]``.
 """
 from __future__ import annotations

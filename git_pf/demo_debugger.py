@@ -1,10 +1,12 @@
 """The debugger half of ``make demo``: record a small agent against the offline fake LLM server, replay it
-bit-exact, fork it at step 3 with another model reply, run on live from there, and diff the two runs.
+bit-exact, fork it at step 3 with another model reply, run on live from there, and diff the two runs;
+then blame a failing run of a scripted agent (whose model went wrong at one step) and write the reports.
 
 Runs after the story of ``git_pf.demo``, with its ``Demo`` (its ``run`` and ``say``), and like it uses
 only the ``git pf`` command, the fake server (``python -m git_pf.runs.fakellm``) and the demo agent
-(``python -m git_pf.runs.demo_agent``, on the real openai SDK): no network, no API key. It touches
-nothing outside the demo's directory and stops the fake server it started.
+(``python -m git_pf.runs.demo_agent``, on the real openai SDK), and for blame the scripted agent and
+model of ``git pf blame --validate`` (``git_pf.blame.scripted``, its model served in this process): no
+network, no API key. It touches nothing outside the demo's directory and stops the servers it started.
 """
 from __future__ import annotations
 
@@ -101,6 +103,41 @@ class Debugger:
         self.demo.say("12. what the new reply changed: the two runs' last steps, layer by layer")
         self.demo.run("git", "pf", "diff", "run", "run-fix", "--at-step", "5", "-p")
 
+    def blame(self) -> None:
+        from .blame import scripted
+        from .runs.fakellm import FakeLLM
+
+        plan = scripted.fault_plan(7, "wrong_instruction")
+        self.demo.say(f"13. blame a failed run: a scripted agent of {plan.steps} steps whose model gave a wrong "
+                      f"instruction once (at a step the demo keeps to itself); its checker fails the final files")
+        world = self.base / "scripted"
+        world.mkdir()
+        (world / scripted.TASK).write_bytes(scripted.task_json(plan.seed))
+        agent = [self.python, "-m", "git_pf.blame.scripted", "agent", "--task-seed", str(plan.seed)]
+        oracle = f"{self.python} -m git_pf.blame.scripted check --task-seed {plan.seed}"
+        with FakeLLM(scripted.ScriptedModel(plan)) as fake:
+            self.demo.run("git", "pf", "record", "--name", "failed", "--fs-root", world, "--upstream", fake.url,
+                          "--", *agent)
+            blame = ["git", "pf", "blame", "failed", "--oracle", oracle, "-k", "3", "--perturb", "resample",
+                     "--jobs", "2", "--no-mount", "--upstream", fake.url]
+            self.demo.run(*blame, "--", *agent)
+            again = subprocess.run([*blame, "--json", "--", *agent], cwd=self.demo.work, env=self.demo.env,
+                                   capture_output=True, text=True)  # the same command resumes: nothing to redo
+        out = json.loads(again.stdout) if again.returncode == 0 else {}
+        if out.get("decisive") != plan.step or out.get("resumed") != len(out.get("trials", [None])):
+            raise SystemExit(f"demo step failed: blame named step {out.get('decisive')} (the fault was at step "
+                             f"{plan.step}), resumed {out.get('resumed')}: {again.stderr.strip()}")
+        print(f"  blame: step {out['decisive']} is decisive, and the fault was injected at step {plan.step}; "
+              f"the same command again resumed all {out['resumed']} trials (refs/pf/blame/failed/)", flush=True)
+
+    def report(self) -> None:
+        self.demo.say("14. write each run as one self-contained HTML page a person reads in a browser: steps, "
+                      "exchanges, world diffs, effects, the fork graph, and the blame chart")
+        for branch in ("run", "failed"):
+            page = self.base / f"report-{branch}.html"
+            self.demo.run("git", "pf", "report", branch, "-o", page)
+            print(f"  {page.name}: {page.stat().st_size // 1024} KiB, no network request", flush=True)
+
     def stop(self) -> None:
         if self.server is not None:
             self.server.terminate()
@@ -141,4 +178,6 @@ def run_debugger(debugger: Debugger) -> None:
         debugger.diff()
     finally:
         debugger.stop()
-    debugger.demo.say("done: record -> replay (bit-exact) -> fork at step 3 -> run on -> diff")
+    debugger.blame()
+    debugger.report()
+    debugger.demo.say("done: record -> replay (bit-exact) -> fork at step 3 -> run on -> diff -> blame -> report")

@@ -1,5 +1,6 @@
 """`make demo` keeps working: the end-to-end story runs clean from start to finish, then its debugger half
-(record an agent against the offline fake LLM server, replay it, fork a step, run on)."""
+(record an agent against the offline fake LLM server, replay it, fork a step, run on, blame a failed run,
+write the reports)."""
 from __future__ import annotations
 
 import os
@@ -32,4 +33,8 @@ def test_demo_runs_end_to_end():
     assert "notes/step-03.txt: 'Read task.md. Before writing notes I will write a plan.'" in out
     assert out.count("outbox.log: 1 line") == 2  # the irreversible notify ran once: not on replay, not on run
     assert "+1. read task.md" in out  # the diff of the two runs' last steps: the fork's live steps wrote plan.txt
-    assert out.rstrip().endswith("done: record -> replay (bit-exact) -> fork at step 3 -> run on -> diff")
+    blamed = re.search(r"blame: step (\d+) is decisive, and the fault was injected at step (\d+); "
+                       r"the same command again resumed all (\d+) trials", out)
+    assert blamed and blamed.group(1) == blamed.group(2) and int(blamed.group(3)) >= 15
+    assert re.search(r"report-run\.html: \d+ KiB", out) and re.search(r"report-failed\.html: \d+ KiB", out)
+    assert out.rstrip().endswith("done: record -> replay (bit-exact) -> fork at step 3 -> run on -> diff -> blame -> report")
