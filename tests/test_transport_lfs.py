@@ -1,0 +1,175 @@
+"""The lfs adapter against a real Git LFS server (giftless on 127.0.0.1), the recorded adapter,
+``git pf remote-store``, and one local copy after a push through the default adapter."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from lfs_helpers import credentials, giftless_server
+from transport_helpers import ENV, objects_bytes, origin_of, pf, rand_bytes, sh, source_repo, tree_files
+
+MiB = 1024 * 1024
+
+
+@pytest.fixture
+def lfs(tmp_path):
+    with giftless_server(tmp_path / "server") as server:
+        yield server
+
+
+def _lfs_repo(tmp_path, lfs, big: int = 5 * MiB):
+    a, sb = source_repo(tmp_path, big)
+    remote = origin_of(a, tmp_path)
+    credentials(a, lfs)
+    pf("remote-store", "origin", "lfs:" + lfs.endpoint, cwd=a)
+    return a, sb, remote
+
+
+def _side_store_bytes(repo) -> int:
+    root = repo / ".git" / "pf" / "objects"
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and "tmp" not in p.parts)
+
+
+def test_push_clone_lazy_checkout_and_gc_through_lfs(tmp_path, lfs):
+    a, sb, remote = _lfs_repo(tmp_path, lfs)
+    git_before, store_before = objects_bytes(a / ".git"), _side_store_bytes(a)
+    result = json.loads(pf("push", "origin", "main", "--json", cwd=a).stdout)
+    assert result["sent_objects"] == result["objects"] > 1
+    stored = lfs.objects()
+    assert len(stored) == result["objects"] and sum(stored.values()) == result["sent_bytes"] >= 5 * MiB
+    for oid in stored:  # stored under the sha256 of their raw bytes, as LFS defines
+        assert hashlib.sha256(lfs.object_path(oid).read_bytes()).hexdigest() == oid
+    # nothing held twice locally: the side store as it was, git gained only small records
+    assert _side_store_bytes(a) == store_before
+    assert objects_bytes(a / ".git") - git_before < 64 * 1024
+    # the remote's git repository holds the image and the record, no object data
+    assert objects_bytes(remote) < MiB
+    again = json.loads(pf("push", "origin", "main", "--json", cwd=a).stdout)
+    assert again["sent_objects"] == 0 and len(lfs.uploads()) == result["objects"]
+
+    b = tmp_path / "b"
+    pf("clone", remote, b, cwd=tmp_path)  # no flags: the adapter comes from the remote's record
+    credentials(b, lfs)
+    shown = json.loads(pf("remote-store", "--json", cwd=b).stdout)
+    assert shown["adapter"] == "lfs" and shown["source"] == "recorded" and shown["url"] == lfs.endpoint
+    assert lfs.requests("GET") == []  # clone fetched no object
+    pf("checkout", "main", "--into", tmp_path / "c", cwd=b)  # objects come lazily, from the lfs server
+    assert tree_files(tmp_path / "c") == tree_files(sb)
+    assert len(lfs.requests("GET")) == result["objects"]
+
+    gc = json.loads(pf("gc", "--prune=now", "--json", cwd=b).stdout)
+    assert gc["removed"] == [] and gc["kept"] == result["objects"]
+    pf("checkout", "main", "--into", tmp_path / "d", cwd=b, env={"GIT_PF_NO_LAZY_FETCH": "1"})
+    assert tree_files(tmp_path / "d") == tree_files(sb)
+    assert pf("fsck", cwd=b).returncode == 0 and pf("fsck", cwd=a).returncode == 0
+
+
+def test_a_push_killed_half_way_completes_on_rerun_without_uploading_twice(tmp_path, lfs):
+    a, sb, remote = _lfs_repo(tmp_path, lfs, big=24 * MiB)
+    sh("git", "config", "lfs.concurrenttransfers", "1", cwd=a)
+    proc = subprocess.Popen(["git-pf", "push", "origin", "main"], cwd=a, env=ENV, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    end = time.time() + 60
+    while time.time() < end and len(lfs.uploads()) < 5:
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    refs = sh("git", "for-each-ref", "--format=%(refname)", cwd=remote).stdout.split()
+    assert "refs/pf/heads/main" not in refs
+    first = set(lfs.uploads())
+    assert first
+    result = json.loads(pf("push", "origin", "main", "--json", cwd=a).stdout)
+    accepted = lfs.uploads()
+    assert 0 < result["sent_bytes"] < sum(lfs.objects().values())  # the rerun sent only what was missing
+    assert len(accepted) == len(set(accepted))  # no object the server took was sent again
+    assert set(lfs.objects()) == set(accepted) and len(accepted) == result["objects"]
+    for oid in accepted:
+        assert hashlib.sha256(lfs.object_path(oid).read_bytes()).hexdigest() == oid
+    pf("clone", remote, tmp_path / "b", cwd=tmp_path)
+    credentials(tmp_path / "b", lfs)
+    pf("checkout", "main", "--into", tmp_path / "c", cwd=tmp_path / "b")
+    assert tree_files(tmp_path / "c") == tree_files(sb)
+
+
+def test_a_corrupt_object_on_the_server_is_refused_and_not_stored(tmp_path, lfs):
+    a, _, remote = _lfs_repo(tmp_path, lfs)
+    pf("push", "origin", "main", cwd=a)
+    victim = max(lfs.objects(), key=lambda o: lfs.objects()[o])
+    path = lfs.object_path(victim)
+    path.write_bytes(rand_bytes(path.stat().st_size, 99))  # same size, other bytes
+    b = tmp_path / "b"
+    pf("clone", remote, b, cwd=tmp_path)
+    credentials(b, lfs)
+    proc = pf("checkout", "main", "--into", tmp_path / "c", cwd=b, check=False)
+    assert proc.returncode == 3
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and victim in lines[0] and "corrupt" in lines[0] and "Traceback" not in proc.stderr
+    assert not (b / ".git" / "pf" / "objects" / victim[:2] / victim[2:]).exists()
+
+
+def test_wrong_credentials_give_one_line_and_push_nothing(tmp_path, lfs):
+    a, _, remote = _lfs_repo(tmp_path, lfs)
+    credentials(a, lfs, password="not-the-password")
+    proc = pf("push", "origin", "main", cwd=a, check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (f"git pf: error: the lfs server at 127.0.0.1 refused the credentials "
+                                   f"of 'pf' (HTTP 401)")
+    assert lfs.uploads() == [] and sh("git", "for-each-ref", cwd=remote).stdout == ""
+
+
+def test_a_hostile_store_record_is_one_clear_error(tmp_path):
+    remote = sh("git", "init", "-q", "--bare", tmp_path / "r.git") and tmp_path / "r.git"
+    blob = sh("git", "hash-object", "-w", "--stdin", cwd=remote,
+              input='{"adapter": "lfs", "url": "http://user:pw@evil.example/x"}\n').stdout.strip()
+    tree = sh("git", "mktree", cwd=remote, input=f"100644 blob {blob}\tstore.json\n").stdout.strip()
+    commit = sh("git", "commit-tree", tree, "-m", "record", cwd=remote).stdout.strip()
+    sh("git", "update-ref", "refs/pf/meta/store", commit, cwd=remote)
+    for proc in (pf("clone", remote, tmp_path / "b", cwd=tmp_path, check=False),
+                 pf("remote-store", cwd=tmp_path / "b", check=False)):
+        assert proc.returncode == 3 and len(proc.stderr.strip().splitlines()) == 1
+        assert "not a valid store record" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_remote_store_shows_sets_and_refuses(tmp_path):
+    a, _ = source_repo(tmp_path, 1024)
+    origin_of(a, tmp_path)
+    assert pf("remote-store", cwd=a).stdout == "origin: git (default)\n"
+    pf("remote-store", "origin", "s3://bucket-1/images/a", cwd=a)
+    assert sh("git", "config", "pf.remote.origin.store", cwd=a).stdout == "s3://bucket-1/images/a\n"
+    assert json.loads(pf("remote-store", "--json", cwd=a).stdout)["source"] == "config"
+    for bad in ("ftp", "lfs:file:///x", "s3://UPPER/x"):
+        proc = pf("remote-store", "origin", bad, cwd=a, check=False)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, bad
+    assert sh("git", "config", "pf.remote.origin.store", cwd=a).stdout == "s3://bucket-1/images/a\n"
+    pf("remote-store", "origin", "lfs", cwd=a)  # lfs without an endpoint: a local remote
+    proc = pf("push", "origin", "main", cwd=a, check=False)
+    assert proc.returncode == 2 and "has no Git LFS endpoint" in proc.stderr
+
+
+def test_endpoints_are_derived_as_git_lfs_does():
+    from git_pf.transport.lfsauth import derive
+
+    assert derive("https://host.example/team/repo") == "https://host.example/team/repo.git/info/lfs"
+    assert derive("https://host.example/team/repo.git/") == "https://host.example/team/repo.git/info/lfs"
+    assert derive("ssh://git@host.example:2222/team/repo.git") == "https://host.example/team/repo.git/info/lfs"
+    assert derive("git@host.example:team/repo.git") == "https://host.example/team/repo.git/info/lfs"
+    assert derive("/srv/repo.git") is None and derive("file:///srv/repo.git") is None
+
+
+def test_a_push_through_git_leaves_one_local_copy(tmp_path):
+    """The invariant of docs/transport.md: after a push through the default adapter the side
+    store holds each object once and the git packs hold no second full copy."""
+    a, _ = source_repo(tmp_path, 8 * MiB)
+    origin_of(a, tmp_path)
+    before = objects_bytes(a / ".git")
+    store = _side_store_bytes(a)
+    result = json.loads(pf("push", "origin", "main", "--json", cwd=a, env={"GIT_PF_NO_LOCAL_SHORTCUT": "1"}).stdout)
+    assert result["sent_bytes"] >= 8 * MiB
+    assert _side_store_bytes(a) == store
+    assert objects_bytes(a / ".git") - before < result["sent_bytes"] // 10
