@@ -27,6 +27,11 @@ def _size(repo: pygit2.Repository, key: str, default: int) -> int:
     return value
 
 
+def get_size(repo: pygit2.Repository, key: str, default: int) -> int:
+    """A size setting in bytes (git's k/m/g suffixes allowed, at least 1); ``default`` when unset."""
+    return _size(repo, key, default)
+
+
 def large_file_threshold(repo: pygit2.Repository) -> int:
     """``pf.largeFileThreshold`` in bytes (git's k/m/g suffixes allowed); default 1 MiB."""
     return _size(repo, "pf.largeFileThreshold", DEFAULT_LARGE_FILE_THRESHOLD)
