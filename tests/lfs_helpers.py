@@ -54,14 +54,15 @@ class Giftless:
 
 @contextmanager
 def giftless_server(tmp: Path, env: dict | None = None):
-    storage, log = tmp / "lfs-storage", tmp / "lfs-access.log"
+    storage, log, errors = tmp / "lfs-storage", tmp / "lfs-access.log", tmp / "lfs-server.err"
     storage.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen([sys.executable, __file__, str(storage), str(log)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, **(env or {})))
+    with open(errors, "wb") as err:  # a file, not a pipe: werkzeug logs every request there
+        proc = subprocess.Popen([sys.executable, __file__, str(storage), str(log)], stdout=subprocess.PIPE,
+                                stderr=err, text=True, env=dict(os.environ, **(env or {})))
     try:
         line = proc.stdout.readline()
         if not line.startswith("listening "):
-            raise AssertionError(f"giftless did not start: {line}{proc.stderr.read()}")
+            raise AssertionError(f"giftless did not start: {line}{errors.read_text()}")
         yield Giftless(int(line.split()[1]), storage, log)
     finally:
         proc.terminate()

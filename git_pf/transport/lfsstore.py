@@ -15,6 +15,7 @@ credential helpers (``lfsauth``). Touches the server and the local store only.
 from __future__ import annotations
 
 import hashlib
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pygit2
@@ -27,6 +28,7 @@ from .progress import Progress
 from .remotes import Remote
 
 BATCH = 100
+_TRIES = 4  # a transfer answered 5xx is tried again, as git-lfs does
 DEFAULT_TRANSFERS = 4
 
 
@@ -90,6 +92,16 @@ class LfsAdapter:
             raise TransferFailed(f"the lfs server sent a malformed '{name}' action for {entry['oid']}")
         return action
 
+    def _retrying(self, method: str, url: str, body, headers: dict, sink=None):
+        """A transfer request, tried again (as git-lfs does) while the server answers 5xx (a
+        sink only ever sees a 2xx body)."""
+        for attempt in range(_TRIES):
+            status, answer = self.http.request(method, url, body, headers, sink=sink)
+            if status < 500 or attempt == _TRIES - 1:
+                return status, answer
+            time.sleep(0.1 * 2 ** attempt)
+        return status, answer
+
     def _run(self, work, items: list, advance) -> None:
         if not items:
             return
@@ -122,7 +134,7 @@ class LfsAdapter:
                 def put(item) -> int:
                     oid, size, action, verify = item
                     data = store.get(oid, size=size)  # the raw bytes, checked against their name
-                    status, body = self.http.request("PUT", action["href"], data, {
+                    status, body = self._retrying("PUT", action["href"], data, {
                         **{str(k): str(v) for k, v in action.get("header", {}).items()},
                         "Content-Type": "application/octet-stream", "Content-Length": str(len(data))})
                     if not 200 <= status < 300:
@@ -170,7 +182,7 @@ class LfsAdapter:
             digest.update(chunk)
 
         headers = {str(k): str(v) for k, v in action.get("header", {}).items()}
-        status, body = self.http.request("GET", action["href"], None, headers, sink=sink)
+        status, body = self._retrying("GET", action["href"], None, headers, sink=sink)
         if not 200 <= status < 300:
             raise TransferFailed(f"downloading {oid} from the lfs server at {self.http.host} failed: "
                                  f"HTTP {status} {lfsauth._message(body)}")

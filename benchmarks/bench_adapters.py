@@ -1,0 +1,209 @@
+"""Object adapters side by side: push + clone + checkout of one large file through git (the
+default adapter), lfs (a giftless server on 127.0.0.1), s3 (moto's server, when the s3 adapter
+and moto are installed), against git-lfs's own client pushing the same file to the same
+giftless server. Also the local disk the pushing repository uses after the push, against
+the object's size (goal: at most 1.1x), and each adapter's end-to-end time against git-lfs's
+(goal: not slower).
+
+Run: ``python -m benchmarks.bench_adapters [--size MIB]`` (default 1024 MiB).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .common import git_env, report, sh, timed, verdict, workdir
+
+MiB = 1024 * 1024
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from lfs_helpers import ORG, credentials, giftless_server  # noqa: E402
+
+
+def env(extra: dict | None = None) -> dict:
+    e = git_env()
+    e["PATH"] = f"{Path(sys.executable).parent}:{e.get('PATH', '')}"
+    e.pop("GIT_DIR", None)
+    e["GIT_TERMINAL_PROMPT"] = "0"
+    return dict(e, **(extra or {}))
+
+
+def pf(*args, cwd, extra=None):
+    return sh("git-pf", *args, cwd=cwd, env=env(extra))
+
+
+def git(*args, cwd, extra=None):
+    return sh("git", *args, cwd=cwd, env=env(extra))
+
+
+def du(path: Path) -> int:
+    """Bytes of disk the files under ``path`` use (hard links once)."""
+    seen, total = set(), 0
+    for d, _, fs in os.walk(path):
+        for f in fs:
+            st = os.lstat(os.path.join(d, f))
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+    return total
+
+
+def digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(8 * MiB), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def make_file(path: Path, size: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        left, n = size, 0
+        while left:
+            chunk = min(left, 64 * MiB)
+            f.write(hashlib.shake_256(str(n).encode()).digest(chunk))  # incompressible, reproducible
+            left -= chunk
+            n += 1
+
+
+def bench_pf(base: Path, world: Path, name: str, setup) -> dict:
+    """git-pf through one adapter: snapshot, push, clone, checkout; disk after the push.
+    ``setup(repo, pushing)`` configures a repository (the clone finds the adapter recorded)."""
+    a, remote = base / f"{name}-a", base / f"{name}-remote.git"
+    pf("init", a, cwd=base)
+    git("init", "-q", "--bare", remote, cwd=base)
+    git("remote", "add", "origin", f"file://{remote}", cwd=a)
+    extra = setup(a, True) or {}
+    pf("snapshot", "--fs-root", world, "-m", "X", cwd=a)
+    before = du(a / ".git")
+    out = {"push": timed(pf, "push", "-q", "origin", "main", cwd=a, extra=extra)[0]}
+    out["disk"] = du(a / ".git")
+    out["disk_growth"] = out["disk"] - before
+    b = base / f"{name}-b"
+    out["clone"] = timed(pf, "clone", "-q", f"file://{remote}", b, cwd=base, extra=extra)[0]
+    setup(b, False)
+    out["checkout"] = timed(pf, "checkout", "main", "--into", base / f"{name}-c", cwd=b, extra=extra)[0]
+    out["identical"] = digest(base / f"{name}-c" / "big.bin") == digest(world / "big.bin")
+    return out
+
+
+def bench_git_lfs(base: Path, world: Path, server) -> dict:
+    """git-lfs's own client: add + commit (its clean filter), push to giftless, clone (smudge)."""
+    a, remote = base / "gitlfs-a", base / "gitlfs-remote.git"
+    git("init", "-q", a, cwd=base)
+    git("init", "-q", "--bare", remote, cwd=base)
+    git("lfs", "install", "--local", cwd=a)
+    git("lfs", "track", "*.bin", cwd=a)
+    os.link(world / "big.bin", a / "big.bin")  # no copy: git-lfs reads it where it is, as git-pf does
+    git("remote", "add", "origin", f"file://{remote}", cwd=a)
+    endpoint = f"{server.base}/{ORG}/gitlfs.git/info/lfs"
+    lfsconfig = ["-c", f"lfs.url={endpoint}", "-c", f"credential.helper=store --file={base / 'creds'}"]
+    (base / "creds").write_text(f"http://pf:secret@127.0.0.1%3a{server.port}\n")
+    git("add", "-A", cwd=a)
+    git("commit", "-qm", "X", cwd=a)
+    out = {}
+    out["push"] = timed(git, *lfsconfig, "push", "-q", "origin", "HEAD:refs/heads/main", cwd=a)[0]
+    out["disk"] = du(a / ".git")
+    git("symbolic-ref", "HEAD", "refs/heads/main", cwd=remote)
+    b = base / "gitlfs-b"
+    out["clone"] = timed(git, *lfsconfig, "clone", "-q", f"file://{remote}", b, cwd=base)[0]
+    out["checkout"] = 0.0  # git clone checks out (smudge) as part of the clone
+    out["identical"] = digest(b / "big.bin") == digest(world / "big.bin")
+    return out
+
+
+def moto_server(base: Path):
+    """A moto S3 server on 127.0.0.1 when moto and the s3 adapter are installed, else None."""
+    if importlib.util.find_spec("moto") is None or importlib.util.find_spec("boto3") is None or \
+            importlib.util.find_spec("git_pf.transport.s3store") is None:
+        return None
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc, f"http://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.05)
+    proc.terminate()
+    return None
+
+
+S3_ENV = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def run(size: int) -> int:
+    with workdir("adapters") as base, giftless_server(base / "lfs") as server:
+        world = base / "world"
+        make_file(world / "big.bin", size)
+        got: dict[str, dict] = {}
+
+        got["git"] = bench_pf(base, world, "git", lambda repo, pushing: None)
+
+        def lfs_setup(repo, pushing):
+            credentials(repo, server)
+            if pushing:
+                git("config", "pf.remote.origin.store", "lfs:" + server.endpoint, cwd=repo)
+
+        got["lfs"] = bench_pf(base, world, "lfs", lfs_setup)
+        moto = moto_server(base)
+        if moto is not None:
+            proc, url = moto
+            try:
+                import boto3
+
+                boto3.client("s3", endpoint_url=url, **{k.lower(): v for k, v in S3_ENV.items()
+                                                         if k != "AWS_DEFAULT_REGION"},
+                             region_name="us-east-1").create_bucket(Bucket="bench")
+
+                def s3_setup(repo, pushing):
+                    git("config", "pf.s3.endpoint", url, cwd=repo)
+                    if pushing:
+                        git("config", "pf.remote.origin.store", "s3://bench/images", cwd=repo)
+                    return S3_ENV
+
+                os.environ.update(S3_ENV)
+                got["s3"] = bench_pf(base, world, "s3", s3_setup)
+            finally:
+                proc.terminate()
+        if subprocess.run(["git", "lfs", "version"], capture_output=True).returncode == 0:
+            got["git-lfs"] = bench_git_lfs(base, world, server)
+
+    ref = got.get("git-lfs")
+    rows = []
+    for name, r in got.items():
+        e2e = r["push"] + r["clone"] + r["checkout"]
+        rows.append((f"{name}: push / clone / checkout", f"{r['push']:.1f} / {r['clone']:.1f} / {r['checkout']:.1f} s",
+                     "" if r["identical"] else "CONTENT DIFFERS"))
+        if ref is not None and name != "git-lfs":
+            ratio = e2e / (ref["push"] + ref["clone"] + ref["checkout"])
+            rows.append((f"{name}: end to end vs git-lfs", f"{ratio:.2f}x", f"goal <= 1.0x: {verdict(ratio <= 1.0)}"))
+        disk = r["disk"] / size
+        rows.append((f"{name}: local disk after push / object", f"{disk:.2f}x",
+                     f"goal <= 1.1x: {verdict(disk <= 1.1)}" if name != "git-lfs" else "(git-lfs keeps .git/lfs/objects)"))
+    if ref is None:
+        rows.append(("git-lfs", "not installed", "make bench installs it"))
+    report(f"object adapters, one {size // MiB} MiB file (incompressible)", rows)
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=1024, help="size of the file in MiB (default 1024)")
+    return run(parser.parse_args().size * MiB)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
