@@ -128,22 +128,26 @@ class S3Server:
         self._post("/moto-api/reset-auth", b"0" if on else b"inf")
 
 
-def config(repo: Path, server: S3Server, prefix: str = "objs", remote: str = "origin") -> str:
-    """Point ``remote`` of ``repo`` at the bucket; returns the store value."""
+def config(repo: Path, server: S3Server, prefix: str = "objs", remote: str = "origin",
+           per_remote: bool = False) -> str:
+    """Point ``remote`` of ``repo`` at the bucket (the endpoint set for every s3 remote, or
+    for this one alone); returns the store value."""
     from transport_helpers import sh
 
     value = f"s3://{BUCKET}/{prefix}"
     sh("git", "config", f"pf.remote.{remote}.store", value, cwd=repo)
-    sh("git", "config", "pf.s3.endpoint", server.endpoint, cwd=repo)
+    key = f"pf.remote.{remote}.s3Endpoint" if per_remote else "pf.s3.endpoint"
+    sh("git", "config", key, server.endpoint, cwd=repo)
     return value
 
 
 @contextmanager
 def moto_s3(tmp: Path):
     port = free_port()
-    env = dict(ENV, S3_UPLOAD_PART_MIN_SIZE="1", **CREDS)
+    env = dict(ENV, S3_UPLOAD_PART_MIN_SIZE="1", MOTO_S3_DEFAULT_KEY_BUFFER_SIZE=str(16 << 20), **CREDS)
+    log = open(tmp / "moto.log", "wb")  # a file, not a pipe: it logs every request
     proc = subprocess.Popen([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=tmp)
+                            stdout=subprocess.DEVNULL, stderr=log, env=env, cwd=tmp)
     try:
         _wait_port(port, proc, timeout=30)
         handler = type("Handler", (_Counting,), {"upstream": ("127.0.0.1", port), "seen": []})
@@ -163,8 +167,7 @@ def moto_s3(tmp: Path):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
-        if proc.stderr:
-            proc.stderr.close()
+        log.close()
 
 
 def env(**extra) -> dict:

@@ -12,7 +12,7 @@ pytest.importorskip("boto3")
 pytest.importorskip("moto")
 
 from s3_helpers import BUCKET, config, env, moto_s3  # noqa: E402
-from transport_helpers import objects_bytes, pf, sh, source_repo, tree_files  # noqa: E402
+from transport_helpers import objects_bytes, pf, rand_bytes, sh, source_repo, tree_files  # noqa: E402
 
 MiB = 1024 * 1024
 
@@ -32,14 +32,14 @@ def _home(tmp: Path, s3) -> dict:
     return env(HOME=str(home))
 
 
-def _setup(tmp: Path, s3, prefix: str, big: int = 3 * MiB):
+def _setup(tmp: Path, s3, prefix: str, big: int = 3 * MiB, per_remote: bool = False):
     """Repo ``a`` with one image, remote ``origin`` (a bare repo) whose objects go to the bucket
     under ``prefix`` in small multipart uploads; returns (repo, sandbox, environment)."""
     e = _home(tmp, s3)
     repo, sb = source_repo(tmp, big=big)
     sh("git", "init", "-q", "--bare", tmp / "r.git")
     sh("git", "remote", "add", "origin", tmp / "r.git", cwd=repo)
-    config(repo, s3, prefix)
+    config(repo, s3, prefix, per_remote=per_remote)
     sh("git", "config", "pf.s3.multipartThreshold", "256k", cwd=repo)
     sh("git", "config", "pf.s3.partSize", "100k", cwd=repo)
     return repo, sb, e
@@ -96,7 +96,8 @@ def test_push_clone_lazy_checkout_and_gc(tmp_path, s3):
 
 
 def test_killed_push_resumes_and_sends_nothing_twice(tmp_path, s3):
-    repo, sb, e = _setup(tmp_path, s3, "killed")
+    repo, sb, e = _setup(tmp_path, s3, "killed", per_remote=True)
+    sh("git", "config", "pf.s3.endpoint", "http://127.0.0.1:9", cwd=repo)  # the remote's own one wins
     killed = pf("push", cwd=repo, env=dict(e, GIT_PF_S3_KILL_AFTER="8"), check=False)
     assert killed.returncode == -9
     first = _uploads(s3, "killed")
@@ -162,3 +163,29 @@ def test_wrong_or_missing_credentials_give_one_line(tmp_path, s3):
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "no AWS credentials" in lines[0], out.stderr
     assert sh("git", "for-each-ref", "refs/pf/heads", cwd=tmp_path / "r.git").stdout == ""
+
+
+def test_many_objects_are_found_by_listing_the_prefix(tmp_path, s3):
+    """A batch of more than 200 objects asks the bucket with a listing, not one HEAD each."""
+    e = _home(tmp_path, s3)
+    sb = tmp_path / "sb"
+    sb.mkdir()
+    for i in range(230):
+        (sb / f"f{i:03}.bin").write_bytes(rand_bytes(2048, i))
+    pf("init", tmp_path / "a", cwd=tmp_path)
+    repo = tmp_path / "a"
+    sh("git", "config", "pf.largeFileThreshold", "1k", cwd=repo)
+    pf("snapshot", "--fs-root", sb, "-m", "many", cwd=repo)
+    sh("git", "init", "-q", "--bare", tmp_path / "r.git")
+    sh("git", "remote", "add", "origin", tmp_path / "r.git", cwd=repo)
+    config(repo, s3, "many")
+    first = json.loads(pf("push", "--json", cwd=repo, env=e).stdout)
+    assert first["sent_objects"] == first["objects"] >= 230
+    seen = len(s3.requests())
+    again = json.loads(pf("push", "--json", cwd=repo, env=e).stdout)
+    assert again["sent_objects"] == 0
+    later = [r for r in s3.requests()[seen:] if r.key.startswith("many/") or "list-type" in r.query]
+    assert [r.method for r in later] == ["GET"] and later[0].query.get("prefix") == "many/"
+    pf("clone", tmp_path / "r.git", tmp_path / "b", cwd=tmp_path, env=e)
+    pf("checkout", "main", "--into", tmp_path / "c", cwd=tmp_path / "b", env=e)
+    assert tree_files(tmp_path / "c") == tree_files(sb)
