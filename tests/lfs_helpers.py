@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from transport_helpers import stop_server
+
 USER, PASSWORD = "pf", "secret"
 ORG, REPO = "team", "images"
 
@@ -65,12 +67,7 @@ def giftless_server(tmp: Path, env: dict | None = None):
             raise AssertionError(f"giftless did not start: {line}{errors.read_text()}")
         yield Giftless(int(line.split()[1]), storage, log)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_server(proc)
 
 
 def credentials(repo: Path, server: Giftless, password: str = PASSWORD, user: str = USER) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from transport_helpers import BIN, ENV, _wait_port, free_port
+from transport_helpers import BIN, ENV, _wait_port, free_port, stop_server
 
 BUCKET = "pf-test"
 # moto accepts any key unless credential checks are on (``S3Server.check_credentials``)
@@ -161,12 +161,7 @@ def moto_s3(tmp: Path):
             proxy.shutdown()
             proxy.server_close()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_server(proc)
         log.close()
 
 

@@ -77,8 +77,17 @@ def git_daemon(base: Path):
         _wait_port(port, proc)
         yield f"git://127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop_server(proc)
+
+
+def stop_server(proc: subprocess.Popen, grace: float = 10) -> None:
+    """Stop a test server process: SIGTERM, then SIGKILL when it has not exited after ``grace`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(grace)
 
 
 def _serve(server) -> threading.Thread:
