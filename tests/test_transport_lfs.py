@@ -12,7 +12,9 @@ import time
 import pytest
 
 from lfs_helpers import credentials, giftless_server
-from transport_helpers import ENV, objects_bytes, origin_of, pf, rand_bytes, sh, source_repo, tree_files
+from mount_helpers import requires_fuse
+from transport_helpers import (ENV, mounted_files, objects_bytes, origin_of, pf, rand_bytes, sh, source_repo,
+                               tree_files)
 
 MiB = 1024 * 1024
 
@@ -68,6 +70,18 @@ def test_push_clone_lazy_checkout_and_gc_through_lfs(tmp_path, lfs):
     pf("checkout", "main", "--into", tmp_path / "d", cwd=b, env={"GIT_PF_NO_LAZY_FETCH": "1"})
     assert tree_files(tmp_path / "d") == tree_files(sb)
     assert pf("fsck", cwd=b).returncode == 0 and pf("fsck", cwd=a).returncode == 0
+
+
+@requires_fuse
+def test_a_clone_mounts_an_image_whose_objects_come_lazily_from_the_lfs_server(tmp_path, lfs):
+    a, sb, remote = _lfs_repo(tmp_path, lfs)
+    pushed = json.loads(pf("push", "origin", "main", "--json", cwd=a).stdout)
+    b = tmp_path / "b"
+    pf("clone", remote, b, cwd=tmp_path)
+    credentials(b, lfs)
+    assert lfs.requests("GET") == []
+    assert mounted_files(b, "main", tmp_path / "mnt") == tree_files(sb)
+    assert 0 < len(lfs.requests("GET")) <= pushed["objects"]  # each object fetched at most once
 
 
 def test_a_push_killed_half_way_completes_on_rerun_without_uploading_twice(tmp_path, lfs):

@@ -12,7 +12,8 @@ pytest.importorskip("boto3")
 pytest.importorskip("moto")
 
 from s3_helpers import BUCKET, config, env, moto_s3  # noqa: E402
-from transport_helpers import objects_bytes, pf, rand_bytes, sh, source_repo, tree_files  # noqa: E402
+from mount_helpers import requires_fuse  # noqa: E402
+from transport_helpers import mounted_files, objects_bytes, pf, rand_bytes, sh, source_repo, tree_files  # noqa: E402
 
 MiB = 1024 * 1024
 
@@ -93,6 +94,16 @@ def test_push_clone_lazy_checkout_and_gc(tmp_path, s3):
     assert gc["removed"] == [] and _local_frames(tmp_path / "b") == frames
     pf("checkout", "main", "--into", tmp_path / "d", cwd=tmp_path / "b", env=dict(e, GIT_PF_NO_LAZY_FETCH="1"))
     assert tree_files(tmp_path / "d") == tree_files(sb)
+
+
+@requires_fuse
+def test_a_clone_mounts_an_image_whose_objects_come_lazily_from_the_bucket(tmp_path, s3):
+    repo, sb, e = _setup(tmp_path, s3, "mounted")
+    pf("push", cwd=repo, env=e)
+    pf("clone", tmp_path / "r.git", tmp_path / "b", cwd=tmp_path, env=e)
+    assert _local_frames(tmp_path / "b") == {}
+    assert mounted_files(tmp_path / "b", "main", tmp_path / "mnt", env=e) == tree_files(sb)
+    assert _local_frames(tmp_path / "b") == _local_frames(repo)  # fetched from the bucket, verified, kept
 
 
 def test_killed_push_resumes_and_sends_nothing_twice(tmp_path, s3):

@@ -241,3 +241,14 @@ def source_repo(tmp: Path, big: int = 5 * 1024 * 1024) -> tuple[Path, Path]:
 
 def rmtree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+def mounted_files(repo: Path, rev: str, mountpoint: Path, env: dict | None = None) -> dict[str, bytes]:
+    """The files of ``rev`` read through a read-only FUSE mount at ``mountpoint`` (unmounted afterwards):
+    in a clone that holds no object yet, every read goes through the lazy fetcher."""
+    mountpoint.mkdir()
+    pf("mount", rev, mountpoint, cwd=repo, env=env)
+    try:
+        return tree_files(mountpoint)
+    finally:
+        pf("umount", mountpoint, cwd=repo, env=env, check=False)
