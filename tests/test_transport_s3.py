@@ -175,6 +175,19 @@ def test_wrong_or_missing_credentials_give_one_line(tmp_path, s3):
     assert len(lines) == 1 and "no AWS credentials" in lines[0], out.stderr
     assert sh("git", "for-each-ref", "refs/pf/heads", cwd=tmp_path / "r.git").stdout == ""
 
+    # a clone whose lazy fetch is refused says why the object is missing, in one line
+    pf("push", cwd=repo, env=e)
+    pf("clone", tmp_path / "r.git", tmp_path / "b", cwd=tmp_path, env=e)
+    s3.check_credentials(True)
+    try:
+        out = pf("checkout", "main", "--into", tmp_path / "c", cwd=tmp_path / "b",
+                 env=dict(e, AWS_ACCESS_KEY_ID="AKIAWRONGWRONGWRONG0", AWS_SECRET_ACCESS_KEY="wrong"), check=False)
+    finally:
+        s3.check_credentials(False)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode != 0 and len(lines) == 1, out.stderr
+    assert "is missing" in lines[0] and "fetching it failed: remote 'origin'" in lines[0] and "InvalidAccessKeyId" in lines[0]
+
 
 def test_many_objects_are_found_by_listing_the_prefix(tmp_path, s3):
     """A batch of more than 200 objects asks the bucket with a listing, not one HEAD each."""

@@ -78,6 +78,7 @@ class SideStore(LargeContent):
         # Called with a list of missing oids before a read fails; a transport
         # sets this to fetch them in one batch (lazy fetch).
         self.fetcher: Callable[[list[str]], None] | None = None
+        self.fetch_problem: str | None = None  # why the fetcher's last call left objects missing, if it knows
         # Objects kept outside the directory (read-only here); a transport sets this.
         self.held: Held | None = None
         self._pending: dict[str, tuple[str, Path]] | None = None  # oid -> (temp file, final path) in a batch

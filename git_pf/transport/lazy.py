@@ -36,6 +36,8 @@ class Fetcher:
             return
         todo = list(dict.fromkeys(missing))
         progress = Progress(quiet=bool(os.environ.get("GIT_PF_QUIET")))
+        problems: list[str] = []  # why a remote could not give what was asked: said when objects stay missing
+        self.repo.store.fetch_problem = None
         for remote in lazy_remotes(self.repo):
             if not todo:
                 return
@@ -48,9 +50,12 @@ class Fetcher:
                     adapter.download(self.repo.store, chunks, progress)
             except CorruptObject:
                 raise
-            except PfError:
+            except PfError as e:
+                problems.append(f"remote '{remote.arg}': {e}")
                 continue  # this remote is unreachable or refuses; try the next
             todo = [o for o in todo if not self.repo.store.has(o)]
+        if todo and problems:
+            self.repo.store.fetch_problem = "; ".join(problems)
 
     def _chunks_of(self, oids: list[str]) -> list[str]:
         out = []

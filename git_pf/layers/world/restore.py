@@ -81,8 +81,10 @@ def _restore_pointers(store, out: SafeDir, pending, attrs, stats) -> None:
         if not lacking or "corrupt" in str(e):
             raise DataError(f"cannot restore '{os.fsdecode(pending[0][0]) if pending else '?'}' and others: {e}") from None
         rel, oid = lacking[0]
+        why = getattr(store, "fetch_problem", None)
         raise DataError(f"cannot restore '{os.fsdecode(rel)}': side-store object {oid} is missing "
-                        f"(not local, and no remote has it)", e.code) from None
+                        f"(not local, and {f'fetching it failed: {why}' if why else 'no remote has it'})",
+                        e.code) from None
 
     def write(item) -> None:
         rel, mode, ptr = item
