@@ -274,3 +274,22 @@ def test_bad_input_is_one_line_and_writes_nothing(runs, tmp_path):
         assert proc.stderr.count("\n") == 1 and words in proc.stderr and "Traceback" not in proc.stderr, args
         assert proc.stdout == ""
     assert sorted(p.name for p in root.iterdir()) == before and not (tmp_path / "no").exists()
+
+
+def test_a_blame_run_of_another_revision_is_not_drawn(runs, tmp_path):
+    """A blame run named after 'alt2' that blamed 'run' (not a commit of alt2's line) is not alt2's chart."""
+    root, run_pf, tmp = runs
+    tip = git(root, "rev-parse", "refs/pf/heads/run").strip()
+    meta = {"v": 1, "run": "alt2", "rev": tip, "k": 5, "steps": [2, 4], "perturb": "text", "grade": {"oracle": "true"},
+            "baseline": {"grade": "fail", "detail": "x"}, "null_rate": 0.1, "alpha": 0.05, "seed": 0}
+    tree = _blob_tree(root, "blame.json", json.dumps(meta, sort_keys=True, separators=(",", ":")).encode())
+    git(root, "update-ref", "refs/pf/blame/alt2/meta", _commit(root, tree, tip, "blame meta"))
+    try:
+        assert parse(write_report(run_pf, root, "alt2", tmp_path / "a.html")[1])[1]["blame"] is None
+        proc = run_pf("report", "alt2", "--blame", "alt2", "-o", tmp_path / "b.html", cwd=root, check=False)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "not a step of this run" in proc.stderr
+        assert not (tmp_path / "b.html").exists()
+        drawn = parse(write_report(run_pf, root, "run", tmp_path / "c.html", "--blame", "alt2")[1])[1]["blame"]
+        assert drawn["run"] == "alt2" and [r["step"] for r in drawn["steps"]] == [2, 3, 4]  # it did blame 'run'
+    finally:
+        git(root, "update-ref", "-d", "refs/pf/blame/alt2/meta")

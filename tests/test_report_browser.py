@@ -11,6 +11,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 from urllib.parse import urlsplit
 
 import pytest
@@ -264,3 +265,52 @@ def test_serve_port_in_use_is_one_line_and_signals_stop_it_cleanly(repo, run_pf,
         with pytest.raises(OSError):
             socket.create_connection((urlsplit(url).hostname, urlsplit(url).port), timeout=2).close()
 
+
+
+def _one_line_error(answer, status: int, words: str) -> None:
+    got, headers, body = answer
+    error = json.loads(body)["error"]
+    assert got == status and headers["content-type"] == "application/json", (got, body)
+    assert words in error and "\n" not in error and "Traceback" not in error, error
+
+
+def test_serve_answers_a_missing_run_404_and_damaged_data_500_in_one_line(recorded, tmp_path):
+    root = recorded
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "a.txt").write_text("a")
+    _cli("snapshot", "--fs-root", tmp_path / "plain", "--name", "plain", cwd=root)
+    git_dir = root / ".git"
+    assert git_dir.is_dir()
+    with serving(root) as (url, proc):
+        _one_line_error(_request(url, "GET", "/report/nope"), 404, "no branch 'nope'")
+        _one_line_error(_request(url, "GET", "/report/plain"), 404, "not a recorded run")
+        tip = git(root, "rev-parse", "refs/pf/heads/run").strip()
+        git(root, "update-ref", "refs/pf/blame/run/meta", tip)  # a meta commit with no blame.json in it
+        _one_line_error(_request(url, "GET", "/report/run"), 500, "blame run 'run'")
+        git(root, "update-ref", "-d", "refs/pf/blame/run/meta")
+        assert _request(url, "GET", "/report/run")[0] == 200
+        git_dir.rename(root / "moved")  # the repository is gone from under the server
+        try:
+            _one_line_error(_request(url, "GET", "/"), 500, str(root))
+            _one_line_error(_request(url, "GET", "/report/run"), 500, str(root))
+        finally:
+            (root / "moved").rename(git_dir)
+        assert _request(url, "GET", "/")[0] == 200
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr_text, proc.stderr_text
+
+
+def test_stopping_serve_while_its_run_goes_stops_the_run_and_leaves_no_logs(recorded, tmp_path, monkeypatch):
+    root = recorded
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    agent = [sys.executable, "-c", "import time; time.sleep(60)"]  # still running when the server stops
+    with FakeLLM([]) as live, serving(root, "--upstream", live.url, agent=agent) as (url, served):
+        token = _token(_request(url, "GET", "/report/alt")[2])
+        assert [p.name.startswith("pf-serve-") for p in (tmp_path / "tmp").iterdir()] == [True]
+        headers = {"Content-Type": "application/json", "X-PF-Token": token}
+        status, _, body = _request(url, "POST", "/api/run", headers=headers, body=b'{"branch": "alt"}')
+        assert status == 200 and json.loads(body)["state"] == "running", body
+        served.send_signal(signal.SIGTERM)
+        served.wait(60)
+    assert served.returncode == 0 and "Traceback" not in served.stderr_text, served.stderr_text
+    assert not [p for p in (tmp_path / "tmp").iterdir() if p.name.startswith("pf-serve-")]

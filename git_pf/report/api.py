@@ -58,19 +58,23 @@ class Job:
     def __init__(self, number: int, branch: str, proc: subprocess.Popen, out: Path, err: Path):
         self.number, self.branch, self.proc, self.out, self.err = number, branch, proc, out, err
         self.state, self.result, self.error, self.output = "running", None, None, ""
+        self.thread = threading.Thread(target=self.finish, name=f"pf-serve-run-{number}", daemon=True)
 
     def finish(self) -> None:
         """Wait for the run; then read its ``--json`` report (the last JSON object on its stdout)
         and its one-line error, if any."""
         code = self.proc.wait()
-        text = self.out.read_text(encoding="utf-8", errors="replace")
+        try:
+            text = self.out.read_text(encoding="utf-8", errors="replace")
+            lines = self.err.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+        except OSError as e:  # the logs are gone (the server is stopping): the run's end is all there is
+            text, lines = "", [f"git pf run exited {code}; its output could not be read ({e.strerror})"]
         at = 0 if text.startswith("{\n") else text.rfind("\n{\n") + 1
         try:
             self.result = json.loads(text[at:]) if at or text.startswith("{\n") else None
         except ValueError:
             self.result = None
         self.output = (text[:at] if self.result is not None else text)[-OUTPUT_CHARS:]
-        lines = self.err.read_text(encoding="utf-8", errors="replace").strip().splitlines()
         ours = [line for line in lines if line.startswith("git pf: ")]
         if ours or self.result is None:
             self.error = (ours or lines or [f"git pf run exited {code}"])[-1]
@@ -131,7 +135,7 @@ class Actions:
                                         env=dict(os.environ, GIT_PF_REPO=str(self.repo_path)),
                                         start_new_session=True)  # Ctrl-C reaches the server, which stops it
             job = self.jobs[number] = Job(number, branch, proc, out, err)
-        threading.Thread(target=job.finish, name=f"pf-serve-run-{number}", daemon=True).start()
+        job.thread.start()
         return job.to_json()
 
     def job(self, number: int) -> dict | None:
@@ -139,10 +143,12 @@ class Actions:
         return job.to_json() if job is not None else None
 
     def close(self) -> None:
-        """Stop every run still going (SIGTERM: it ends its steps as Ctrl-C would), then drop the logs."""
+        """Stop every run still going (SIGTERM: it ends its steps as Ctrl-C would), let each job read
+        its logs, then drop them."""
         with self.lock:
             self.closed = True
-            running = [j for j in self.jobs.values() if j.proc.poll() is None]
+            jobs = list(self.jobs.values())
+            running = [j for j in jobs if j.proc.poll() is None]
         for job in running:
             job.proc.send_signal(signal.SIGTERM)
         for job in running:
@@ -151,5 +157,7 @@ class Actions:
             except subprocess.TimeoutExpired:
                 job.proc.kill()
                 job.proc.wait()
+        for job in jobs:
+            job.thread.join(STOP_WAIT_S)
         shutil.rmtree(self.logs, ignore_errors=True)
 

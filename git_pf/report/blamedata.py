@@ -3,6 +3,8 @@
 ``view`` asks the blame engine's reader (``git_pf.blame.store.summary``: the run's
 ``refs/pf/blame/<run>/meta`` and one verdict ref per finished trial) and keeps the fields
 the chart draws, checked as numbers and strings, since the refs are data like any other.
+A blame run is drawn only when the revision it blamed (its ``rev``) is a commit of the
+report's run line: a run of the same name that blamed another revision is not this run's.
 Read-only.
 """
 from __future__ import annotations
@@ -47,15 +49,22 @@ def _row(row: dict) -> dict:
             "label": row.get("label") if row.get("label") in LABELS else "insufficient"}
 
 
-def view(repo, blame, *, required: bool) -> dict | None:
-    """The chart's data for ``blame`` (a run name, or a summary dict already loaded); None when
-    there is none. A run asked for by name that does not exist is a UsageError."""
+def view(repo, blame, *, line: set[str], required: bool) -> dict | None:
+    """The chart's data for ``blame`` (a run name, or a summary dict already loaded) when the
+    revision it blamed is one of ``line`` (the commit ids of the report's run); None when there is
+    none. A run asked for (``required``) that does not exist or blamed another revision is a UsageError."""
     if blame is None:
         return None
     summary = blame if isinstance(blame, dict) else store.summary(repo, blame)
     if summary is None:
         if required:
             raise UsageError(f"no blame run '{blame}'", param="blame")
+        return None
+    rev = summary.get("rev")
+    if not (isinstance(rev, str) and rev in line):
+        if required:
+            raise UsageError(f"blame run '{summary.get('run') or blame}' blamed {str(rev)[:12]}, "
+                             "which is not a step of this run", param="blame")
         return None
     rows = [_row(r) for r in summary.get("steps") or [] if isinstance(r, dict)]
     decisive = summary.get("decisive")

@@ -229,5 +229,5 @@ def report_data(repo, rev: str, *, blame=None, replay: dict | None = None) -> di
     return {"v": 1, "rev": rev, "branch": branch, "tip": plan.tip, "steps": steps, "end": end,
             "ledger": ledger_view(plan.ledger), "fork_graph": forkgraph.graph(git, line, branch),
             "blame": blamedata.view(repo, blame if blame is not None else blamedata.default_run(repo, rev),
-                                    required=blame is not None),
+                                    line={image.id for image in line}, required=blame is not None),
             "replay": replayed, "limits": LIMITS}

@@ -170,26 +170,41 @@ class Handler(BaseHTTPRequestHandler):
         return body
 
     # -- pages ----------------------------------------------------------
-    def _index(self) -> None:
-        from .. import refs
+    def _repo(self):
+        """The server's repository, or None after answering 500: gone or damaged, it is no request's fault."""
         from ..repo import Repo
 
-        repo = Repo.open(self.server.repo_path)
-        self._html(serve_page.index_page(refs.list_refs(repo.git, refs.HEADS)))
+        try:
+            return Repo.open(self.server.repo_path)
+        except PfError as e:
+            self._error(500, str(e))
+            return None
+
+    def _index(self) -> None:
+        from .. import refs
+
+        repo = self._repo()
+        if repo is None:
+            return
+        try:
+            names = refs.list_refs(repo.git, refs.HEADS)
+        except PfError as e:
+            return self._error(500, str(e))
+        self._html(serve_page.index_page(names))
 
     def _report(self, branch: str) -> None:
         from .. import refs
-        from ..repo import Repo
         from .render import render_report
 
+        repo = self._repo()
+        if repo is None:
+            return
         try:
             refs.check_name(branch)
-            repo = Repo.open(self.server.repo_path)
             if refs.branch_tip(repo.git, branch) is None:
                 return self._error(404, f"no branch '{branch}'")
             with self.server.render_lock:
                 page = render_report(repo, branch, connect="'self'")  # its blame run, if any, comes with it
-        except PfError as e:
+        except PfError as e:  # 404: no such branch or not a recorded run; 500: damaged data (DataError)
             return self._error(404 if isinstance(e, UsageError) else 500, str(e))
         self._html(serve_page.with_controls(page, token=self.server.token, branch=branch, agent=self.server.agent))
-
