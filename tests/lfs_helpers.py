@@ -5,20 +5,23 @@ werkzeug's threaded server) with HTTP basic authentication (user ``pf``, passwor
 ``secret``: the authenticator below) and yields a ``Giftless`` with the endpoint of one
 repository, its storage directory and an access log (one ``METHOD PATH STATUS`` line a
 request), so tests count uploads at the server. ``credentials(repo, ...)`` stores a login
-for it through git's own ``credential-store`` helper.
+for it through git's own ``credential-store`` helper. ``hostile_lfs()`` is a small LFS server
+on a thread whose answers a test can make hostile (``HostileLfs.faults``).
 """
 from __future__ import annotations
 
 import base64
+import json
 import os
 import subprocess
 import sys
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from transport_helpers import stop_server
+from transport_helpers import _serving, stop_server
 
 USER, PASSWORD = "pf", "secret"
 ORG, REPO = "team", "images"
@@ -75,6 +78,82 @@ def credentials(repo: Path, server: Giftless, password: str = PASSWORD, user: st
     store = repo / ".git" / "test-credentials" if (repo / ".git").is_dir() else repo / "test-credentials"
     store.write_text(f"http://{user}:{password}@127.0.0.1%3a{server.port}\n")
     subprocess.run(["git", "config", "credential.helper", f"store --file={store}"], cwd=repo, check=True)
+
+
+# -- a server with faults -------------------------------------------------------------------
+
+HOSTILE = "denied\x1b[2J\r\nforged: line\x07\x9b31m" + "x" * 5000  # a server-chosen message
+
+
+@dataclass
+class HostileLfs:
+    """The state of ``hostile_lfs``: the objects it holds, the object ids of every GET, and
+    ``faults``: ``refuse`` (each object refused with ``HOSTILE``), ``batch-500`` (the batch
+    API answers 500 with ``HOSTILE``), ``bad-header`` (upload actions carry a header value
+    with a newline), ``drop`` (the first GET of each object closes half way)."""
+    endpoint: str = ""
+    objects: dict[str, bytes] = field(default_factory=dict)
+    gets: list[str] = field(default_factory=list)
+    faults: set[str] = field(default_factory=set)
+
+
+class _HostileHandler(BaseHTTPRequestHandler):
+    lfs: HostileLfs
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, status: int, body: bytes, length: int | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/vnd.git-lfs+json")
+        self.send_header("Content-Length", str(len(body) if length is None else length))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _body(self) -> bytes:
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def do_POST(self):
+        lfs, doc = self.lfs, json.loads(self._body())
+        if "batch-500" in lfs.faults:
+            return self._send(500, json.dumps({"message": HOSTILE}).encode())
+        out = []
+        for obj in doc["objects"]:
+            oid, href = obj["oid"], f"{lfs.endpoint}/objects/{obj['oid']}"
+            entry = {"oid": oid, "size": obj["size"]}
+            if "refuse" in lfs.faults:
+                entry["error"] = {"code": 422, "message": HOSTILE}
+            elif doc["operation"] == "download":
+                entry["actions"] = {"download": {"href": href}}
+            elif oid not in lfs.objects:
+                header = {"X-Token": "a\nInjected: 1"} if "bad-header" in lfs.faults else {}
+                entry["actions"] = {"upload": {"href": href, "header": header}}
+            out.append(entry)
+        self._send(200, json.dumps({"transfer": "basic", "objects": out}).encode())
+
+    def do_PUT(self):
+        self.lfs.objects[self.path.rsplit("/", 1)[-1]] = self._body()
+        self._send(200, b"")
+
+    def do_GET(self):
+        oid = self.path.rsplit("/", 1)[-1]
+        data = self.lfs.objects.get(oid)
+        if data is None:
+            return self._send(404, b"{}")
+        self.lfs.gets.append(oid)
+        if "drop" in self.lfs.faults and self.lfs.gets.count(oid) == 1:
+            return self._send(200, data[:len(data) // 2], length=len(data))  # HTTP/1.0: then it closes
+        self._send(200, data)
+
+
+@contextmanager
+def hostile_lfs():
+    """Yields a ``HostileLfs`` served on 127.0.0.1 (no login)."""
+    lfs = HostileLfs()
+    handler = type("H", (_HostileHandler,), {"lfs": lfs})
+    with _serving(ThreadingHTTPServer(("127.0.0.1", 0), handler)) as base:
+        lfs.endpoint = f"{base}/{ORG}/{REPO}.git/info/lfs"
+        yield lfs
 
 
 # -- the server process --------------------------------------------------------------------

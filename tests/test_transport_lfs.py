@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from lfs_helpers import credentials, giftless_server
+from lfs_helpers import credentials, giftless_server, hostile_lfs
 from mount_helpers import requires_fuse
 from transport_helpers import (ENV, mounted_files, objects_bytes, origin_of, pf, rand_bytes, sh, source_repo,
                                tree_files)
@@ -135,6 +135,39 @@ def test_wrong_credentials_give_one_line_and_push_nothing(tmp_path, lfs):
     assert proc.stderr.strip() == (f"git pf: error: the lfs server at 127.0.0.1 refused the credentials "
                                    f"of 'pf' (HTTP 401)")
     assert lfs.uploads() == [] and sh("git", "for-each-ref", cwd=remote).stdout == ""
+
+
+@pytest.mark.parametrize("fault, says", [("refuse", "refused object"), ("batch-500", "answered HTTP 500"),
+                                         ("bad-header", "sent a header or URL that is not valid in HTTP")])
+def test_a_hostile_lfs_server_gets_one_clean_line_and_nothing_is_pushed(tmp_path, fault, says):
+    a, _ = source_repo(tmp_path, MiB)
+    remote = origin_of(a, tmp_path)
+    with hostile_lfs() as lfs:
+        lfs.faults.add(fault)
+        pf("remote-store", "origin", "lfs:" + lfs.endpoint, cwd=a)
+        proc = pf("push", "origin", "main", cwd=a, check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    line = proc.stderr.rstrip("\n")
+    assert "\n" not in line and says in line and len(line) < 400
+    assert not any(ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f for c in line)  # no terminal escapes from the server
+    if fault != "bad-header":
+        assert "denied [2J forged: line" in line  # the server's text, on one line, without its escapes
+    assert lfs.objects == {} and sh("git", "for-each-ref", cwd=remote).stdout == ""
+
+
+def test_a_download_that_breaks_half_way_is_tried_again_from_its_first_byte(tmp_path):
+    a, sb = source_repo(tmp_path, 3 * MiB)
+    remote = origin_of(a, tmp_path)
+    with hostile_lfs() as lfs:
+        pf("remote-store", "origin", "lfs:" + lfs.endpoint, cwd=a)
+        pushed = json.loads(pf("push", "origin", "main", "--json", cwd=a).stdout)
+        assert pushed["sent_bytes"] == sum(map(len, lfs.objects.values())) >= 3 * MiB
+        pf("clone", remote, tmp_path / "b", cwd=tmp_path)
+        lfs.faults.add("drop")
+        pf("checkout", "main", "--into", tmp_path / "c", cwd=tmp_path / "b")
+    assert tree_files(tmp_path / "c") == tree_files(sb)
+    assert sorted(lfs.gets) == sorted(list(lfs.objects) * 2)  # each object: one broken GET, one whole
+    assert pf("fsck", cwd=tmp_path / "b").returncode == 0
 
 
 def test_a_hostile_store_record_is_one_clear_error(tmp_path):

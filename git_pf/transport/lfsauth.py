@@ -24,6 +24,7 @@ from .remotes import Remote
 
 LFS_JSON = "application/vnd.git-lfs+json"
 _SCP = re.compile(r"^(?:[^@/]+@)?([^:/]+):(.+)$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 
 
 def endpoint(repo, remote: Remote, explicit: str | None) -> str:
@@ -114,9 +115,11 @@ class Session:
         return conns[key]
 
     def request(self, method: str, url: str, body=None, headers: dict | None = None,
-                sink=None) -> tuple[int, bytes]:
+                sink=None, reset=None) -> tuple[int, bytes]:
         """``(status, body)``; ``sink(chunk)`` takes a 2xx body instead. Same-server requests
-        carry the login (unless the action brought its own Authorization)."""
+        carry the login (unless the action brought its own Authorization). A request whose
+        connection breaks is tried once more; when the sink already took bytes, ``reset()``
+        empties it first, and without a ``reset`` the request is not tried again."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise TransferFailed(f"the lfs server at {self.host} sent an unusable URL")
@@ -125,20 +128,39 @@ class Session:
         if same and not any(k.lower() == "authorization" for k in headers):
             headers.update(self._auth_header())
         path = urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        replayable = body is None or isinstance(body, (bytes, bytearray, memoryview))
+        took = False
         for attempt in range(2):
             conn = self._conn(parts.scheme, parts.hostname, parts.port)
             try:
                 conn.request(method, path, body=body, headers=headers)
+            except ValueError:  # a header or URL from the server with characters HTTP forbids
+                conn.close()
+                raise TransferFailed(f"the lfs server at {self.host} sent a header or URL that is not "
+                                     f"valid in HTTP") from None
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                if attempt or not replayable:
+                    raise TransferFailed(f"the lfs server at {self.host} is unreachable: {clean(str(e))}") from None
+                continue
+            try:
                 resp = conn.getresponse()
                 if sink is not None and 200 <= resp.status < 300:
                     while chunk := resp.read(1 << 20):
+                        took = True
                         sink(chunk)
+                    if resp.length:  # the server closed before its Content-Length
+                        raise http.client.IncompleteRead(b"", resp.length)
                     return resp.status, b""
                 return resp.status, resp.read()
-            except (OSError, http.client.HTTPException) as e:
+            except (OSError, http.client.HTTPException, ValueError) as e:
                 conn.close()
-                if attempt or (body is not None and not isinstance(body, (bytes, bytearray, memoryview))):
-                    raise TransferFailed(f"the lfs server at {self.host} is unreachable: {e}") from None
+                if attempt or not replayable or (took and reset is None):
+                    raise TransferFailed(f"the connection to the lfs server at {self.host} broke: "
+                                         f"{clean(str(e))}") from None
+                if took:
+                    reset()  # the retry's body starts from its first byte
+                    took = False
 
     def post_json(self, url: str, doc: dict, headers: dict | None = None, answer: bool = True) -> dict:
         """POST a JSON document to the server, asking git for a login when it answers 401; the
@@ -169,8 +191,19 @@ class Session:
         return out
 
 
+def clean(text: str, limit: int = 200) -> str:
+    """Server-chosen ``text`` made fit for one line of stderr: control characters (C0, DEL, C1)
+    become spaces, and at most ``limit`` characters remain."""
+    text = _CONTROL.sub(" ", text).strip()
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _message(data: bytes) -> str:
+    """The ``message`` of a server's error answer (or its first line), cleaned."""
     try:
-        return str(json.loads(data).get("message", ""))[:200] or "(no message)"
-    except (ValueError, AttributeError):
-        return data[:200].decode("utf-8", "replace").splitlines()[0] if data.strip() else "(no message)"
+        doc = json.loads(data)
+        text = str(doc.get("message", "")) if isinstance(doc, dict) else ""
+    except ValueError:
+        lines = data[:1000].decode("utf-8", "replace").strip().splitlines()
+        text = lines[0] if lines else ""
+    return clean(text) or "(no message)"

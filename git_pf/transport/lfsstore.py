@@ -92,27 +92,34 @@ class LfsAdapter:
             raise TransferFailed(f"the lfs server sent a malformed '{name}' action for {entry['oid']}")
         return action
 
-    def _retrying(self, method: str, url: str, body, headers: dict, sink=None):
+    def _retrying(self, method: str, url: str, body, headers: dict, sink=None, reset=None):
         """A transfer request, tried again (as git-lfs does) while the server answers 5xx (a
         sink only ever sees a 2xx body)."""
         for attempt in range(_TRIES):
-            status, answer = self.http.request(method, url, body, headers, sink=sink)
+            status, answer = self.http.request(method, url, body, headers, sink=sink, reset=reset)
             if status < 500 or attempt == _TRIES - 1:
                 return status, answer
             time.sleep(0.1 * 2 ** attempt)
         return status, answer
 
-    def _run(self, work, items: list, advance) -> None:
-        if not items:
-            return
-        with ThreadPoolExecutor(self.transfers) as pool:
-            for n in pool.map(work, items):
-                advance(n)
+    def _run(self, work, items: list, advance) -> int:
+        """``work`` on each item, a few at a time; the sum of what it returned."""
+        total = 0
+        if items:
+            with ThreadPoolExecutor(self.transfers) as pool:
+                for n in pool.map(work, items):
+                    advance(1)
+                    total += n
+        return total
+
+    @staticmethod
+    def _headers(action: dict) -> dict:
+        return {str(k): str(v) for k, v in action.get("header", {}).items()}
 
     # -- upload -----------------------------------------------------------------------
     def upload(self, store: SideStore, oids: list[str], progress: Progress) -> int:
         store.ensure(oids)
-        sent = [0]
+        sent = 0
         with progress.task("uploading objects", len(oids)) as advance:
             for start in range(0, len(oids), BATCH):
                 part = oids[start:start + BATCH]
@@ -122,8 +129,10 @@ class LfsAdapter:
                 for oid in part:
                     entry = answer.get(oid)
                     if entry is None or "error" in entry:
-                        msg = (entry or {}).get("error", {}).get("message", "no answer") if entry else "no answer"
-                        raise TransferFailed(f"the lfs server at {self.http.host} refused object {oid}: {str(msg)[:200]}")
+                        error = entry.get("error") if entry else None
+                        msg = error.get("message", "no message") if isinstance(error, dict) else error or "no answer"
+                        raise TransferFailed(f"the lfs server at {self.http.host} refused object {oid}: "
+                                             f"{lfsauth.clean(str(msg))}")
                     action = self._action(entry, "upload")
                     if action is None:
                         self.record_sizes[oid] = sizes[oid]  # the server has it already
@@ -135,20 +144,19 @@ class LfsAdapter:
                     oid, size, action, verify = item
                     data = store.get(oid, size=size)  # the raw bytes, checked against their name
                     status, body = self._retrying("PUT", action["href"], data, {
-                        **{str(k): str(v) for k, v in action.get("header", {}).items()},
-                        "Content-Type": "application/octet-stream", "Content-Length": str(len(data))})
+                        **self._headers(action), "Content-Type": "application/octet-stream",
+                        "Content-Length": str(len(data))})
                     if not 200 <= status < 300:
                         raise TransferFailed(f"uploading {oid} to the lfs server at {self.http.host} failed: "
                                              f"HTTP {status} {lfsauth._message(body)}")
                     if verify is not None:
-                        self.http.post_json(verify["href"], {"oid": oid, "size": size},
-                                            {str(k): str(v) for k, v in verify.get("header", {}).items()}, answer=False)
+                        self.http.post_json(verify["href"], {"oid": oid, "size": size}, self._headers(verify),
+                                            answer=False)
                     self.record_sizes[oid] = size
-                    sent[0] += size
-                    return 1
+                    return size
 
-                self._run(put, todo, advance)
-        return sent[0]
+                sent += self._run(put, todo, advance)
+        return sent
 
     # -- download ----------------------------------------------------------------------
     def download(self, store: SideStore, oids: list[str], progress: Progress) -> None:
@@ -165,7 +173,7 @@ class LfsAdapter:
                 def get(item) -> int:
                     oid, size, action = item
                     self._fetch_one(store, oid, size, action)
-                    return 1
+                    return 0
 
                 self._run(get, todo, advance)
 
@@ -174,6 +182,11 @@ class LfsAdapter:
         data = bytearray()
         digest = hashlib.sha256()
 
+        def reset() -> None:  # a broken connection: the retry starts over
+            nonlocal digest
+            del data[:]
+            digest = hashlib.sha256()
+
         def sink(chunk: bytes) -> None:
             if len(data) + len(chunk) > size:
                 raise CorruptObject(f"side-store object {oid} from the lfs server at {self.http.host} is corrupt "
@@ -181,8 +194,7 @@ class LfsAdapter:
             data.extend(chunk)
             digest.update(chunk)
 
-        headers = {str(k): str(v) for k, v in action.get("header", {}).items()}
-        status, body = self._retrying("GET", action["href"], None, headers, sink=sink)
+        status, body = self._retrying("GET", action["href"], None, self._headers(action), sink=sink, reset=reset)
         if not 200 <= status < 300:
             raise TransferFailed(f"downloading {oid} from the lfs server at {self.http.host} failed: "
                                  f"HTTP {status} {lfsauth._message(body)}")
