@@ -37,7 +37,7 @@ class FsckReport:
 
 def _image_refs(git: pygit2.Repository) -> dict[str, str]:
 
-    return {name: oid for name, oid in refs.list_refs(git, refs.ROOT).items() if not refs.is_index_ref(name)}
+    return {name: oid for name, oid in refs.list_refs(git, refs.ROOT).items() if refs.is_image_ref(name)}
 
 
 def _check_layer_objects(git, store: SideStore, image: img.ImageInfo, report: FsckReport, seen: set[str],

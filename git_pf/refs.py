@@ -29,7 +29,9 @@ _HEX = re.compile(r"^[0-9a-fA-F]{4,40}$")
 
 
 def check_name(name: str, what: str = "branch") -> str:
-    if not name or not pygit2.reference_is_valid_name(HEADS + name) or name == "HEAD":
+    """``name`` when it is a valid name: a valid git ref name below refs/pf/heads/, not ``HEAD``, and not
+    starting with '-' (it would read as an option wherever it is handed to a command)."""
+    if not name or not pygit2.reference_is_valid_name(HEADS + name) or name == "HEAD" or name.startswith("-"):
         raise UsageError(f"'{name}' is not a valid {what} name")
     return name
 
@@ -107,6 +109,16 @@ def is_index_ref(name: str) -> bool:
     if parts[0] == "meta" or (len(parts) >= 4 and parts[0] == "remotes" and parts[2] == "meta"):
         return True
     return name == "objects" or (len(parts) == 3 and parts[0] == "remotes" and parts[2] == "objects")
+
+
+def is_image_ref(name: str) -> bool:
+    """Whether a ref (name relative to refs/pf/) names an image: not an objects index or store
+    record (``is_index_ref``), nor the settings commit of a blame run, ``blame/<run>/meta`` or
+    ``remotes/<r>/blame/<run>/meta`` (docs/blame.md, "Storage")."""
+    parts = name.split("/")
+    blame_meta = parts[-1] == "meta" and ((len(parts) == 3 and parts[0] == "blame")
+                                          or (len(parts) == 5 and parts[0] == "remotes" and parts[2] == "blame"))
+    return not blame_meta and not is_index_ref(name)
 
 
 def list_refs(repo: pygit2.Repository, prefix: str) -> dict[str, str]:

@@ -18,8 +18,8 @@ def _git(root, *args, check=True):
     return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=check).stdout.strip()
 
 
-def _blame_refs(root) -> dict[str, str]:
-    out = _git(root, "for-each-ref", "--format=%(refname) %(objectname)", "refs/pf/blame/")
+def _blame_refs(root, prefix: str = "refs/pf/blame/") -> dict[str, str]:
+    out = _git(root, "for-each-ref", "--format=%(refname) %(objectname)", prefix)
     return dict(line.split() for line in out.splitlines())
 
 
@@ -89,6 +89,7 @@ def test_bad_input_is_one_line_and_a_plugin_perturbation_runs(repo, run_pf, tmp_
         assert lines[-1] == "no decisive step"  # one trial is too few to claim anything
         assert lines[-2].split() == ["3", "1", "1", "0", "-", "-", "-", "insufficient"]
         assert "step 3 trial 1: flip" in proc.stderr
+        assert "warning: with -k 1 no step gets the 3 gradable trials" in proc.stderr
 
         proc = run_pf(*base, *plug[:2], "-k", "2", *plug[4:], "--", *AGENT, cwd=root, check=False, env=env)
         _one_line(proc, 2, "exists with other settings (k)")
@@ -114,9 +115,22 @@ def test_trials_travel_with_a_plain_git_push_and_fetch(repo, run_pf, tmp_path):
     _git(other, "remote", "add", "origin", str(remote))
     run_pf("install", cwd=other)
     _git(other, "fetch", "-q")
-    assert _blame_refs(other) == ours
+    # fetched into remote-tracking refs: a fetch never overwrites a local blame run
+    tracked = {k.replace("refs/pf/remotes/origin/blame/", "refs/pf/blame/"): v for k, v in
+               _blame_refs(other, "refs/pf/remotes/origin/blame/").items()}
+    assert tracked == ours and _blame_refs(other) == {}
     # the fetched trials read back whole: the same verdicts, their trial images there too
     fetched = store.summary(Repo.open(other), "run")
+    assert store.runs(Repo.open(other)) == ["run"]
     assert [(t["step"], t["outcome"], t["commit"]) for t in fetched["trials"]] == \
         [(3, "flip", ours["refs/pf/blame/run/step-3/1"]), (4, "no-flip", ours["refs/pf/blame/run/step-4/1"])]
     assert all(_git(other, "cat-file", "-t", t["tip"]) == "commit" for t in fetched["trials"])
+    for where in (root, other):  # a blame run's settings commit is no image: fsck and gc leave it alone
+        checked = run_pf("fsck", cwd=where, check=False)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+    # blaming it again there, with the same settings, adopts the fetched trials and resumes: nothing re-runs
+    with FakeLLM(by_step(REPLIES)) as fake:
+        out = run_pf("blame", "refs/pf/remotes/origin/heads/run", "--name", "run", "--oracle", ORACLE, "-k", "1",
+                     "--steps", "3..4", "--upstream", fake.url, "--no-mount", "--json", "--", *AGENT, cwd=other)
+        assert fake.requests == []
+    assert json.loads(out.stdout)["resumed"] == 2 and _blame_refs(other) == ours

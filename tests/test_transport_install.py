@@ -40,7 +40,9 @@ def test_install_chains_existing_hook_twice_is_noop_uninstall_restores_exactly(t
     config = sh("git", "config", "--get-all", "remote.origin.push", cwd=a).stdout.split()
     # the user had a push refspec, so HEAD is not added
     assert config == ["refs/heads/keep:refs/heads/keep", "refs/pf/heads/*:refs/pf/heads/*", "refs/pf/tags/*:refs/pf/tags/*",
-                      "+refs/pf/blame/*:refs/pf/blame/*"]
+                      "refs/pf/blame/*:refs/pf/blame/*"]
+    fetch = sh("git", "config", "--get-all", "remote.origin.fetch", cwd=a).stdout.split()
+    assert "+refs/pf/blame/*:refs/pf/remotes/origin/blame/*" in fetch  # never into the local blame runs
     snapshot = {p.name: p.read_bytes() for p in (a / ".git" / "hooks").iterdir()}
     config_after = (a / ".git" / "config").read_bytes()
 

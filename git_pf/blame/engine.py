@@ -110,7 +110,11 @@ def blame(repo, rev: str, agent_cmd: list[str], opts: BlameOptions, *,
     child.start_check(agent_cmd, os.environ)
     settings = {"rev": tip, "k": opts.k, "steps": [first, end], "perturb": opts.perturb, "grade": grader.spec(),
                 "null_rate": opts.null_rate, "alpha": opts.alpha, "seed": opts.seed, "min_valid": opts.min_valid}
-    meta = store.read_meta(git, run)
+    fetched = store.read_meta(git, run)
+    if store.read_meta(git, run, local=True) is None and fetched is not None \
+            and all(fetched.get(k) == settings[k] for k in SETTINGS):
+        store.adopt(git, run)  # a run fetched from a remote with these settings: resume it here
+    meta = store.read_meta(git, run, local=True)
     if meta is not None:
         differ = [k for k in SETTINGS if meta.get(k) != settings[k]]
         if differ:

@@ -97,3 +97,6 @@ def blame(
 
     summary = do_blame(open_repo(), rev, list(cmd), opts, progress=None if as_json else progress)
     emit(as_json, summary, lambda: typer.echo("\n".join(table(summary))))
+    if k < opts.min_valid:
+        _say(f"warning: with -k {k} no step gets the {opts.min_valid} gradable trials a flip rate needs, so every "
+             f"step is labelled insufficient (give -k {opts.min_valid} or more)")

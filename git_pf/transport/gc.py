@@ -48,7 +48,7 @@ class GcResult:
 
 
 def root_refs(repo) -> dict[str, str]:
-    return {n: o for n, o in refs_mod.list_refs(repo.git, refs_mod.ROOT).items() if not refs_mod.is_index_ref(n)}
+    return {n: o for n, o in refs_mod.list_refs(repo.git, refs_mod.ROOT).items() if refs_mod.is_image_ref(n)}
 
 
 def mount_images(git_dir) -> list[str]:

@@ -5,7 +5,8 @@ hook already there is renamed ``<hook>.pf-chained`` and still runs first,
 keeping its veto. Fetch refspecs bring image branches and tags; push
 refspecs (with ``HEAD`` when the remote had none and HEAD has a commit, so
 a plain ``git push`` still pushes the current branch) send image branches
-and tags. Blame trials (``refs/pf/blame/``) go both ways as they are. What was
+and tags. Blame runs (``refs/pf/blame/``) are pushed as they are (never forced) and
+fetched into ``refs/pf/remotes/<r>/blame/``, so a fetch never overwrites a local run. What was
 added is recorded in ``$GIT_DIR/pf/install.json`` so ``uninstall`` removes
 exactly that and puts back the hook it displaced. Installing twice changes
 nothing. Never touches a hook that is not ours.
@@ -22,7 +23,7 @@ from ..errors import PfError, UsageError
 from . import gitcmd, remotes
 
 HOOKS = ("pre-push",)
-BLAME_SPEC = "+refs/pf/blame/*:refs/pf/blame/*"  # blame trials (docs/blame.md, "Storage"): as they are, both ways
+BLAME_PUSH = "refs/pf/blame/*:refs/pf/blame/*"  # blame runs (docs/blame.md, "Storage"): pushed as they are, never forced
 MARKER = "# git-pf-hook:"
 CHAINED = ".pf-chained"
 
@@ -103,8 +104,9 @@ def remote_config(remote: str, had_push: bool, head_born: bool = True) -> list[t
     images) git refuses the whole push over it, so it is added by a later install instead."""
     r = remotes.Remote(remote, "", Path("."))
     out = [(f"remote.{remote}.fetch", spec) for spec in (f"+refs/pf/heads/*:{r.tracking('heads/*')}",
-                                                          "+refs/pf/tags/*:refs/pf/tags/*", BLAME_SPEC)]
-    push = ["refs/pf/heads/*:refs/pf/heads/*", "refs/pf/tags/*:refs/pf/tags/*", BLAME_SPEC]
+                                                          "+refs/pf/tags/*:refs/pf/tags/*",
+                                                          f"+refs/pf/blame/*:{r.tracking('blame/*')}")]
+    push = ["refs/pf/heads/*:refs/pf/heads/*", "refs/pf/tags/*:refs/pf/tags/*", BLAME_PUSH]
     if not had_push and head_born:
         push.insert(0, "HEAD")
     return out + [(f"remote.{remote}.push", spec) for spec in push]

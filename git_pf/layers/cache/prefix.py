@@ -40,7 +40,7 @@ def longest_prefix(tokens, *, repo=None, model, adapter: str | None = None) -> M
     want, context = fingerprint(model), token_list(tokens)
     best, seen = Match(None, 0, None), set()
     for name, oid in sorted(refs.list_refs(repo.git, refs.ROOT).items()):
-        if refs.is_index_ref(name) or oid in seen:
+        if not refs.is_image_ref(name) or oid in seen:
             continue
         seen.add(oid)
         try:
