@@ -100,6 +100,8 @@ def test_bad_input_gets_one_line(run_pf, tmp_path):
     _ok_error(run_pf("snapshot", "--fs-root", sb, "--effects", tmp_path / "list.jsonl", cwd=repo, check=False),
               needle="list.jsonl:1")
     _ok_error(run_pf("snapshot", "--fs-root", sb, "--name", "bad..name", cwd=repo, check=False), needle="not a valid")
+    # a name that would read as an option wherever it is handed to a command
+    _ok_error(run_pf("snapshot", "--fs-root", sb, "--name=-x", cwd=repo, check=False), needle="'-x' is not a valid")
     _ok_error(run_pf("snapshot", "--fs-root", sb, "--bogus", cwd=repo, check=False), needle="--bogus")
     _ok_error(run_pf("checkout", "main", "--into", tmp_path / "o", "--layers", "world,bogus", cwd=repo, check=False))
     _ok_error(run_pf("fork", "main", "-n", "0", cwd=repo, check=False))
