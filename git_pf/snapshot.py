@@ -169,9 +169,9 @@ class DirWorld:
         self.cache.save(self.root, cap.tree)
 
 
-def _parent(git, branch: str, expected: str | None, full: str | None = None) -> tuple[str | None, img.ImageInfo | None]:
-    """(current tip of ``branch`` (or of the full ref ``full``), parent image): the tip, or ``expected`` when given."""
-    tip = refs.ref_tip(git, full) if full else refs.branch_tip(git, branch)
+def _parent(git, full: str, branch: str, expected: str | None) -> tuple[str | None, img.ImageInfo | None]:
+    """(current tip of the ref ``full`` (the branch ``branch``), parent image): the tip, or ``expected`` when given."""
+    tip = refs.ref_tip(git, full)
     if expected is None:
         return tip, img.read_image(git, tip) if tip else None
     if tip is not None and tip != expected:
@@ -187,10 +187,13 @@ def take(repo, req: SnapshotRequest) -> SnapshotResult:
     git = repo.git
     world = req.world or DirWorld(repo, req.fs_root, req.ignore)
     branch = req.ref or refs.check_name(req.branch or refs.current_branch(git) or refs.DEFAULT_BRANCH)
-    tip, parent = _parent(git, branch, req.parent, req.ref)
-    move = (lambda new, old, log: refs.update_ref(git, req.ref, new, old, log)) if req.ref else \
-        (lambda new, old, log: refs.update_branch(git, branch, new, old, log))
-    follow = (lambda: None) if req.ref else (lambda: _follow(git, branch, req.switch))
+    full, what = (req.ref, None) if req.ref else (refs.HEADS + branch, f"branch '{branch}'")
+    tip, parent = _parent(git, full, branch, req.parent)
+
+    def move(new: str, old: str | None, log: str) -> None:
+        refs.update_ref(git, full, new, old, log, what)
+        if not req.ref:  # an image on a full ref (a blame trial) leaves HEAD alone
+            _follow(git, branch, req.switch)
     with repo.store.batch():  # one filesystem sync for every side-store object, before any ref moves
         cap, tree, agent, layer_trailers = _write_tree(repo, req, world, parent)
 
@@ -198,7 +201,8 @@ def take(repo, req: SnapshotRequest) -> SnapshotResult:
         world.done(cap)
         if tip is None:
             move(parent.id, None, f"pf snapshot: branch at {parent.short}")
-        follow()
+        elif not req.ref:
+            _follow(git, branch, req.switch)
         return SnapshotResult(parent, branch, True, cap.stats)
 
     trailers = [("Pf-Agent", agent.label())] if agent.kind else []
@@ -207,7 +211,6 @@ def take(repo, req: SnapshotRequest) -> SnapshotResult:
     sig = config.signature(git)
     commit = git.create_commit(None, sig, sig, message, tree, [parent.id] if parent else [])
     move(str(commit), tip, f"pf snapshot: {message.splitlines()[0]}")
-    follow()
     world.done(cap)
     maintenance.auto_gc(git)
     return SnapshotResult(img.read_image(git, str(commit)), branch, False, cap.stats)

@@ -84,6 +84,11 @@ def flag_message(e: PfError) -> str:
     return f"{_FLAGS.get(e.param) or '--' + e.param.replace('_', '-')}: {e.detail}"
 
 
+def say(line: str) -> None:
+    """One line of git-pf's own on stderr (progress, summaries, warnings), beside a command's output."""
+    typer.echo(f"git pf: {line}", err=True)
+
+
 def _fail(text: str, code: int) -> int:
     sys.stderr.write(f"git pf: {text}\n")
     return code

@@ -13,11 +13,7 @@ from typing import List, Optional
 import typer
 
 from ..errors import UsageError
-from .app import JsonOpt, app, emit, open_repo
-
-
-def _say(line: str) -> None:
-    typer.echo(f"git pf: {line}", err=True)
+from .app import JsonOpt, app, emit, open_repo, say
 
 
 def parse_steps(text: str) -> tuple[int, int]:
@@ -93,10 +89,10 @@ def blame(
                         alpha=alpha, seed=seed, oracle_timeout_s=oracle_timeout, mount=mount)
 
     def progress(row: dict) -> None:
-        _say(f"step {row['step']} trial {row['trial']}: {row['outcome']} ({row['reason']})")
+        say(f"step {row['step']} trial {row['trial']}: {row['outcome']} ({row['reason']})")
 
     summary = do_blame(open_repo(), rev, list(cmd), opts, progress=None if as_json else progress)
     emit(as_json, summary, lambda: typer.echo("\n".join(table(summary))))
     if k < opts.min_valid:
-        _say(f"warning: with -k {k} no step gets the {opts.min_valid} gradable trials a flip rate needs, so every "
+        say(f"warning: with -k {k} no step gets the {opts.min_valid} gradable trials a flip rate needs, so every "
              f"step is labelled insufficient (give -k {opts.min_valid} or more)")

@@ -14,7 +14,7 @@ from typing import List, Optional
 import typer
 
 from ..errors import EXIT_NEGATIVE, UsageError
-from .app import JsonOpt, app, emit, open_repo
+from .app import JsonOpt, app, emit, open_repo, say
 
 RUN = {"allow_interspersed_args": False}  # record's CMD may follow without '--' (replay and run need it: REV comes first)
 CmdArg = typer.Argument(..., metavar="-- CMD [ARGS]...", help="The agent to run, after '--'.")
@@ -22,17 +22,13 @@ UpstreamOpt = typer.Option([], "--upstream", metavar="[openai=|anthropic=]URL",
                            help="Where live requests go (repeatable; a bare URL is for both).")
 
 
-def _say(line: str) -> None:
-    typer.echo(f"git pf: {line}", err=True)
-
-
 def _finish_run(result, as_json: bool, verb: str) -> None:
     """Print a record or run result; exit with the agent's code, or 1 when the run could not finish."""
     problem = result.upstream_error or (f"internal proxy error: {result.failures[0]}" if result.failures else None)
-    emit(as_json, result.to_json(), lambda: problem or _say(f"{verb} {result.steps} steps on '{result.branch}' "
+    emit(as_json, result.to_json(), lambda: problem or say(f"{verb} {result.steps} steps on '{result.branch}' "
                                                             f"(tip {(result.tip or '')[:7]}); the agent exited {result.exit}"))
     if problem:
-        _say(f"error: {problem}")
+        say(f"error: {problem}")
         raise typer.Exit(EXIT_NEGATIVE)
     raise typer.Exit(result.exit)
 
@@ -81,9 +77,9 @@ def replay(
     with _mounted(repo, rev, mount, list(cmd)) as world:
         report = do_replay(repo, rev, list(cmd), realtime=realtime, ignore=ignore, allow_effects=allow_effects,
                            fs_root=fs_root, world=world, keep_world=keep_world)
-    emit(as_json, report.to_json(), lambda: report.problem() or _say(report.summary()))
+    emit(as_json, report.to_json(), lambda: report.problem() or say(report.summary()))
     if report.problem():
-        _say(f"error: {report.problem()}")
+        say(f"error: {report.problem()}")
     raise typer.Exit(report.code)
 
 
@@ -121,6 +117,6 @@ def run_cmd(
     result, prefix = run(open_repo(), branch, list(cmd), upstreams=upstream, fs_root=fs_root)
     if prefix.mismatch is not None:
         emit(as_json, dict(result.to_json(), mismatch=prefix.mismatch.to_json()), lambda: None)
-        _say(f"error: run mismatch before the fork's step: {prefix.mismatch.line}")
+        say(f"error: run mismatch before the fork's step: {prefix.mismatch.line}")
         raise typer.Exit(EXIT_NEGATIVE)
     _finish_run(result, as_json, "ran on: recorded")
