@@ -99,18 +99,40 @@ class SideStore(LargeContent):
         self._pending = pending = {}
         try:
             yield
-            sync_files(self.root, [tmp for tmp, _ in pending.values()])
-            for tmp, final in pending.values():
-                os.chmod(tmp, 0o444)
-                os.replace(tmp, final)
+            self._publish(pending)
         except BaseException as e:
-            for tmp, _ in pending.values():
-                Path(tmp).unlink(missing_ok=True)
-            if isinstance(e, OSError):
-                raise WriteFailed(f"cannot write to the side store: {e.strerror or e}") from None
-            raise
+            self._drop(pending, e)
         finally:
             self._pending = None
+
+    def put_many(self, items: Iterable[tuple[str, bytes]]) -> None:
+        """Store ``(oid, raw bytes)`` pairs whose names the caller checked, synced together
+        (one filesystem sync for all, as in ``batch``); unlike ``batch``, several threads may
+        call it at once. On an error nothing of it stays behind."""
+        pending: dict[str, tuple[str, Path]] = {}
+        try:
+            for oid, data in items:
+                if oid not in pending and not self.has(oid):
+                    pending[oid] = self._write_temp(oid, frame_writer(compressor(ZSTD_LEVEL).compress(data)))
+            self._publish(pending)
+        except BaseException as e:
+            self._drop(pending, e)
+
+    def _publish(self, pending: dict[str, tuple[str, Path]]) -> None:
+        """Sync the written temp files together, then rename each into place."""
+        sync_files(self.root, [tmp for tmp, _ in pending.values()])
+        for tmp, final in pending.values():
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, final)
+
+    @staticmethod
+    def _drop(pending: dict[str, tuple[str, Path]], error: BaseException):
+        """After ``error``: remove the temp files, then raise (an OSError as one WriteFailed line)."""
+        for tmp, _ in pending.values():
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(error, OSError):
+            raise WriteFailed(f"cannot write to the side store: {error.strerror or error}") from None
+        raise error
 
     # -- single objects -------------------------------------------------
     def path_for(self, oid: str) -> Path:
@@ -285,30 +307,38 @@ class SideStore(LargeContent):
     def _write_atomic(self, oid: str, write: Callable[[int, str], bool | None]) -> None:
         """Write one object: ``write(fd, temp path)`` fills a new temp file (and answers whether
         its writeback may start at once), then (outside a batch) fsync and rename."""
+        if self._pending is not None:
+            self._pending[oid] = self._write_temp(oid, write)
+            return
         path = self.path_for(oid)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = self._new_temp()
         try:
             try:
-                early = write(fd, tmp)
-                if self._pending is not None:
-                    self._pending[oid] = (tmp, path)
-                    if early:
-                        writeback.start(fd)  # the disk works meanwhile: the batch's sync waits less
-                    return
+                write(fd, tmp)
                 os.fsync(fd)
             finally:
                 os.close(fd)
             os.chmod(tmp, 0o444)
             os.replace(tmp, path)
         except BaseException as e:
+            self._drop({oid: (tmp, path)}, e)
+
+    def _write_temp(self, oid: str, write: Callable[[int, str], bool | None]) -> tuple[str, Path]:
+        """A temp file filled by ``write`` (its writeback started when ``write`` allows), not
+        synced: ``(temp path, final path)`` for ``_publish``."""
+        path = self.path_for(oid)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = self._new_temp()
+        try:
             try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            if isinstance(e, OSError):
-                raise WriteFailed(f"cannot write to the side store: {e.strerror or e}") from None
-            raise
+                if write(fd, tmp):
+                    writeback.start(fd)  # the disk works meanwhile: the later sync waits less
+            finally:
+                os.close(fd)
+        except BaseException as e:
+            self._drop({oid: (tmp, path)}, e)
+        return tmp, path
 
     def _new_temp(self) -> tuple[int, str]:
         """A new, empty temp file under ``tmp/`` (named by process and a counter, so no two
