@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -87,13 +88,17 @@ HOSTILE = "denied\x1b[2J\r\nforged: line\x07\x9b31m" + "x" * 5000  # a server-ch
 
 @dataclass
 class HostileLfs:
-    """The state of ``hostile_lfs``: the objects it holds, the object ids of every GET, and
-    ``faults``: ``refuse`` (each object refused with ``HOSTILE``), ``batch-500`` (the batch
-    API answers 500 with ``HOSTILE``), ``bad-header`` (upload actions carry a header value
-    with a newline), ``drop`` (the first GET of each object closes half way)."""
+    """The state of ``hostile_lfs``: the objects it holds, the object ids of every GET, the
+    ``Range`` each GET asked (None: all), the bytes it sent, and ``faults``: ``refuse`` (each
+    object refused with ``HOSTILE``), ``batch-500`` (the batch API answers 500 with
+    ``HOSTILE``), ``bad-header`` (upload actions carry a header value with a newline),
+    ``drop`` (the first GET of each object closes half way), ``wrong-range`` (a ranged GET
+    gets other bytes than it asked for). Ranges are honoured (206), as S3 and the large hosts do."""
     endpoint: str = ""
     objects: dict[str, bytes] = field(default_factory=dict)
     gets: list[str] = field(default_factory=list)
+    ranges: list[str | None] = field(default_factory=list)
+    sent: int = 0
     faults: set[str] = field(default_factory=set)
 
 
@@ -141,9 +146,24 @@ class _HostileHandler(BaseHTTPRequestHandler):
         if data is None:
             return self._send(404, b"{}")
         self.lfs.gets.append(oid)
+        asked = self.headers.get("Range")
+        self.lfs.ranges.append(asked)
         if "drop" in self.lfs.faults and self.lfs.gets.count(oid) == 1:
             return self._send(200, data[:len(data) // 2], length=len(data))  # HTTP/1.0: then it closes
-        self._send(200, data)
+        m = re.fullmatch(r"bytes=([0-9]+)-([0-9]+)", asked or "")
+        if m is None:
+            self.lfs.sent += len(data)
+            return self._send(200, data)
+        lo, hi = int(m.group(1)), int(m.group(2)) + 1
+        if "wrong-range" in self.lfs.faults:
+            lo, hi = lo + 1, hi + 1
+        part = data[lo:hi]
+        self.lfs.sent += len(part)
+        self.send_response(206)
+        self.send_header("Content-Range", f"bytes {lo}-{lo + len(part) - 1}/{len(data)}")
+        self.send_header("Content-Length", str(len(part)))
+        self.end_headers()
+        self.wfile.write(part)
 
 
 @contextmanager

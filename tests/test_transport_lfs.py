@@ -38,22 +38,42 @@ def _side_store_bytes(repo) -> int:
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and "tmp" not in p.parts)
 
 
+def _recorded(remote) -> tuple[dict[str, int], dict[str, str]]:
+    """What the remote's store record lists: ``({oid: bytes}, {bundled oid: its bundle})``."""
+    sizes, bundles = {}, {}
+    listing = sh("git", "ls-tree", "-r", "refs/pf/meta/store", cwd=remote).stdout.splitlines()
+    for line in listing:
+        meta, path = line.split("\t")
+        if path.startswith(("sizes/", "bundles/")):
+            for row in sh("git", "cat-file", "blob", meta.split()[2], cwd=remote).stdout.splitlines():
+                fields = row.split()
+                if path.startswith("sizes/"):
+                    sizes[fields[0]] = int(fields[1])
+                else:
+                    bundles[fields[0]] = fields[1]
+    return sizes, bundles
+
+
 def test_push_clone_lazy_checkout_and_gc_through_lfs(tmp_path, lfs):
     a, sb, remote = _lfs_repo(tmp_path, lfs)
     git_before, store_before = objects_bytes(a / ".git"), _side_store_bytes(a)
     result = json.loads(pf("push", "origin", "main", "--json", cwd=a).stdout)
     assert result["sent_objects"] == result["objects"] > 1
+    # the image's chunks travel as one LFS object (a bundle): one PUT, not one per chunk
     stored = lfs.objects()
-    assert len(stored) == result["objects"] and sum(stored.values()) == result["sent_bytes"] >= 5 * MiB
+    assert len(lfs.uploads()) == len(stored) == 1 and sum(stored.values()) == result["sent_bytes"] >= 5 * MiB
     for oid in stored:  # stored under the sha256 of their raw bytes, as LFS defines
         assert hashlib.sha256(lfs.object_path(oid).read_bytes()).hexdigest() == oid
+    sizes, bundles = _recorded(remote)
+    assert len(sizes) == result["objects"] and set(bundles) == set(sizes) and set(bundles.values()) == set(stored)
+    assert sum(sizes.values()) == result["sent_bytes"]  # each object carried once
     # nothing held twice locally: the side store as it was, git gained only small records
     assert _side_store_bytes(a) == store_before
     assert objects_bytes(a / ".git") - git_before < 64 * 1024
     # the remote's git repository holds the image and the record, no object data
     assert objects_bytes(remote) < MiB
     again = json.loads(pf("push", "origin", "main", "--json", cwd=a).stdout)
-    assert again["sent_objects"] == 0 and len(lfs.uploads()) == result["objects"]
+    assert again["sent_objects"] == 0 and len(lfs.uploads()) == 1
 
     b = tmp_path / "b"
     pf("clone", remote, b, cwd=tmp_path)  # no flags: the adapter comes from the remote's record
@@ -63,7 +83,7 @@ def test_push_clone_lazy_checkout_and_gc_through_lfs(tmp_path, lfs):
     assert lfs.requests("GET") == []  # clone fetched no object
     pf("checkout", "main", "--into", tmp_path / "c", cwd=b)  # objects come lazily, from the lfs server
     assert tree_files(tmp_path / "c") == tree_files(sb)
-    assert len(lfs.requests("GET")) == result["objects"]
+    assert len(lfs.requests("GET")) <= 2  # the chunk index, then the chunks: the bundle, not each chunk
 
     gc = json.loads(pf("gc", "--prune=now", "--json", cwd=b).stdout)
     assert gc["removed"] == [] and gc["kept"] == result["objects"]
@@ -87,10 +107,11 @@ def test_a_clone_mounts_an_image_whose_objects_come_lazily_from_the_lfs_server(t
 def test_a_push_killed_half_way_completes_on_rerun_without_uploading_twice(tmp_path, lfs):
     a, sb, remote = _lfs_repo(tmp_path, lfs, big=24 * MiB)
     sh("git", "config", "lfs.concurrenttransfers", "1", cwd=a)
+    sh("git", "config", "pf.lfs.bundleSize", "2m", cwd=a)  # bundles of 1 to 4 MiB: about ten
     proc = subprocess.Popen(["git-pf", "push", "origin", "main"], cwd=a, env=ENV, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     end = time.time() + 60
-    while time.time() < end and len(lfs.uploads()) < 5:
+    while time.time() < end and len(lfs.uploads()) < 3:
         time.sleep(0.01)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -101,10 +122,14 @@ def test_a_push_killed_half_way_completes_on_rerun_without_uploading_twice(tmp_p
     result = json.loads(pf("push", "origin", "main", "--json", cwd=a).stdout)
     accepted = lfs.uploads()
     assert 0 < result["sent_bytes"] < sum(lfs.objects().values())  # the rerun sent only what was missing
-    assert len(accepted) == len(set(accepted))  # no object the server took was sent again
-    assert set(lfs.objects()) == set(accepted) and len(accepted) == result["objects"]
+    assert len(accepted) == len(set(accepted)) > len(first)  # no object the server took was sent again
+    assert set(lfs.objects()) == set(accepted)
     for oid in accepted:
         assert hashlib.sha256(lfs.object_path(oid).read_bytes()).hexdigest() == oid
+    # the rerun cut the same bundles: no side-store object is on the server twice
+    sizes, bundles = _recorded(remote)
+    assert len(sizes) == result["objects"] and sum(sizes.values()) == sum(lfs.objects().values())
+    assert set(bundles.values()) | (set(sizes) - set(bundles)) == set(accepted)
     pf("clone", remote, tmp_path / "b", cwd=tmp_path)
     credentials(tmp_path / "b", lfs)
     pf("checkout", "main", "--into", tmp_path / "c", cwd=tmp_path / "b")
@@ -124,7 +149,7 @@ def test_a_corrupt_object_on_the_server_is_refused_and_not_stored(tmp_path, lfs)
     assert proc.returncode == 3
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and victim in lines[0] and "corrupt" in lines[0] and "Traceback" not in proc.stderr
-    assert not (b / ".git" / "pf" / "objects" / victim[:2] / victim[2:]).exists()
+    assert _side_store_bytes(b) == 0  # nothing of the corrupt bundle was stored
 
 
 def test_wrong_credentials_give_one_line_and_push_nothing(tmp_path, lfs):
@@ -166,7 +191,10 @@ def test_a_download_that_breaks_half_way_is_tried_again_from_its_first_byte(tmp_
         lfs.faults.add("drop")
         pf("checkout", "main", "--into", tmp_path / "c", cwd=tmp_path / "b")
     assert tree_files(tmp_path / "c") == tree_files(sb)
-    assert sorted(lfs.gets) == sorted(list(lfs.objects) * 2)  # each object: one broken GET, one whole
+    assert set(lfs.gets) == set(lfs.objects)
+    for oid in lfs.objects:  # each object's first GET broke, and was asked again for the same bytes
+        first = lfs.gets.index(oid)
+        assert lfs.gets[first + 1] == oid and lfs.ranges[first + 1] == lfs.ranges[first]
     assert pf("fsck", cwd=tmp_path / "b").returncode == 0
 
 
@@ -220,3 +248,82 @@ def test_a_push_through_git_leaves_one_local_copy(tmp_path):
     assert result["sent_bytes"] >= 8 * MiB
     assert _side_store_bytes(a) == store
     assert objects_bytes(a / ".git") - before < result["sent_bytes"] // 10
+
+
+def _two_file_repo(tmp_path, small: int, large: int):
+    sb = tmp_path / "sb"
+    sb.mkdir()
+    (sb / "small.bin").write_bytes(rand_bytes(small, 5))
+    (sb / "large.bin").write_bytes(rand_bytes(large, 6))
+    pf("init", tmp_path / "a", cwd=tmp_path)
+    pf("snapshot", "--fs-root", sb, "-m", "two files", cwd=tmp_path / "a")
+    return tmp_path / "a", sb, origin_of(tmp_path / "a", tmp_path)
+
+
+@requires_fuse
+def test_a_lazy_read_asks_a_server_for_only_the_part_of_a_bundle_it_needs(tmp_path):
+    a, sb, remote = _two_file_repo(tmp_path, 2 * MiB, 8 * MiB)
+    sh("git", "config", "pf.lfs.bundleSize", "32m", cwd=a)  # both files in one bundle
+    with hostile_lfs() as lfs:
+        pf("remote-store", "origin", "lfs:" + lfs.endpoint, cwd=a)
+        pf("push", "origin", "main", cwd=a)
+        assert len(lfs.objects) == 1 and len(next(iter(lfs.objects.values()))) >= 10 * MiB
+        b = tmp_path / "b"
+        pf("clone", remote, b, cwd=tmp_path)
+        mnt = tmp_path / "mnt"
+        mnt.mkdir()
+        pf("mount", "main", mnt, cwd=b)
+        try:
+            assert (mnt / "small.bin").read_bytes() == (sb / "small.bin").read_bytes()
+        finally:
+            pf("umount", mnt, cwd=b, check=False)
+        assert lfs.gets and all(r is not None for r in lfs.ranges)  # byte ranges of the bundle, never all of it
+        assert 2 * MiB <= lfs.sent < 3 * MiB
+        pf("checkout", "main", "--into", tmp_path / "c", cwd=b)  # the rest comes when it is needed
+    assert tree_files(tmp_path / "c") == tree_files(sb)
+    assert pf("fsck", cwd=b).returncode == 0
+
+
+def test_a_server_that_sends_other_bytes_than_the_range_asked_is_one_line_and_nothing_is_stored(tmp_path):
+    a, sb, remote = _two_file_repo(tmp_path, 2 * MiB, 8 * MiB)
+    sh("git", "config", "pf.lfs.bundleSize", "32m", cwd=a)
+    with hostile_lfs() as lfs:
+        pf("remote-store", "origin", "lfs:" + lfs.endpoint, cwd=a)
+        pf("push", "origin", "main", cwd=a)
+        b = tmp_path / "b"
+        pf("clone", remote, b, cwd=tmp_path)
+        lfs.faults.add("wrong-range")
+        proc = pf("checkout", "main", "--into", tmp_path / "c", cwd=b, check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "it was not asked for" in proc.stderr
+    assert _side_store_bytes(b) == 0 and not (tmp_path / "c").exists()
+
+
+def test_a_store_record_whose_bundles_do_not_add_up_is_refused(tmp_path):
+    a, _, remote = _two_file_repo(tmp_path, MiB, 3 * MiB)
+    with hostile_lfs() as lfs:
+        pf("remote-store", "origin", "lfs:" + lfs.endpoint, cwd=a)
+        pf("push", "origin", "main", cwd=a)
+        # a record that says one object lies past the end of its bundle
+        listing = sh("git", "ls-tree", "-r", "refs/pf/meta/store", cwd=remote).stdout.splitlines()
+        rows = []
+        for line in listing:
+            meta, path = line.split("\t")
+            blob = meta.split()[2]
+            if path.startswith("bundles/") and not rows:
+                text = sh("git", "cat-file", "blob", blob, cwd=remote).stdout.splitlines()
+                oid, bundle, size, _ = text[0].split()
+                text[0] = f"{oid} {bundle} {size} {size}"
+                blob = sh("git", "hash-object", "-w", "--stdin", cwd=remote, input="\n".join(text) + "\n").stdout.strip()
+                rows.append(path)
+            sh("git", "update-index", "--add", "--cacheinfo", f"100644,{blob},{path}", cwd=remote,
+               env={"GIT_INDEX_FILE": str(tmp_path / "index")})
+        assert rows
+        tree = sh("git", "write-tree", cwd=remote, env={"GIT_INDEX_FILE": str(tmp_path / "index")}).stdout.strip()
+        commit = sh("git", "commit-tree", tree, "-m", "record", cwd=remote).stdout.strip()
+        sh("git", "update-ref", "refs/pf/meta/store", commit, cwd=remote)
+        b = tmp_path / "b"
+        proc = pf("clone", remote, b, cwd=tmp_path, check=False)  # the clone reads the record: refused there
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "does not fit its bundle" in proc.stderr
+    assert lfs.gets == [] and _side_store_bytes(b) == 0

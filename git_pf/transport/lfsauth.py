@@ -19,7 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from .. import config
 from ..errors import TransferFailed, UsageError
-from . import gitcmd
+from . import gitcmd, httpbody
 from .remotes import Remote
 
 LFS_JSON = "application/vnd.git-lfs+json"
@@ -115,11 +115,13 @@ class Session:
         return conns[key]
 
     def request(self, method: str, url: str, body=None, headers: dict | None = None,
-                sink=None, reset=None) -> tuple[int, bytes]:
-        """``(status, body)``; ``sink(chunk)`` takes a 2xx body instead. Same-server requests
-        carry the login (unless the action brought its own Authorization). A request whose
-        connection breaks is tried once more; when the sink already took bytes, ``reset()``
-        empties it first, and without a ``reset`` the request is not tried again."""
+                sink=None, reset=None, head: dict | None = None, expect: int | None = None) -> tuple[int, bytes]:
+        """``(status, body)``; ``sink(chunk)`` takes a 2xx body instead (read by ``httpbody``
+        when ``expect``, the size it should have, is known), and ``head`` (when given) gets
+        the answer's headers, names in lower case. Same-server requests carry the
+        login (unless the action brought its own Authorization). A request whose connection
+        breaks is tried once more; when the sink already took bytes, ``reset()`` empties it
+        first, and without a ``reset`` the request is not tried again."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise TransferFailed(f"the lfs server at {self.host} sent an unusable URL")
@@ -143,12 +145,23 @@ class Session:
                 if attempt or not replayable:
                     raise TransferFailed(f"the lfs server at {self.host} is unreachable: {clean(str(e))}") from None
                 continue
+            sock = conn.sock  # the body is read from it even after http.client lets go of it
             try:
                 resp = conn.getresponse()
+                if head is not None:
+                    head.clear()
+                    head.update((k.lower(), v) for k, v in resp.getheaders())
                 if sink is not None and 200 <= resp.status < 300:
-                    while chunk := resp.read(1 << 20):
+                    def taking(chunk: bytes) -> None:
+                        nonlocal took
                         took = True
                         sink(chunk)
+
+                    if expect is not None:
+                        httpbody.stream(sock, resp, expect, taking)
+                        return resp.status, b""
+                    while chunk := resp.read(1 << 20):
+                        taking(chunk)
                     if resp.length:  # the server closed before its Content-Length
                         raise http.client.IncompleteRead(b"", resp.length)
                     return resp.status, b""

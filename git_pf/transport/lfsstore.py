@@ -2,20 +2,28 @@
 
 Objects go up by the sha256 and size of their raw bytes (the frame is decoded on
 the way, so the server's own checks apply): ``POST <endpoint>/objects/batch``
-(operation upload, transfer basic, 100 objects a request), a PUT for each
-object the server lacks, and its ``verify`` action when offered. Downloads ask
-the same way (operation download) and re-hash every object before it enters
-the local store (``CorruptObject`` otherwise, and nothing is stored). A few
-threads move objects in parallel. LFS servers want each object's size to
-serve it, so the sizes of what was uploaded are kept in the remote's store
-record (``storerecord``, ``sizes/``); that record is also what ``has`` reads.
-Nothing is kept locally but the side store; logins come from git's
-credential helpers (``lfsauth``). Touches the server and the local store only.
+(operation upload, transfer basic), a PUT for each object the server lacks, and
+its ``verify`` action when offered. Small objects travel in bundles
+(``lfsbundle``: one LFS object of many, ``pf.lfs.bundleSize``), so a large file
+costs a few requests, not one per chunk. Downloads ask the same way (operation
+download, 100 objects a request); of a bundle only the byte range holding the
+wanted objects is asked for when that is under half of it (a server that
+ignores ``Range`` sends it whole, and then every member is kept); every object
+is re-hashed before it enters the local store (``CorruptObject`` otherwise,
+and nothing is stored). A few threads move objects in parallel
+(``lfs.concurrenttransfers``, as git-lfs). LFS servers want each object's size
+to serve it, so the sizes of what was uploaded, and which bundle holds what,
+are kept in the remote's store record (``storerecord``); that record is also
+what ``has`` reads. Nothing is kept locally but the side store; logins come
+from git's credential helpers (``lfsauth``). Touches the server and the local
+store only.
 """
 from __future__ import annotations
 
 import hashlib
+import re
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 import pygit2
@@ -23,13 +31,15 @@ import pygit2
 from ..errors import CorruptObject, TransferFailed
 from ..store.frames import OID_RE, decoded_size
 from ..store.sidestore import SideStore
-from . import lfsauth, storerecord
+from . import lfsauth, lfsbundle, pacing, storerecord
 from .progress import Progress
 from .remotes import Remote
 
 BATCH = 100
 _TRIES = 4  # a transfer answered 5xx is tried again, as git-lfs does
 DEFAULT_TRANSFERS = 4
+_MAX_TARGET = 1 << 30
+_CONTENT_RANGE = re.compile(r"^bytes ([0-9]{1,16})-([0-9]{1,16})/([0-9]{1,16}|\*)$")
 
 
 class LfsAdapter:
@@ -38,13 +48,14 @@ class LfsAdapter:
         self.url = lfsauth.endpoint(repo, remote, url)
         self.http = lfsauth.Session(repo, self.url)
         self.sizes: dict[str, int] = {}  # what the remote's store record lists
+        self.bundles: dict[str, tuple[str, int, int]] = {}  # object -> (bundle, its bytes, offset)
         self.fresh = False
-        self.record_sizes: dict[str, int] = {}  # for the store record: objects this push found or sent
-        try:  # git-lfs's own setting
-            n = repo.git.config.get_int("lfs.concurrenttransfers")
-        except (KeyError, ValueError, pygit2.GitError):
-            n = DEFAULT_TRANSFERS
-        self.transfers = max(1, min(n, 32))
+        # for the store record: objects this push found or sent, and where bundled ones lie
+        self.record_sizes: dict[str, int] = {}
+        self.record_bundles: dict[str, tuple[str, int, int]] = {}
+        self.transfers = max(1, min(_config_int(repo, "lfs.concurrenttransfers", DEFAULT_TRANSFERS), 32))
+        self.bundle_target = max(lfsbundle.MIN_TARGET, min(
+            _config_int(repo, "pf.lfs.bundleSize", lfsbundle.DEFAULT_TARGET), _MAX_TARGET))
 
     @property
     def record_url(self) -> str | None:
@@ -57,12 +68,15 @@ class LfsAdapter:
 
     def refresh(self) -> None:
         """Learn the remote's store record (one ls-remote; a fetch when it moved)."""
-        self.sizes = storerecord.read_sizes(self.repo.git, storerecord.refresh(self.repo, self.remote), self._where())
+        self._learn(storerecord.refresh(self.repo, self.remote))
         self.fresh = True
 
     def load_local(self) -> None:
         """Use the store record as last fetched (no network)."""
-        self.sizes = storerecord.read_sizes(self.repo.git, storerecord.tracked(self.repo, self.remote), self._where())
+        self._learn(storerecord.tracked(self.repo, self.remote))
+
+    def _learn(self, record: str | None) -> None:
+        self.sizes, self.bundles = storerecord.read_listings(self.repo.git, record, self._where())
 
     def has(self, oids) -> set[str]:
         return {o for o in oids if o in self.sizes}
@@ -92,25 +106,17 @@ class LfsAdapter:
             raise TransferFailed(f"the lfs server sent a malformed '{name}' action for {entry['oid']}")
         return action
 
-    def _retrying(self, method: str, url: str, body, headers: dict, sink=None, reset=None):
+    def _retrying(self, method: str, url: str, body, headers: dict, sink=None, reset=None, head=None,
+                  expect=None):
         """A transfer request, tried again (as git-lfs does) while the server answers 5xx (a
         sink only ever sees a 2xx body)."""
         for attempt in range(_TRIES):
-            status, answer = self.http.request(method, url, body, headers, sink=sink, reset=reset)
+            status, answer = self.http.request(method, url, body, headers, sink=sink, reset=reset, head=head,
+                                               expect=expect)
             if status < 500 or attempt == _TRIES - 1:
                 return status, answer
             time.sleep(0.1 * 2 ** attempt)
         return status, answer
-
-    def _run(self, work, items: list, advance) -> int:
-        """``work`` on each item, a few at a time; the sum of what it returned."""
-        total = 0
-        if items:
-            with ThreadPoolExecutor(self.transfers) as pool:
-                for n in pool.map(work, items):
-                    advance(1)
-                    total += n
-        return total
 
     @staticmethod
     def _headers(action: dict) -> dict:
@@ -118,88 +124,175 @@ class LfsAdapter:
 
     # -- upload -----------------------------------------------------------------------
     def upload(self, store: SideStore, oids: list[str], progress: Progress) -> int:
+        """Send ``oids`` in the units ``lfsbundle.plan`` cuts: a few units are built (read and
+        hashed) at a time and asked about in one batch request, while the threads PUT the
+        ones before; the bytes sent."""
         store.ensure(oids)
-        sent = 0
-        with progress.task("uploading objects", len(oids)) as advance:
-            for start in range(0, len(oids), BATCH):
-                part = oids[start:start + BATCH]
-                sizes = {o: decoded_size(store.frame(o), o) for o in part}
-                answer = self._batch("upload", list(sizes.items()))
-                todo = []
-                for oid in part:
-                    entry = answer.get(oid)
-                    if entry is None or "error" in entry:
-                        error = entry.get("error") if entry else None
-                        msg = error.get("message", "no message") if isinstance(error, dict) else error or "no answer"
-                        raise TransferFailed(f"the lfs server at {self.http.host} refused object {oid}: "
-                                             f"{lfsauth.clean(str(msg))}")
+        sizes = {o: decoded_size(store.frame(o), o) for o in oids}
+        units = lfsbundle.plan(oids, sizes, self.bundle_target)
+        sent, group = 0, []
+        in_flight: deque = deque()
+        with progress.task("uploading objects", len(oids)) as advance, ThreadPoolExecutor(self.transfers) as pool:
+            for i, unit in enumerate(units):
+                group.append(self._build(store, unit))
+                if len(group) < self.transfers and i + 1 < len(units):
+                    continue
+                for built, entry in self._ask_upload(group):
                     action = self._action(entry, "upload")
-                    if action is None:
-                        self.record_sizes[oid] = sizes[oid]  # the server has it already
-                        advance(1)
+                    if action is None:  # the server has it already
+                        self._recorded(built)
+                        advance(len(built[0].members))
                     else:
-                        todo.append((oid, sizes[oid], action, self._action(entry, "verify")))
-
-                def put(item) -> int:
-                    oid, size, action, verify = item
-                    data = store.get(oid, size=size)  # the raw bytes, checked against their name
-                    status, body = self._retrying("PUT", action["href"], data, {
-                        **self._headers(action), "Content-Type": "application/octet-stream",
-                        "Content-Length": str(len(data))})
-                    if not 200 <= status < 300:
-                        raise TransferFailed(f"uploading {oid} to the lfs server at {self.http.host} failed: "
-                                             f"HTTP {status} {lfsauth._message(body)}")
-                    if verify is not None:
-                        self.http.post_json(verify["href"], {"oid": oid, "size": size}, self._headers(verify),
-                                            answer=False)
-                    self.record_sizes[oid] = size
-                    return size
-
-                sent += self._run(put, todo, advance)
+                        in_flight.append((built[0], pool.submit(self._put, built, entry, action)))
+                group = []
+                while len(in_flight) > self.transfers or (in_flight and i + 1 == len(units)):
+                    unit_done, future = in_flight.popleft()
+                    sent += future.result()
+                    advance(len(unit_done.members))
         return sent
+
+    @staticmethod
+    def _build(store: SideStore, unit: lfsbundle.Unit) -> tuple[lfsbundle.Unit, str, bytes]:
+        """``(unit, its LFS oid, its bytes)``: one object, or a bundle of its members' bytes."""
+        parts = [store.get(o, size=n) for o, n in zip(unit.members, unit.sizes)]  # checked against their names
+        if not unit.bundled:
+            return unit, unit.members[0], parts[0]
+        data = b"".join(parts)
+        return unit, hashlib.sha256(data).hexdigest(), data
+
+    def _ask_upload(self, group: list[tuple[lfsbundle.Unit, str, bytes]]) -> list[tuple[tuple, dict]]:
+        """One batch request for the built units of ``group``: each with the server's entry."""
+        answer = self._batch("upload", [(oid, len(data)) for _, oid, data in group])
+        out = []
+        for built in group:
+            oid = built[1]
+            entry = answer.get(oid)
+            if entry is None or "error" in entry:
+                error = entry.get("error") if entry else None
+                msg = error.get("message", "no message") if isinstance(error, dict) else error or "no answer"
+                raise TransferFailed(f"the lfs server at {self.http.host} refused object {oid}: "
+                                     f"{lfsauth.clean(str(msg))}")
+            out.append((built, entry))
+        return out
+
+    def _put(self, built: tuple[lfsbundle.Unit, str, bytes], entry: dict, action: dict) -> int:
+        """PUT one built unit and verify it when the server asks; the bytes sent."""
+        _, oid, data = built
+        status, body = self._retrying("PUT", action["href"], data, {
+            **self._headers(action), "Content-Type": "application/octet-stream",
+            "Content-Length": str(len(data))})
+        if not 200 <= status < 300:
+            raise TransferFailed(f"uploading {oid} to the lfs server at {self.http.host} failed: "
+                                 f"HTTP {status} {lfsauth._message(body)}")
+        verify = self._action(entry, "verify")
+        if verify is not None:
+            self.http.post_json(verify["href"], {"oid": oid, "size": len(data)}, self._headers(verify),
+                                answer=False)
+        self._recorded(built)
+        return len(data)
+
+    def _recorded(self, built: tuple[lfsbundle.Unit, str, bytes]) -> None:
+        """Note for the store record that the server holds the unit's members (and where)."""
+        unit, oid, data = built
+        for member, size, offset in zip(unit.members, unit.sizes, unit.offsets()):
+            self.record_sizes[member] = size
+            if unit.bundled:
+                self.record_bundles[member] = (oid, len(data), offset)
 
     # -- download ----------------------------------------------------------------------
     def download(self, store: SideStore, oids: list[str], progress: Progress) -> None:
         if not self.fresh and any(o not in self.sizes for o in oids):
             self.refresh()
         wanted = [o for o in dict.fromkeys(oids) if o in self.sizes and OID_RE.match(o) and not store.has(o)]
+        items: dict[str, tuple[int, list[str]]] = {}  # LFS object -> (its bytes, the wanted objects in it)
+        for oid in wanted:
+            bundle, total, _ = self.bundles.get(oid) or (oid, self.sizes[oid], 0)
+            items.setdefault(bundle, (total, []))[1].append(oid)
+        members = lfsbundle.members_of(self.bundles) if self.bundles else {}
+        pace = pacing.Pace(self.transfers)
         with progress.task("fetching objects", len(wanted)) as advance:
-            for start in range(0, len(wanted), BATCH):
-                part = [(o, self.sizes[o]) for o in wanted[start:start + BATCH]]
-                answer = self._batch("download", part)
-                todo = [(o, n, a) for o, n in part if (a := self._action(answer.get(o, {"oid": o}), "download"))]
-                advance(len(part) - len(todo))  # the server lacks them: they stay missing here
+            order = list(items)
+            for start in range(0, len(order), BATCH):
+                part = order[start:start + BATCH]
+                answer = self._batch("download", [(o, items[o][0]) for o in part])
+                todo = []
+                for o in part:
+                    action = self._action(answer.get(o, {"oid": o}), "download")
+                    if action is None:
+                        advance(len(items[o][1]))  # the server lacks it: its objects stay missing here
+                    else:
+                        todo.append((o, action))
 
                 def get(item) -> int:
-                    oid, size, action = item
-                    self._fetch_one(store, oid, size, action)
-                    return 0
+                    lfs_oid, action = item
+                    total, asked = items[lfs_oid]
+                    if lfs_oid in members:
+                        return self._fetch_bundle(store, lfs_oid, total, members[lfs_oid], asked, action)
+                    return self._fetch_one(store, lfs_oid, total, action)
 
-                self._run(get, todo, advance)
+                pacing.paced(get, todo, pace, advance, lambda item: len(items[item[0]][1]))
 
-    def _fetch_one(self, store: SideStore, oid: str, size: int, action: dict) -> None:
-        """GET one object, re-hash it, and only then store it."""
+    def _get(self, oid: str, size: int, action: dict, span: tuple[int, int] | None = None) -> tuple[int, bytes]:
+        """GET LFS object ``oid`` of ``size`` bytes, or the bytes ``span`` of it, asked with
+        ``Range``: ``(start, body)``, ``start`` being where the body begins in the object, or
+        -1 when the whole object came (a server may ignore ``Range``)."""
         data = bytearray()
-        digest = hashlib.sha256()
-
-        def reset() -> None:  # a broken connection: the retry starts over
-            nonlocal digest
-            del data[:]
-            digest = hashlib.sha256()
+        head: dict = {}
+        headers = self._headers(action)
+        if span is not None:
+            headers["Range"] = f"bytes={span[0]}-{span[1] - 1}"
 
         def sink(chunk: bytes) -> None:
             if len(data) + len(chunk) > size:
                 raise CorruptObject(f"side-store object {oid} from the lfs server at {self.http.host} is corrupt "
                                     f"(more than the {size} bytes recorded); nothing was stored")
             data.extend(chunk)
-            digest.update(chunk)
 
-        status, body = self._retrying("GET", action["href"], None, self._headers(action), sink=sink, reset=reset)
+        status, body = self._retrying("GET", action["href"], None, headers, sink=sink,
+                                      reset=lambda: data.clear(), head=head,  # a retry starts over
+                                      expect=size if span is None else span[1] - span[0])
         if not 200 <= status < 300:
             raise TransferFailed(f"downloading {oid} from the lfs server at {self.http.host} failed: "
                                  f"HTTP {status} {lfsauth._message(body)}")
-        if len(data) != size or digest.hexdigest() != oid:
+        if status != 206 or span is None:
+            return -1, bytes(data)
+        m = _CONTENT_RANGE.match(head.get("content-range", ""))
+        if not m or (int(m.group(1)), int(m.group(2)) + 1) != span or len(data) != span[1] - span[0]:
+            raise TransferFailed(f"the lfs server at {self.http.host} sent a part of {oid} it was not asked for")
+        return span[0], bytes(data)
+
+    def _fetch_one(self, store: SideStore, oid: str, size: int, action: dict) -> int:
+        """GET one object, re-hash it, and only then store it; the bytes it took."""
+        _, data = self._get(oid, size, action)
+        if len(data) != size or hashlib.sha256(data).hexdigest() != oid:
             raise CorruptObject(f"side-store object {oid} from the lfs server at {self.http.host} is corrupt "
                                 f"(its bytes do not hash to its name); nothing was stored")
-        store.put(bytes(data), oid=oid)
+        store.put_many([(oid, data)])
+        return len(data)
 
+    def _fetch_bundle(self, store: SideStore, bundle: str, size: int, members: list[tuple[str, int]],
+                      asked: list[str], action: dict) -> int:
+        """GET the part of ``bundle`` holding ``asked`` (all of it when that is most of it) and
+        store every member that came, each re-hashed (so neither a corrupt bundle nor a record
+        that lies about one gets in); the bytes it took."""
+        wanted = set(asked)
+        lo = min(off for m, off in members if m in wanted)
+        hi = max(off + self.sizes[m] for m, off in members if m in wanted)
+        start, data = self._get(bundle, size, action, (lo, hi) if 2 * (hi - lo) < size else None)
+        if start < 0:
+            if len(data) != size:
+                raise CorruptObject(f"side-store bundle {bundle} from the lfs server at {self.http.host} is corrupt "
+                                    f"({len(data)} bytes, not the {size} recorded); nothing of it was stored")
+            start = 0
+        pieces = lfsbundle.cut_out(data, start, [(m, off, self.sizes[m]) for m, off in members
+                                                 if m in wanted or not store.has(m)], bundle, self.http.host)
+        store.put_many(pieces)
+        return len(data)
+
+
+def _config_int(repo, name: str, default: int) -> int:
+    """An integer setting (git's k/m/g suffixes allowed), else ``default``."""
+    try:
+        return repo.git.config.get_int(name)
+    except (KeyError, ValueError, pygit2.GitError):
+        return default

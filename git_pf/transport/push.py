@@ -57,8 +57,10 @@ def upload_objects(repo, remote: Remote, tips: list[str], progress: Progress) ->
     _check_local(repo, todo, needed)
     sent = adapter.upload(repo.store, todo, progress) if todo else 0
     sizes = getattr(adapter, "record_sizes", None)  # lfs: servers want each object's size to serve it
+    bundles = getattr(adapter, "record_bundles", None)  # lfs: where objects sent in bundles lie
     if chosen.kind in storerecord.RECORDED and (chosen.source == "config" or sizes):
-        storerecord.publish(repo, remote, chosen.kind, getattr(adapter, "record_url", chosen.url), sizes)  # before any image ref moves
+        storerecord.publish(repo, remote, chosen.kind, getattr(adapter, "record_url", chosen.url), sizes,
+                            bundles)  # before any image ref moves
     return UploadResult(len(images), len(needed), len(todo), sent)
 
 

@@ -5,15 +5,18 @@ The ref names a parentless commit (time 0, author git-pf) whose tree holds
 (sorted keys, one line), and, for adapters whose servers need each object's
 size to serve it (lfs), ``sizes/<2 hex>`` blobs: lines ``<sha256> <bytes>\n``,
 sorted, each oid in the bucket of its first two hex digits, cumulative (every
-object pushed through that adapter). ``url`` is the lfs endpoint (null:
+object pushed through that adapter), and for lfs ``bundles/<2 hex>`` blobs:
+lines ``<sha256> <bundle sha256> <bundle bytes> <offset>\n`` for each object
+sent inside a bundle (``lfsbundle``), bucketed and sorted the same way. ``url`` is the lfs endpoint (null:
 derived from the git remote's URL, as git-lfs does) or the
 ``s3://bucket/prefix``; never credentials (a URL's user and password are
 dropped before it is written). A push through a recorded adapter writes it
 to the remote before any image ref, when it differs (compare-and-swap on the
 ref, merged with what another push added meanwhile); ``git pf fetch`` brings
 it to ``refs/pf/remotes/<r>/meta/store``. What a remote recorded is
-untrusted: read back only through ``decode`` and ``decode_sizes``, which
-refuse anything but that shape.
+untrusted: read back only through ``decode``, ``decode_sizes`` and
+``decode_bundles``, which refuse anything but that shape (a bundle line must
+name an object the sizes list, inside its bundle, with one size per bundle).
 Writes only the record commit, its tracking ref and the remote's record ref.
 """
 from __future__ import annotations
@@ -35,7 +38,10 @@ MAX_BYTES = 4096
 RECORDED = ("git", "lfs", "s3")
 _S3_RE = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9!_.*'()/-]*)?$")
 _SIG = pygit2.Signature("git-pf", "git-pf@localhost", 0, 0)
-_SIZE_LINE = re.compile(r"^([0-9a-f]{64}) (0|[1-9][0-9]{0,15})$")
+_NUMBER = r"(0|[1-9][0-9]{0,15})"
+_SIZE_LINE = re.compile(rf"^([0-9a-f]{{64}}) {_NUMBER}$")
+_BUNDLE_LINE = re.compile(rf"^([0-9a-f]{{64}}) ([0-9a-f]{{64}}) {_NUMBER} {_NUMBER}$")
+LISTINGS = ("sizes", "bundles")
 _BUCKET = re.compile(r"^[0-9a-f]{2}$")
 _MAX_BUCKET = 64 * 1024 * 1024
 _RETRIES = 5
@@ -92,18 +98,40 @@ def decode(data: bytes, where: str) -> tuple[str, str | None]:
     return kind, url
 
 
-def decode_sizes(data: bytes, prefix: str, where: str) -> dict[str, int]:
-    """The ``<oid> <bytes>`` lines of one sizes bucket; one DataError line for anything else."""
-    out: dict[str, int] = {}
+def _decode_lines(data: bytes, prefix: str, pattern: re.Pattern, listing: str, where: str) -> list[tuple[str, ...]]:
+    """The matches of ``pattern`` on each line of one bucket, each naming an oid of that bucket."""
+    out = []
     try:
         for line in data.decode("ascii").split("\n")[:-1] if data.endswith(b"\n") else [None]:
-            m = _SIZE_LINE.match(line or "")
+            m = pattern.match(line or "")
             if not m or not m.group(1).startswith(prefix):
                 raise ValueError(line)
-            out[m.group(1)] = int(m.group(2))
+            out.append(m.groups())
     except (ValueError, UnicodeDecodeError):
-        raise DataError(f"{where} is not a valid store record (bad sizes/{prefix})") from None
+        raise DataError(f"{where} is not a valid store record (bad {listing}/{prefix})") from None
     return out
+
+
+def decode_sizes(data: bytes, prefix: str, where: str) -> dict[str, int]:
+    """The ``<oid> <bytes>`` lines of one sizes bucket; one DataError line for anything else."""
+    return {oid: int(n) for oid, n in _decode_lines(data, prefix, _SIZE_LINE, "sizes", where)}
+
+
+def decode_bundles(data: bytes, prefix: str, where: str) -> dict[str, tuple[str, int, int]]:
+    """The ``<oid> <bundle> <bundle bytes> <offset>`` lines of one bundles bucket:
+    ``{oid: (bundle, bundle bytes, offset)}``; one DataError line for anything else."""
+    return {oid: (bundle, int(size), int(offset))
+            for oid, bundle, size, offset in _decode_lines(data, prefix, _BUNDLE_LINE, "bundles", where)}
+
+
+def check_bundles(sizes: dict[str, int], bundles: dict[str, tuple[str, int, int]], where: str) -> None:
+    """Every bundled object is listed with its size, lies inside its bundle, and every line
+    naming one bundle gives it the same size."""
+    seen: dict[str, int] = {}
+    for oid, (bundle, total, offset) in bundles.items():
+        size = sizes.get(oid)
+        if size is None or offset + size > total or seen.setdefault(bundle, total) != total or bundle == oid:
+            raise DataError(f"{where} is not a valid store record (bundles/{oid[:2]}: {oid} does not fit its bundle)")
 
 
 def _tree(git: pygit2.Repository, oid: str, where: str) -> pygit2.Tree:
@@ -120,30 +148,43 @@ def _read_commit(git: pygit2.Repository, oid: str, where: str) -> tuple[str, str
     tree = _tree(git, oid, where)
     try:
         blob = git[tree[FILE].id]
-        if not isinstance(blob, pygit2.Blob) or any(e.name not in (FILE, "sizes") for e in tree):
+        if not isinstance(blob, pygit2.Blob) or any(e.name not in (FILE, *LISTINGS) for e in tree):
             raise KeyError(FILE)
     except (KeyError, ValueError, pygit2.GitError):
-        raise DataError(f"{where} is not a valid store record (expected {FILE} and sizes/ only)") from None
+        raise DataError(f"{where} is not a valid store record (expected {FILE}, sizes/ and bundles/ "
+                        f"only)") from None
     return decode(blob.data, where)
+
+
+def _read_listing(git: pygit2.Repository, tree: pygit2.Tree, listing: str, decode, where: str) -> dict:
+    if listing not in tree:
+        return {}
+    out: dict = {}
+    try:
+        for entry in git[tree[listing].id]:
+            blob = git[entry.id]
+            if not isinstance(blob, pygit2.Blob) or not _BUCKET.match(entry.name) or blob.size > _MAX_BUCKET:
+                raise KeyError(entry.name)
+            out.update(decode(blob.data, entry.name, where))
+    except (KeyError, ValueError, TypeError, pygit2.GitError):
+        raise DataError(f"{where} is not a valid store record (bad {listing}/)") from None
+    return out
 
 
 def read_sizes(git: pygit2.Repository, oid: str | None, where: str) -> dict[str, int]:
     """Every ``oid: bytes`` the record commit ``oid`` lists (empty for None)."""
+    return read_listings(git, oid, where)[0]
+
+
+def read_listings(git: pygit2.Repository, oid: str | None, where: str) -> tuple[dict[str, int], dict]:
+    """``(sizes, bundles)`` of the record commit ``oid`` (both empty for None), checked."""
     if oid is None:
-        return {}
+        return {}, {}
     tree = _tree(git, oid, where)
-    if "sizes" not in tree:
-        return {}
-    out: dict[str, int] = {}
-    try:
-        for entry in git[tree["sizes"].id]:
-            blob = git[entry.id]
-            if not isinstance(blob, pygit2.Blob) or not _BUCKET.match(entry.name) or blob.size > _MAX_BUCKET:
-                raise KeyError(entry.name)
-            out.update(decode_sizes(blob.data, entry.name, where))
-    except (KeyError, ValueError, TypeError, pygit2.GitError):
-        raise DataError(f"{where} is not a valid store record (bad sizes/)") from None
-    return out
+    sizes = _read_listing(git, tree, "sizes", decode_sizes, where)
+    bundles = _read_listing(git, tree, "bundles", decode_bundles, where)
+    check_bundles(sizes, bundles, where)
+    return sizes, bundles
 
 
 def recorded(repo, remote: Remote) -> tuple[str, str | None] | None:
@@ -154,18 +195,27 @@ def recorded(repo, remote: Remote) -> tuple[str, str | None] | None:
     return _read_commit(repo.git, str(ref.target), f"the store record of remote '{remote.arg}'")
 
 
-def write_commit(git: pygit2.Repository, kind: str, url: str | None, sizes: dict[str, int] | None = None) -> str:
+def write_commit(git: pygit2.Repository, kind: str, url: str | None, sizes: dict[str, int] | None = None,
+                 bundles: dict[str, tuple[str, int, int]] | None = None) -> str:
     builder = git.TreeBuilder()
     builder.insert(FILE, git.create_blob(encode(kind, url)), pygit2.enums.FileMode.BLOB)
-    if sizes:
-        buckets: dict[str, list[str]] = {}
-        for oid in sorted(sizes):
-            buckets.setdefault(oid[:2], []).append(f"{oid} {sizes[oid]}\n")
-        inner = git.TreeBuilder()
-        for name, lines in buckets.items():
-            inner.insert(name, git.create_blob("".join(lines).encode("ascii")), pygit2.enums.FileMode.BLOB)
-        builder.insert("sizes", inner.write(), pygit2.enums.FileMode.TREE)
+    lines = {"sizes": {o: f"{o} {n}\n" for o, n in (sizes or {}).items()},
+             "bundles": {o: f"{o} {b} {n} {off}\n" for o, (b, n, off) in (bundles or {}).items()}}
+    for listing, by_oid in lines.items():
+        if by_oid:
+            builder.insert(listing, _bucket_tree(git, by_oid), pygit2.enums.FileMode.TREE)
     return str(git.create_commit(None, _SIG, _SIG, f"git-pf store record: {kind}\n", builder.write(), []))
+
+
+def _bucket_tree(git: pygit2.Repository, lines: dict[str, str]) -> pygit2.Oid:
+    """A tree of ``<2 hex>`` blobs holding ``lines`` (oid -> its line), sorted by oid."""
+    buckets: dict[str, list[str]] = {}
+    for oid in sorted(lines):
+        buckets.setdefault(oid[:2], []).append(lines[oid])
+    inner = git.TreeBuilder()
+    for name, bucket in buckets.items():
+        inner.insert(name, git.create_blob("".join(bucket).encode("ascii")), pygit2.enums.FileMode.BLOB)
+    return inner.write()
 
 
 def _cwd(repo):
@@ -189,16 +239,19 @@ def tracked(repo, remote: Remote) -> str | None:
     return str(ref.target) if ref is not None else None
 
 
-def publish(repo, remote: Remote, kind: str, url: str | None, sizes: dict[str, int] | None = None) -> bool:
-    """Record ``kind``/``url`` (and ``sizes``, added to what the remote lists) on ``remote``,
-    before its image refs move; True when the remote's record changed."""
+def publish(repo, remote: Remote, kind: str, url: str | None, sizes: dict[str, int] | None = None,
+            bundles: dict[str, tuple[str, int, int]] | None = None) -> bool:
+    """Record ``kind``/``url`` (and ``sizes`` and ``bundles``, added to what the remote lists)
+    on ``remote``, before its image refs move; True when the remote's record changed."""
     url = without_credentials(url) if url else None
     where = f"the store record of remote '{remote.arg}'"
     for _ in range(_RETRIES):
         theirs = refresh(repo, remote)
-        merged = dict(read_sizes(repo.git, theirs, where)) if theirs and sizes is not None else {}
-        merged.update(sizes or {})
-        commit = write_commit(repo.git, kind, url, merged)
+        their_sizes, their_bundles = read_listings(repo.git, theirs, where) if theirs and sizes is not None \
+            else ({}, {})
+        merged_sizes = {**their_sizes, **(sizes or {})}
+        merged_bundles = {**their_bundles, **(bundles or {})}
+        commit = write_commit(repo.git, kind, url, merged_sizes, merged_bundles)
         if theirs == commit or (theirs is None and kind == "git"):
             return False  # no record reads as git
         lease = f"--force-with-lease={REF}:{theirs or ''}"

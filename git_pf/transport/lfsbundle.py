@@ -1,0 +1,117 @@
+"""Bundles: many small side-store objects sent to a Git LFS server as one LFS object.
+
+LFS servers are built for a few large objects: each object costs a batch entry,
+a PUT, a verify and later a GET, every one a round trip (often on a new
+connection), and hosts rate-limit the batch API. A large file in the side
+store is thousands of ~512 KiB chunks, so the lfs adapter sends objects
+smaller than half of ``pf.lfs.bundleSize`` (default 16 MiB) as bundles: a
+bundle's bytes are its members' raw bytes one after the other, its LFS oid
+their sha256, so the server checks it like any object.
+
+Where a bundle ends is chosen by content: once it holds half the target, each
+member ends it with a chance proportional to its size (decided by the member's
+own hash), and it always ends before it would pass twice the target. The same
+objects in the same order cut the same bundles, so a push re-run after a kill
+sends bundles the server already holds (and it says so), and objects added
+before or after shift only the bundles next to them. Objects of half the target
+or more, and a bundle of one member, go alone under their own oid. Which
+object lies where is kept in the store record (``storerecord``, ``bundles/``).
+Members read back, from a whole bundle or a byte range of it, are each
+re-hashed. Pure: no I/O.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from ..errors import CorruptObject
+
+DEFAULT_TARGET = 16 * 1024 * 1024
+MIN_TARGET = 64 * 1024
+_SCALE = 1 << 48  # a member's hash, read as a 48-bit number, decides its cut
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One LFS object to send: ``members`` (oids, in order) with their ``sizes``. A single
+    member goes under its own oid; several go as a bundle."""
+    members: tuple[str, ...]
+    sizes: tuple[int, ...]
+
+    @property
+    def bundled(self) -> bool:
+        return len(self.members) > 1
+
+    @property
+    def size(self) -> int:
+        return sum(self.sizes)
+
+    def offsets(self) -> list[int]:
+        out, at = [], 0
+        for n in self.sizes:
+            out.append(at)
+            at += n
+        return out
+
+
+def plan(oids: list[str], sizes: dict[str, int], target: int = DEFAULT_TARGET) -> list[Unit]:
+    """The LFS objects that carry ``oids`` (in that order), each of their ``sizes``."""
+    low, high = target // 2, target * 2
+    units: list[Unit] = []
+    members: list[str] = []
+    total = 0
+
+    def close() -> None:
+        nonlocal members, total
+        if members:
+            units.append(Unit(tuple(members), tuple(sizes[o] for o in members)))
+        members, total = [], 0
+
+    for oid in oids:
+        n = sizes[oid]
+        if n >= low:
+            units.append(Unit((oid,), (n,)))
+            continue
+        if members and total + n > high:
+            close()
+        members.append(oid)
+        total += n
+        if total >= low and _cuts(oid, n, target - low):
+            close()
+    close()
+    return units
+
+
+def _cuts(oid: str, size: int, span: int) -> bool:
+    """Whether a bundle ends after member ``oid`` of ``size`` bytes: chance ``size / span``."""
+    return int(oid[:12], 16) * span < size * _SCALE
+
+
+def members_of(bundles: dict[str, tuple[str, int, int]]) -> dict[str, list[tuple[str, int]]]:
+    """``{bundle: [(member, offset), ...]}`` by offset, from the record's ``{member: (bundle,
+    bundle bytes, offset)}``."""
+    out: dict[str, list[tuple[str, int]]] = {}
+    for oid, (bundle, _, offset) in bundles.items():
+        out.setdefault(bundle, []).append((oid, offset))
+    for members in out.values():
+        members.sort(key=lambda m: m[1])
+    return out
+
+
+def cut_out(body: bytes, start: int, members: list[tuple[str, int, int]], bundle: str,
+            host: str) -> list[tuple[str, bytes]]:
+    """The members ``(oid, offset, size)`` that lie wholly in ``body`` (bytes ``start`` on of
+    ``bundle``), each re-hashed: ``[(oid, bytes)]``; CorruptObject when one does not hash to
+    its name."""
+    out = []
+    view = memoryview(body)
+    for oid, offset, size in members:
+        lo = offset - start
+        if lo < 0 or lo + size > len(body):
+            continue
+        data = bytes(view[lo:lo + size])
+        if hashlib.sha256(data).hexdigest() != oid:
+            raise CorruptObject(f"side-store object {oid} in bundle {bundle} from the lfs server at {host} is "
+                                f"corrupt (its bytes do not hash to its name); nothing of the bundle was stored")
+        out.append((oid, data))
+    return out
