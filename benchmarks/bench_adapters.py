@@ -119,6 +119,12 @@ def bench_git_lfs(base: Path, world: Path, server) -> dict:
     return out
 
 
+def _requests(lines: list[str]) -> str:
+    """``batch / PUT / GET`` counts of giftless access-log lines."""
+    batch = sum(1 for l in lines if l.startswith("POST ") and l.split()[1].endswith("/objects/batch"))
+    return f"{batch} batch / {sum(l.startswith('PUT ') for l in lines)} PUT / {sum(l.startswith('GET ') for l in lines)} GET"
+
+
 def moto_server(base: Path):
     """A moto S3 server on 127.0.0.1 when moto and the s3 adapter are installed, else None."""
     if importlib.util.find_spec("moto") is None or importlib.util.find_spec("boto3") is None or \
@@ -157,7 +163,9 @@ def run(size: int) -> int:
             if pushing:
                 git("config", "pf.remote.origin.store", "lfs:" + server.endpoint, cwd=repo)
 
+        seen = len(server.requests())
         got["lfs"] = bench_pf(base, world, "lfs", lfs_setup)
+        got["lfs"]["requests"] = _requests(server.requests()[seen:])
         moto = moto_server(base)
         if moto is not None:
             proc, url = moto
@@ -179,7 +187,9 @@ def run(size: int) -> int:
             finally:
                 proc.terminate()
         if subprocess.run(["git", "lfs", "version"], capture_output=True).returncode == 0:
+            seen = len(server.requests())
             got["git-lfs"] = bench_git_lfs(base, world, server)
+            got["git-lfs"]["requests"] = _requests(server.requests()[seen:])
 
     ref = got.get("git-lfs")
     rows = []
@@ -190,6 +200,8 @@ def run(size: int) -> int:
         if ref is not None and name != "git-lfs":
             ratio = e2e / (ref["push"] + ref["clone"] + ref["checkout"])
             rows.append((f"{name}: end to end vs git-lfs", f"{ratio:.2f}x", f"goal <= 1.0x: {verdict(ratio <= 1.0)}"))
+        if "requests" in r:
+            rows.append((f"{name}: requests at the LFS server", r["requests"], ""))
         disk = r["disk"] / size
         rows.append((f"{name}: local disk after push / object", f"{disk:.2f}x",
                      f"goal <= 1.1x: {verdict(disk <= 1.1)}" if name != "git-lfs" else "(git-lfs keeps .git/lfs/objects)"))
