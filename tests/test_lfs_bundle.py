@@ -4,12 +4,16 @@ resynchronise after an insertion, so a re-run or a later push finds bundles the 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import random
+import subprocess
+import sys
 
 import pytest
 
-from git_pf.errors import CorruptObject
-from git_pf.transport import lfsbundle
+from git_pf.errors import CorruptObject, DataError
+from git_pf.transport import lfsbundle, storerecord
 
 KiB, MiB = 1024, 1024 * 1024
 
@@ -50,11 +54,37 @@ def test_members_are_cut_out_of_a_body_by_offset_and_each_is_re_hashed():
     unit = lfsbundle.Unit(tuple(oids), tuple(map(len, parts)))
     body = b"".join(parts)
     members = list(zip(oids, unit.offsets(), unit.sizes))
-    assert lfsbundle.cut_out(body, 0, members, "b" * 64, "host") == list(zip(oids, parts))
+    assert [(o, bytes(d)) for o, d in lfsbundle.cut_out(body, 0, members, set(oids), "b" * 64, "host")] == \
+        list(zip(oids, parts))
     # a range of the bundle: only the members wholly inside it
     start = unit.offsets()[1]
     part = body[start:unit.offsets()[3] + 10]
-    assert [o for o, _ in lfsbundle.cut_out(part, start, members, "b" * 64, "host")] == oids[1:3]
-    lying = [(oids[0], 1, unit.sizes[0])]  # a record that puts an object at the wrong place
+    assert [o for o, _ in lfsbundle.cut_out(part, start, members, set(oids), "b" * 64, "host")] == oids[1:3]
+    lying = [(oids[0], 1, unit.sizes[0]), (oids[1], unit.offsets()[1], unit.sizes[1])]  # one at the wrong place
     with pytest.raises(CorruptObject, match="in bundle b+ from the lfs server at host is corrupt"):
-        lfsbundle.cut_out(body, 0, lying, "b" * 64, "host")
+        lfsbundle.cut_out(body, 0, lying, {oids[0]}, "b" * 64, "host")
+    # a lie about a member not asked for leaves it out, and the wanted one still comes
+    assert [o for o, _ in lfsbundle.cut_out(body, 0, lying, {oids[1]}, "b" * 64, "host")] == [oids[1]]
+
+
+def test_objects_named_without_pointers_come_in_the_same_order_in_every_process(tmp_path):
+    """Model and cache layers name side-store objects in a set: the push order (and so the
+    bundles a re-run cuts) must not follow the process's string hashing."""
+    script = ("import json, sys, pathlib; from git_pf.transport import reach; "
+              "from git_pf.store.sidestore import SideStore; "
+              "r = reach.Reach(extra={str(i) * 64 for i in range(1, 10)} | {f'{i:064x}' for i in range(40)}); "
+              "print(json.dumps(list(reach.objects_of(SideStore(pathlib.Path(sys.argv[1])), r))))")
+    orders = {subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, check=True,
+                             env=dict(os.environ, PYTHONHASHSEED=str(seed))).stdout for seed in (1, 2, 3)}
+    assert len(orders) == 1 and len(json.loads(orders.pop())) == 49
+
+
+def test_a_record_whose_bundle_is_also_an_object_or_too_large_is_refused():
+    a, b, bundle = "a" * 64, "b" * 64, "c" * 64
+    storerecord.check_bundles({a: 10, b: 10}, {a: (bundle, 20, 0), b: (bundle, 20, 10)}, "r")
+    with pytest.raises(DataError, match="does not fit its bundle"):  # the bundle listed as an object too
+        storerecord.check_bundles({a: 10, b: 10, bundle: 20}, {a: (bundle, 20, 0), b: (bundle, 20, 10)}, "r")
+    with pytest.raises(DataError, match="does not fit its bundle"):  # larger than any bundle is cut
+        storerecord.check_bundles({a: 10}, {a: (bundle, storerecord.MAX_BUNDLE + 1, 0)}, "r")
+    with pytest.raises(DataError, match="does not fit its bundle"):  # two sizes for one bundle
+        storerecord.check_bundles({a: 10, b: 10}, {a: (bundle, 20, 0), b: (bundle, 30, 10)}, "r")

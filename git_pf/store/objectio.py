@@ -40,8 +40,9 @@ def syncfs(path: Path) -> bool:
 
 
 def sync_files(root: Path, paths: list[str]) -> None:
-    """Make ``paths`` durable: one ``syncfs`` when the platform has it, else an fsync each."""
-    if not paths or syncfs(root):
+    """Make ``paths`` durable: one ``syncfs`` when the platform has it (for one file, its fsync:
+    a ``syncfs`` would flush every other file's writes too), else an fsync each."""
+    if not paths or (len(paths) > 1 and syncfs(root)):
         return
     for p in paths:
         fd = os.open(p, os.O_RDONLY)

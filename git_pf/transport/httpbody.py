@@ -18,6 +18,7 @@ import socket
 
 LOWAT = 256 * 1024
 _READ = 1 << 20
+_MAX_TRAILERS = 100  # as http.client allows headers
 
 
 def stream(sock: socket.socket | None, resp: http.client.HTTPResponse, expected: int, sink) -> None:
@@ -105,8 +106,11 @@ def _chunked(reader: _Reader, sink) -> None:
         body.payload(size)
         if body.take(2) != b"\r\n":
             raise http.client.IncompleteRead(b"", body.owed)  # not chunked framing: a broken body
-    while body.line():  # trailers, up to the empty line
-        pass
+    for _ in range(_MAX_TRAILERS + 1):  # trailers, up to the empty line
+        if not body.line():
+            break
+    else:
+        raise http.client.IncompleteRead(b"", 0)  # trailers without end
     body.flush()
 
 

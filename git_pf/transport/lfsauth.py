@@ -174,6 +174,9 @@ class Session:
                 if took:
                     reset()  # the retry's body starts from its first byte
                     took = False
+            except BaseException:  # the sink refused the body: its rest must not meet the next request
+                conn.close()
+                raise
 
     def post_json(self, url: str, doc: dict, headers: dict | None = None, answer: bool = True) -> dict:
         """POST a JSON document to the server, asking git for a login when it answers 401; the

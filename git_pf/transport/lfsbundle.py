@@ -28,6 +28,7 @@ from ..errors import CorruptObject
 
 DEFAULT_TARGET = 16 * 1024 * 1024
 MIN_TARGET = 64 * 1024
+MAX_TARGET = 1 << 30  # bundles stay under twice this (storerecord.MAX_BUNDLE)
 _SCALE = 1 << 48  # a member's hash, read as a 48-bit number, decides its cut
 
 
@@ -98,20 +99,22 @@ def members_of(bundles: dict[str, tuple[str, int, int]]) -> dict[str, list[tuple
     return out
 
 
-def cut_out(body: bytes, start: int, members: list[tuple[str, int, int]], bundle: str,
-            host: str) -> list[tuple[str, bytes]]:
+def cut_out(body, start: int, members: list[tuple[str, int, int]], wanted: set[str], bundle: str,
+            host: str) -> list[tuple[str, memoryview]]:
     """The members ``(oid, offset, size)`` that lie wholly in ``body`` (bytes ``start`` on of
-    ``bundle``), each re-hashed: ``[(oid, bytes)]``; CorruptObject when one does not hash to
-    its name."""
+    ``bundle``), each re-hashed: ``[(oid, bytes)]``, views into ``body``. A wanted member
+    that does not hash to its name is CorruptObject; another is left out (a record that lies
+    about a neighbour does not keep the wanted ones from coming)."""
     out = []
     view = memoryview(body)
     for oid, offset, size in members:
         lo = offset - start
         if lo < 0 or lo + size > len(body):
             continue
-        data = bytes(view[lo:lo + size])
-        if hashlib.sha256(data).hexdigest() != oid:
+        data = view[lo:lo + size]
+        if hashlib.sha256(data).hexdigest() == oid:
+            out.append((oid, data))
+        elif oid in wanted:
             raise CorruptObject(f"side-store object {oid} in bundle {bundle} from the lfs server at {host} is "
                                 f"corrupt (its bytes do not hash to its name); nothing of the bundle was stored")
-        out.append((oid, data))
     return out

@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pygit2
 
+from .. import limits
 from ..errors import CorruptObject, TransferFailed
 from ..store.frames import OID_RE, decoded_size
 from ..store.sidestore import SideStore
@@ -38,7 +39,6 @@ from .remotes import Remote
 BATCH = 100
 _TRIES = 4  # a transfer answered 5xx is tried again, as git-lfs does
 DEFAULT_TRANSFERS = 4
-_MAX_TARGET = 1 << 30
 _CONTENT_RANGE = re.compile(r"^bytes ([0-9]{1,16})-([0-9]{1,16})/([0-9]{1,16}|\*)$")
 
 
@@ -49,13 +49,14 @@ class LfsAdapter:
         self.http = lfsauth.Session(repo, self.url)
         self.sizes: dict[str, int] = {}  # what the remote's store record lists
         self.bundles: dict[str, tuple[str, int, int]] = {}  # object -> (bundle, its bytes, offset)
+        self._members: dict[str, list[tuple[str, int]]] | None = None
         self.fresh = False
         # for the store record: objects this push found or sent, and where bundled ones lie
         self.record_sizes: dict[str, int] = {}
         self.record_bundles: dict[str, tuple[str, int, int]] = {}
         self.transfers = max(1, min(_config_int(repo, "lfs.concurrenttransfers", DEFAULT_TRANSFERS), 32))
         self.bundle_target = max(lfsbundle.MIN_TARGET, min(
-            _config_int(repo, "pf.lfs.bundleSize", lfsbundle.DEFAULT_TARGET), _MAX_TARGET))
+            _config_int(repo, "pf.lfs.bundleSize", lfsbundle.DEFAULT_TARGET), lfsbundle.MAX_TARGET))
 
     @property
     def record_url(self) -> str | None:
@@ -77,6 +78,15 @@ class LfsAdapter:
 
     def _learn(self, record: str | None) -> None:
         self.sizes, self.bundles = storerecord.read_listings(self.repo.git, record, self._where())
+        self._members: dict[str, list[tuple[str, int]]] | None = None
+
+    @property
+    def members(self) -> dict[str, list[tuple[str, int]]]:
+        """``{bundle: [(object, offset), ...]}`` of the record as learnt (made once: a lazy
+        mount downloads many times)."""
+        if self._members is None:
+            self._members = lfsbundle.members_of(self.bundles)
+        return self._members
 
     def has(self, oids) -> set[str]:
         return {o for o in oids if o in self.sizes}
@@ -208,7 +218,7 @@ class LfsAdapter:
         for oid in wanted:
             bundle, total, _ = self.bundles.get(oid) or (oid, self.sizes[oid], 0)
             items.setdefault(bundle, (total, []))[1].append(oid)
-        members = lfsbundle.members_of(self.bundles) if self.bundles else {}
+        members = self.members
         pace = pacing.Pace(self.transfers)
         with progress.task("fetching objects", len(wanted)) as advance:
             order = list(items)
@@ -232,7 +242,8 @@ class LfsAdapter:
 
                 pacing.paced(get, todo, pace, advance, lambda item: len(items[item[0]][1]))
 
-    def _get(self, oid: str, size: int, action: dict, span: tuple[int, int] | None = None) -> tuple[int, bytes]:
+    def _get(self, oid: str, size: int, action: dict, span: tuple[int, int] | None = None
+             ) -> tuple[int, bytearray]:
         """GET LFS object ``oid`` of ``size`` bytes, or the bytes ``span`` of it, asked with
         ``Range``: ``(start, body)``, ``start`` being where the body begins in the object, or
         -1 when the whole object came (a server may ignore ``Range``)."""
@@ -255,14 +266,17 @@ class LfsAdapter:
             raise TransferFailed(f"downloading {oid} from the lfs server at {self.http.host} failed: "
                                  f"HTTP {status} {lfsauth._message(body)}")
         if status != 206 or span is None:
-            return -1, bytes(data)
+            return -1, data
         m = _CONTENT_RANGE.match(head.get("content-range", ""))
         if not m or (int(m.group(1)), int(m.group(2)) + 1) != span or len(data) != span[1] - span[0]:
             raise TransferFailed(f"the lfs server at {self.http.host} sent a part of {oid} it was not asked for")
-        return span[0], bytes(data)
+        return span[0], data
 
     def _fetch_one(self, store: SideStore, oid: str, size: int, action: dict) -> int:
         """GET one object, re-hash it, and only then store it; the bytes it took."""
+        if size > limits.active().max_frame:
+            raise CorruptObject(f"side-store object {oid} on the lfs server at {self.http.host} is refused: the "
+                                f"record says {size} bytes, over what an object may be (pf.maxFrameSize)")
         _, data = self._get(oid, size, action)
         if len(data) != size or hashlib.sha256(data).hexdigest() != oid:
             raise CorruptObject(f"side-store object {oid} from the lfs server at {self.http.host} is corrupt "
@@ -278,14 +292,14 @@ class LfsAdapter:
         wanted = set(asked)
         lo = min(off for m, off in members if m in wanted)
         hi = max(off + self.sizes[m] for m, off in members if m in wanted)
-        start, data = self._get(bundle, size, action, (lo, hi) if 2 * (hi - lo) < size else None)
+        start, data = self._get(bundle, size, action, (lo, hi) if lo < hi and 2 * (hi - lo) < size else None)
         if start < 0:
             if len(data) != size:
                 raise CorruptObject(f"side-store bundle {bundle} from the lfs server at {self.http.host} is corrupt "
                                     f"({len(data)} bytes, not the {size} recorded); nothing of it was stored")
             start = 0
         pieces = lfsbundle.cut_out(data, start, [(m, off, self.sizes[m]) for m, off in members
-                                                 if m in wanted or not store.has(m)], bundle, self.http.host)
+                                                 if m in wanted or not store.has(m)], wanted, bundle, self.http.host)
         store.put_many(pieces)
         return len(data)
 

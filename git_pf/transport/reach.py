@@ -101,7 +101,9 @@ def objects_of(store: SideStore, reached: Reach, unknown: list[str] | None = Non
 
     Chunk indexes are fetched when missing; with ``unknown`` given, one that
     cannot be had is appended there instead of failing."""
-    out: dict[str, Need | None] = {oid: None for oid in reached.extra}
+    # sorted: a set's order changes from process to process, and the lfs adapter's bundles
+    # must be cut the same way when a killed push is run again
+    out: dict[str, Need | None] = {oid: None for oid in sorted(reached.extra)}
     indexes = [n for n in reached.needs.values() if n.pointer.chunks is not None]
     for need in reached.needs.values():
         out[need.pointer.object_ids()[0]] = need

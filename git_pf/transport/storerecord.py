@@ -45,6 +45,7 @@ LISTINGS = ("sizes", "bundles")
 _BUCKET = re.compile(r"^[0-9a-f]{2}$")
 _MAX_BUCKET = 64 * 1024 * 1024
 _RETRIES = 5
+MAX_BUNDLE = 2 << 30  # twice the largest bundle target (lfsbundle)
 
 
 def check_s3_url(url: str, where: str) -> None:
@@ -125,12 +126,14 @@ def decode_bundles(data: bytes, prefix: str, where: str) -> dict[str, tuple[str,
 
 
 def check_bundles(sizes: dict[str, int], bundles: dict[str, tuple[str, int, int]], where: str) -> None:
-    """Every bundled object is listed with its size, lies inside its bundle, and every line
-    naming one bundle gives it the same size."""
+    """Every bundled object is listed with its size and lies inside its bundle; every line
+    naming one bundle gives it the same size, at most ``MAX_BUNDLE``; no bundle is also
+    listed as an object of its own."""
     seen: dict[str, int] = {}
     for oid, (bundle, total, offset) in bundles.items():
         size = sizes.get(oid)
-        if size is None or offset + size > total or seen.setdefault(bundle, total) != total or bundle == oid:
+        if size is None or offset + size > total or seen.setdefault(bundle, total) != total or bundle in sizes \
+                or total > MAX_BUNDLE:
             raise DataError(f"{where} is not a valid store record (bundles/{oid[:2]}: {oid} does not fit its bundle)")
 
 
