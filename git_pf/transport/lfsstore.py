@@ -39,6 +39,7 @@ from .remotes import Remote
 BATCH = 100
 _TRIES = 4  # a transfer answered 5xx is tried again, as git-lfs does
 DEFAULT_TRANSFERS = 4
+_BUILDERS = 2  # threads reading and hashing units ahead of the PUTs
 _CONTENT_RANGE = re.compile(r"^bytes ([0-9]{1,16})-([0-9]{1,16})/([0-9]{1,16}|\*)$")
 
 
@@ -134,28 +135,36 @@ class LfsAdapter:
 
     # -- upload -----------------------------------------------------------------------
     def upload(self, store: SideStore, oids: list[str], progress: Progress) -> int:
-        """Send ``oids`` in the units ``lfsbundle.plan`` cuts: a few units are built (read and
-        hashed) at a time and asked about in one batch request, while the threads PUT the
-        ones before; the bytes sent."""
+        """Send ``oids`` in the units ``lfsbundle.plan`` cuts: ``_BUILDERS`` threads build units
+        (read and hash them) ahead, the ones ready are asked about in one batch request, and
+        the transfer threads PUT them meanwhile; the bytes sent."""
         store.ensure(oids)
         sizes = {o: decoded_size(store.frame(o), o) for o in oids}
-        units = lfsbundle.plan(oids, sizes, self.bundle_target)
-        sent, group = 0, []
-        in_flight: deque = deque()
-        with progress.task("uploading objects", len(oids)) as advance, ThreadPoolExecutor(self.transfers) as pool:
-            for i, unit in enumerate(units):
-                group.append(self._build(store, unit))
-                if len(group) < self.transfers and i + 1 < len(units):
-                    continue
+        units = iter(lfsbundle.plan(oids, sizes, self.bundle_target))
+        sent = 0
+        ahead: deque = deque()  # units being built, in order
+        in_flight: deque = deque()  # (unit, its PUT)
+        with progress.task("uploading objects", len(oids)) as advance, \
+                ThreadPoolExecutor(_BUILDERS) as builders, ThreadPoolExecutor(self.transfers) as senders:
+            def build_ahead() -> None:
+                while len(ahead) < _BUILDERS and (unit := next(units, None)) is not None:
+                    ahead.append(builders.submit(self._build, store, unit))
+
+            build_ahead()
+            while ahead:
+                group = [ahead.popleft().result()]
+                while ahead and ahead[0].done() and len(group) < self.transfers:
+                    group.append(ahead.popleft().result())
+                build_ahead()
                 for built, entry in self._ask_upload(group):
                     action = self._action(entry, "upload")
                     if action is None:  # the server has it already
                         self._recorded(built)
                         advance(len(built[0].members))
                     else:
-                        in_flight.append((built[0], pool.submit(self._put, built, entry, action)))
-                group = []
-                while len(in_flight) > self.transfers or (in_flight and i + 1 == len(units)):
+                        in_flight.append((built[0], senders.submit(self._put, built, entry, action)))
+                del group
+                while len(in_flight) > self.transfers or (in_flight and not ahead):
                     unit_done, future = in_flight.popleft()
                     sent += future.result()
                     advance(len(unit_done.members))
