@@ -174,6 +174,34 @@ class SideStore(LargeContent):
         if not self.has(oid):
             self._write_atomic(oid, frame_writer(frame))
 
+    def receive_frame(self, oid: str, pieces: Iterable[bytes]) -> None:
+        """Store a zstd frame arriving in ``pieces`` (from a network body, say) without holding
+        it in memory: written to a temp file of the store, synced, checked (mapped) to decode
+        to ``oid``, and only then renamed into place; on any error nothing stays behind."""
+        path = self.path_for(oid)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = self._new_temp()
+        try:
+            try:
+                at = 0
+                for piece in pieces:
+                    directio.pwrite_all(fd, piece, at)
+                    at += len(piece)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            with open(tmp, "rb") as fh:  # the temp was opened write-only: map it afresh
+                frame = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if at else b""
+                try:
+                    verify_frame(oid, frame)
+                finally:
+                    if at:
+                        frame.close()
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, path)
+        except BaseException as e:
+            self._drop({oid: (tmp, path)}, e)
+
     def copy_frame(self, oid: str, frame) -> None:
         """Store the frame of ``oid`` as another store's directory holds it, unchecked: only for
         a frame whose name that store checked on its way in (held frames go through

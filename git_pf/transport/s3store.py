@@ -6,7 +6,7 @@ frame's own checksum travels with it). Presence is asked per object (HEAD),
 or by listing the prefix for a large batch; a frame over
 ``pf.s3.multipartThreshold`` goes up as a resumable multipart upload
 (``s3multipart``); transfers run on ``pf.s3.jobs`` threads. A download is
-written to a temporary file in the store, verified (decoded and hashed
+streamed into the store (``SideStore.receive_frame``), verified (decoded and hashed
 with sha256) and only then renamed into place. Region and endpoint come from
 git config, credentials from boto3's usual chain (environment, ~/.aws),
 never from the repository. boto3 is imported only when this adapter is used.
@@ -14,7 +14,6 @@ Touches nothing but the bucket and the local store.
 """
 from __future__ import annotations
 
-import mmap
 import os
 import signal
 import threading
@@ -24,7 +23,6 @@ from urllib.parse import urlparse
 from .. import config
 from ..errors import CorruptObject, TransferFailed, UsageError
 from ..limits import active as active_limits
-from ..store.frames import verify_frame
 from ..store.sidestore import SideStore
 from . import s3multipart as mp
 from .progress import Progress
@@ -247,8 +245,9 @@ class S3Adapter:
                 advance(1)
 
     def _fetch_one(self, store: SideStore, oid: str) -> None:
-        """Stream the frame into a temporary file of the store, verify it, then rename it in.
-        An object the bucket lacks is left missing (the caller says so)."""
+        """Stream the frame into the store, which verifies it before it takes it
+        (``SideStore.receive_frame``). An object the bucket lacks is left missing (the caller
+        says so)."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         key = self.key(oid)
@@ -264,35 +263,17 @@ class S3Adapter:
         if got.get("ContentLength", 0) > bound:
             raise CorruptObject(f"s3://{self.bucket}/{key} is refused: {got['ContentLength']} bytes, "
                                 "over what a frame may be (pf.maxFrameSize)")
-        tmp = store.root / "tmp" / f"s3-{oid[:16]}-{os.getpid()}-{threading.get_ident()}"
-        tmp.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._receive(got["Body"], tmp, key)
-            with open(tmp, "rb") as fh:
-                size = os.fstat(fh.fileno()).st_size
-                frame = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
-                try:
-                    verify_frame(oid, frame)
-                except CorruptObject as e:
-                    raise CorruptObject(f"{e}, from s3://{self.bucket}/{key}; not stored") from None
-                finally:
-                    if size:
-                        frame.close()
-            os.chmod(tmp, 0o444)
-            path = store.path_for(oid)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+            store.receive_frame(oid, self._pieces(got["Body"], key))
+        except CorruptObject as e:
+            raise CorruptObject(f"{e}, from s3://{self.bucket}/{key}; not stored") from None
 
-    def _receive(self, body, tmp, key: str) -> None:
+    def _pieces(self, body, key: str):
+        """The body's bytes a piece at a time; a broken download is one TransferFailed line."""
         from botocore.exceptions import BotoCoreError
 
         try:
-            with open(tmp, "wb") as out:
-                while piece := body.read(_PIECE):
-                    out.write(piece)
-                out.flush()
-                os.fsync(out.fileno())
+            while piece := body.read(_PIECE):
+                yield piece
         except (BotoCoreError, OSError) as e:
             raise self._failed(e, f"fetching {key}") from None
