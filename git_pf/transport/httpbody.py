@@ -27,10 +27,10 @@ def stream(sock: socket.socket | None, resp: http.client.HTTPResponse, expected:
     close) to ``sink(bytes)``; ``expected`` is the size the body should have (reads never
     wait for more than it still owes). Raises ``http.client.IncompleteRead`` when the
     connection ends early; the response is closed afterwards."""
-    reader = _Reader(sock, resp.fp, expected)
+    reader = _Reader(sock, resp.fp)
     try:
         if resp.chunked:
-            _chunked(reader, sink)
+            _chunked(reader, sink, expected)
             return
         owed, got = resp.length, 0  # None: the body ends when the server closes
         while owed is None or owed > 0:
@@ -58,8 +58,8 @@ class _Reader:
 
     PATIENCE = 2.0
 
-    def __init__(self, sock: socket.socket | None, fp, expected: int):
-        self.sock, self.fp, self.left, self.lowat, self.first = sock, fp, expected, 1, True
+    def __init__(self, sock: socket.socket | None, fp):
+        self.sock, self.fp, self.lowat, self.first = sock, fp, 1, True
 
     def read(self, most: int, owed: int) -> bytes:
         """Up to ``most`` bytes, the body still owing ``owed`` payload bytes."""
@@ -91,11 +91,11 @@ class _Reader:
         self._wake_at(1)  # the connection may carry another request
 
 
-def _chunked(reader: _Reader, sink) -> None:
+def _chunked(reader: _Reader, sink, expected: int) -> None:
     """Chunked transfer coding: ``<hex size>[;ext]\r\n<bytes>\r\n`` ... ``0\r\n`` trailers ``\r\n``.
     Parsed by position in each large read (no copying per chunk); the chunks found in one read
     go to the sink together."""
-    body = _Chunks(reader, sink)
+    body = _Chunks(reader, sink, expected)
     while True:
         try:
             size = int(body.line().split(b";", 1)[0].strip(), 16)
@@ -115,9 +115,9 @@ def _chunked(reader: _Reader, sink) -> None:
 
 
 class _Chunks:
-    def __init__(self, reader: _Reader, sink):
+    def __init__(self, reader: _Reader, sink, expected: int):
         self.reader, self.sink = reader, sink
-        self.buf, self.pos, self.owed = b"", 0, reader.left
+        self.buf, self.pos, self.owed = b"", 0, expected
         self.out: list[bytes] = []
 
     def _more(self) -> None:

@@ -26,9 +26,7 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
-import pygit2
-
-from .. import limits
+from .. import config, limits
 from ..errors import CorruptObject, TransferFailed
 from ..store.frames import OID_RE, decoded_size
 from ..store.sidestore import SideStore
@@ -55,9 +53,9 @@ class LfsAdapter:
         # for the store record: objects this push found or sent, and where bundled ones lie
         self.record_sizes: dict[str, int] = {}
         self.record_bundles: dict[str, tuple[str, int, int]] = {}
-        self.transfers = max(1, min(_config_int(repo, "lfs.concurrenttransfers", DEFAULT_TRANSFERS), 32))
+        self.transfers = min(config.get_size(repo.git, "lfs.concurrenttransfers", DEFAULT_TRANSFERS), 32)
         self.bundle_target = max(lfsbundle.MIN_TARGET, min(
-            _config_int(repo, "pf.lfs.bundleSize", lfsbundle.DEFAULT_TARGET), lfsbundle.MAX_TARGET))
+            config.get_size(repo.git, "pf.lfs.bundleSize", lfsbundle.DEFAULT_TARGET), lfsbundle.MAX_TARGET))
 
     @property
     def record_url(self) -> str | None:
@@ -312,10 +310,3 @@ class LfsAdapter:
         store.put_many(pieces)
         return len(data)
 
-
-def _config_int(repo, name: str, default: int) -> int:
-    """An integer setting (git's k/m/g suffixes allowed), else ``default``."""
-    try:
-        return repo.git.config.get_int(name)
-    except (KeyError, ValueError, pygit2.GitError):
-        return default

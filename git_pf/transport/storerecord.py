@@ -174,11 +174,6 @@ def _read_listing(git: pygit2.Repository, tree: pygit2.Tree, listing: str, decod
     return out
 
 
-def read_sizes(git: pygit2.Repository, oid: str | None, where: str) -> dict[str, int]:
-    """Every ``oid: bytes`` the record commit ``oid`` lists (empty for None)."""
-    return read_listings(git, oid, where)[0]
-
-
 def read_listings(git: pygit2.Repository, oid: str | None, where: str) -> tuple[dict[str, int], dict]:
     """``(sizes, bundles)`` of the record commit ``oid`` (both empty for None), checked."""
     if oid is None:
