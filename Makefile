@@ -10,8 +10,11 @@ STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SYSPKGS := fuse3 libfuse3-dev pkg-config git
 BROWSERPKGS := chromium chromium-driver
+# the Claude Code tests (tests/test_integrations_claude_code.py) drive the real CLI, pinned, from npm, kept in the project
+CLAUDE_CODE_VERSION := 2.1.332
+NPM_TOOLS := .npm-tools
 
-.PHONY: demo test bench sysdeps browsers venv clean
+.PHONY: demo test bench sysdeps browsers claude-code venv clean
 
 # $(call apt_missing,PKGS): install those of the Debian packages PKGS that are not installed
 define apt_missing
@@ -29,6 +32,12 @@ sysdeps:
 browsers:
 	$(call apt_missing,$(BROWSERPKGS))
 
+# the Claude Code CLI into $(NPM_TOOLS)/ (git-ignored); npm from Debian when missing
+claude-code:
+	@command -v npm >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq npm; }
+	@test "$$($(NPM_TOOLS)/node_modules/.bin/claude --version 2>/dev/null | cut -d' ' -f1)" = "$(CLAUDE_CODE_VERSION)" || \
+	  npm install --prefix $(NPM_TOOLS) --no-audit --no-fund -q @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION)
+
 $(STAMP): pyproject.toml | sysdeps
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -38,15 +47,15 @@ $(STAMP): pyproject.toml | sysdeps
 
 venv: sysdeps $(STAMP)
 
-test: venv browsers
+test: venv browsers claude-code
 	$(PY) -m pytest -q
 
 demo: venv
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m git_pf.demo
 
-bench: venv
+bench: venv claude-code
 	@command -v git-lfs >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq git-lfs; }
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m benchmarks $(BENCH)
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info $(NPM_TOOLS)
