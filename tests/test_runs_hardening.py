@@ -100,7 +100,7 @@ def test_the_proxy_stops_promptly_after_serving():
     for _ in range(8):
         proxy = Proxy(_Hello())
         with proxy:
-            assert urllib.request.urlopen(proxy.url + "/v1/models", timeout=10).read() == b"hello"
+            assert urllib.request.urlopen(proxy.url + "/openai/v1/models", timeout=10).read() == b"hello"
             t = time.perf_counter()
         stops.append(time.perf_counter() - t)
     assert max(stops) < 0.25, stops

@@ -85,7 +85,7 @@ def resample(entry: dict, upstreams: Upstreams) -> dict:
     """``entry`` with the answer the upstream gives its recorded request now."""
     req = entry["request"]
     request = Request(req["method"], req["path"], req.get("query") or "", list((req.get("headers") or {}).items()),
-                      exchange.body_bytes(req.get("body")))
+                      exchange.body_bytes(req.get("body")), req.get("family"))
     try:
         response = forward(upstreams.for_request(entry.get("api", "other"), request), request, _Sink())
     except UpstreamDown as e:

@@ -1,8 +1,10 @@
 """Forwarding a request to the live LLM API and passing its answer on as it arrives.
 
-``Upstreams`` says where a request goes: ``--upstream [openai=|anthropic=]URL``
-(repeatable; a bare URL is for both), else git config ``pf.upstream.openai``
-/ ``pf.upstream.anthropic``, else the vendors' public APIs. The target is the
+``Upstreams`` says where a request goes: the upstream of the API family whose
+base path it came on (``$ANTHROPIC_BASE_URL`` or ``$OPENAI_BASE_URL``), never
+a guess: ``--upstream [openai=|anthropic=]URL`` (repeatable; a bare URL is for
+both), else git config ``pf.upstream.openai`` / ``pf.upstream.anthropic``,
+else the vendors' public APIs. The target is the
 upstream's origin + its path prefix (a trailing ``/v1`` dropped when the
 request path starts with ``/v1/``) + the request path and query.
 
@@ -100,6 +102,10 @@ class Upstreams:
         return cls(specs, {f: get_str(git, f"pf.upstream.{f}") for f in DEFAULTS})
 
     def for_request(self, api: str, request: Request) -> Upstream:
+        """The upstream of the request's family; a request of a tape recorded before families were
+        kept (no ``family``) goes where its API or Anthropic headers say."""
+        if request.family in self.by_family:
+            return self.by_family[request.family]
         anthropic = api.startswith("anthropic") or request.header("anthropic-version") is not None \
             or request.header("x-api-key") is not None
         return self.by_family["anthropic" if anthropic else "openai"]

@@ -72,7 +72,7 @@ class Recorder:
             entry = {"v": 2, "kind": "exchange", "arrival": arrival, "batch": batch, "api": api,
                      "request": {"method": request.method, "path": request.path, "query": request.query,
                                  "headers": exchange.keep_headers(request.headers),
-                                 "body": exchange.body(request.body)},
+                                 "body": exchange.body(request.body), "family": request.family},
                      "response": response, "ms": round((time.perf_counter() - t0) * 1000, 3)}
             self.writer.completed(token, entry)
             with self._lock:

@@ -188,6 +188,8 @@ def _request(check: _Check, req) -> None:
         check.fail("request.path", "must start with / and hold no spaces")
     check.text(req.get("query", ""), "request.query")
     check.headers(req.get("headers", {}), "request.headers")
+    if req.get("family") not in (None, "anthropic", "openai"):
+        check.fail("request.family", 'must be "anthropic", "openai" or absent')
     if req.get("body") is not None:
         check.body(req["body"], "request.body")
 
