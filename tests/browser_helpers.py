@@ -79,15 +79,16 @@ def click(driver, element) -> None:
 
 @contextlib.contextmanager
 def serving(repo_dir: Path, *args: str, agent: list[str] = ()):
-    """``git pf serve --port 0 ARGS [-- AGENT]`` in ``repo_dir``; yields (url, process). Stopped with
-    SIGINT (as Ctrl-C) afterwards; its exit code and stderr are then on the process object."""
+    """``git pf serve --port 0 ARGS [-- AGENT]`` in ``repo_dir``; yields (url, login, process): the
+    server's base URL and the URL it printed (with its secret). Stopped with SIGINT (as Ctrl-C)
+    afterwards; its exit code and stderr are then on the process object."""
     env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}")
     cmd = ["git-pf", "serve", "--port", "0", *args] + (["--", *agent] if agent else [])
     proc = subprocess.Popen(cmd, cwd=repo_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        url = proc.stdout.readline().strip()
-        assert url.startswith("http://127.0.0.1:"), f"serve printed {url!r}: {proc.stderr.read() if not url else ''}"
-        yield url.rstrip("/"), proc
+        login = proc.stdout.readline().strip()
+        assert login.startswith("http://127.0.0.1:"), f"serve printed {login!r}: {proc.stderr.read() if not login else ''}"
+        yield login[:login.index("/", len("http://"))], login, proc
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)

@@ -10,6 +10,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 from urllib.parse import urlsplit
@@ -151,56 +152,106 @@ def _request(url: str, method: str, path: str, *, host: str | None = None, heade
         conn.close()
 
 
-def _token(page: str) -> str:
-    data = re.search(r'<script type="application/json" id="pf-serve">(.*?)</script>', page, re.S).group(1)
-    return json.loads(data)["token"]
+def _login(url: str, login: str, path: str = "/") -> dict:
+    """Trade the printed URL's secret for the session cookie, as a browser does on its first visit;
+    the headers that carry it. The cookie is HttpOnly and SameSite=Strict; the redirect drops the secret."""
+    query = urlsplit(login).query
+    status, headers, body = _request(url, "GET", f"{path}?{query}")
+    assert status == 303 and headers["location"] == path and body == "", (status, headers, body)
+    cookie, *flags = [part.strip() for part in headers["set-cookie"].split(";")]
+    assert {"HttpOnly", "SameSite=Strict", "Path=/"} <= set(flags) and query not in headers["set-cookie"], flags
+    return {"Cookie": cookie}
 
 
-def test_serve_answers_only_its_own_host_and_pages_token(recorded):
+def test_serve_answers_only_its_own_host_and_the_holder_of_its_secret(recorded):
+    """Another local process can reach the port but not the printed URL: without the secret or the
+    cookie it reads nothing, forks nothing and runs nothing (403); the pages hold no credential."""
     root = recorded
-    with serving(root) as (url, proc):
+    agent = [sys.executable, "-c", "import sys; sys.exit(0)"]
+    with serving(root, agent=agent) as (url, login, proc):
         port = urlsplit(url).port
-        status, headers, index = _request(url, "GET", "/")
+        fork = json.dumps({"branch": "run", "step": 3, "reply": "x"}).encode()
+        as_json = {"Content-Type": "application/json"}
+        for method, path, body in (("GET", "/", None), ("GET", "/report/run", None), ("HEAD", "/report/run", None),
+                                   ("GET", "/api/runs/1", None), ("GET", "/?token=wrong", None),
+                                   ("GET", "/report/run?token=", None), ("POST", "/api/fork", fork),
+                                   ("POST", "/api/run", b'{"branch": "run"}'),
+                                   ("POST", "/api/fork?" + urlsplit(login).query, fork)):
+            status, _, answer = _request(url, method, path, headers=as_json if body else None, body=body)
+            assert status == 403 and "pf-report" not in answer and "branch-link" not in answer, (method, path)
+        wrong = {"Cookie": f"pf-serve-{port}=nope"}
+        assert _request(url, "GET", "/report/run", headers=wrong)[0] == 403
+        assert _request(url, "POST", "/api/run", headers=dict(as_json, **wrong), body=b'{"branch": "run"}')[0] == 403
+        assert _branches(root) == ["alt", "run"]
+
+        assert _login(url, login, "/report/run")["Cookie"].startswith(f"pf-serve-{port}=")
+        session = _login(url, login)
+        status, headers, index = _request(url, "GET", "/", headers=session)
         assert status == 200 and 'class="branch-link"' in index and ">run</a>" in index
-        assert _request(url, "GET", "/", host=f"localhost:{port}")[0] == 200
+        assert _request(url, "GET", "/", host=f"localhost:{port}", headers=session)[0] == 200
         for foreign in ("evil.example", f"evil.example:{port}", f"127.0.0.1:{port + 1}", f"127.0.0.2:{port}"):
-            status, _, body = _request(url, "GET", "/report/run", host=foreign)
+            status, _, body = _request(url, "GET", "/report/run", host=foreign, headers=session)
             assert status == 421 and "branch-link" not in body and "pf-report" not in body, foreign
-        status, _, page = _request(url, "GET", "/report/run")
+            assert _request(url, "GET", "/" + "?" + urlsplit(login).query, host=foreign)[0] == 421
+        status, _, page = _request(url, "GET", "/report/run", headers=session)
         assert status == 200 and 'id="pf-report"' in page
-        token = _token(page)
+        secret, value = urlsplit(login).query.split("=", 1)[1], session["Cookie"].split("=", 1)[1]
+        assert secret not in page + index and value not in page + index
+        controls = re.search(r'<script type="application/json" id="pf-serve">(.*?)</script>', page, re.S).group(1)
+        assert sorted(json.loads(controls)) == ["agent", "branch"]
+        assert _request(url, "GET", "/api/runs/1", headers=session)[0] == 404  # the refused run never started
         status, preflight, _ = _request(url, "OPTIONS", "/api/fork", headers={
             "Origin": "http://evil.example", "Access-Control-Request-Method": "POST"})
         assert status >= 400
         for answer in (headers, preflight):
             assert not [k for k in answer if k.startswith("access-control-")]
 
-        fork = json.dumps({"branch": "run", "step": 3, "reply": "x"}).encode()
-        as_json = {"Content-Type": "application/json"}
-        assert _request(url, "POST", "/api/fork", headers=as_json, body=fork)[0] == 403
-        assert _request(url, "POST", "/api/fork", headers=dict(as_json, **{"X-PF-Token": token[:-1]}), body=fork)[0] == 403
-        assert _request(url, "POST", "/api/fork", headers={"Content-Type": "text/plain", "X-PF-Token": token},
-                        body=fork)[0] == 415
-        assert _request(url, "POST", "/api/fork", host="evil.example", headers=dict(as_json, **{"X-PF-Token": token}),
-                        body=fork)[0] == 421
-        assert _request(url, "GET", "/api/runs/1")[0] == 403
-        with_token = dict(as_json, **{"X-PF-Token": token})
+        with_cookie = dict(as_json, **session)
+        plain = dict(session, **{"Content-Type": "text/plain"})
+        # a cross-site form post: its browser names the foreign origin (and SameSite=Strict keeps the cookie home)
+        assert _request(url, "POST", "/api/fork", headers=dict(plain, Origin="http://evil.example"), body=fork)[0] == 403
+        assert _request(url, "POST", "/api/fork", headers=dict(with_cookie, Origin="null"), body=fork)[0] == 403
+        assert _request(url, "POST", "/api/fork", headers=plain, body=fork)[0] == 415
+        assert _request(url, "POST", "/api/fork", host="evil.example", headers=with_cookie, body=fork)[0] == 421
         for bad in ({"branch": "run", "step": 9, "reply": "x"}, {"branch": "nope", "step": 3, "reply": "x"},
                     {"branch": "run", "step": "3", "reply": "x"}, ["run"]):
-            status, _, body = _request(url, "POST", "/api/fork", headers=with_token, body=json.dumps(bad).encode())
+            status, _, body = _request(url, "POST", "/api/fork", headers=with_cookie, body=json.dumps(bad).encode())
             assert status == 400 and json.loads(body)["error"], bad
-        assert _request(url, "POST", "/api/run", headers=with_token, body=b'{"branch": "alt"}')[0] == 400  # no agent
         assert _branches(root) == ["alt", "run"]
-        status, _, made = _request(url, "POST", "/api/fork", headers=dict(as_json, **{"X-PF-Token": token}), body=fork)
+        status, _, made = _request(url, "POST", "/api/fork", headers=dict(with_cookie, Origin=url), body=fork)
         assert status == 200 and _branches(root) == sorted(["alt", "run", json.loads(made)["name"]])
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr_text
+    assert proc.returncode == 0 and proc.stderr_text == ""
+
+
+def test_serve_is_quiet_when_a_client_resets_and_refuses_control_characters_in_a_path(recorded):
+    root = recorded
+    with serving(root) as (url, login, proc):
+        port = urlsplit(url).port
+        session = _login(url, login)
+        request = f"GET /report/run HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: {session['Cookie']}\r\n\r\n"
+        for sent in (request, request[:20], f"GET /?{urlsplit(login).query} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n"):
+            for _ in range(3):  # reset while the server reads the request or writes its answer
+                with socket.create_connection(("127.0.0.1", port)) as conn:
+                    conn.sendall(sent.encode())
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        for path in ("/report/run%00", "/report/ru%0An", "/report/run%7F", "/report/run%C2%85", "/%00"):
+            for headers in (session, None):
+                status, _, body = _request(url, "GET", path, headers=headers)
+                assert status == 400 and "control character" in json.loads(body)["error"], (path, headers)
+        assert _request(url, "GET", "/report/run", headers=session)[0] == 200
+    assert proc.returncode == 0 and proc.stderr_text == "", proc.stderr_text
 
 
 def test_serve_pages_fork_only_when_confirmed(driver, recorded):
     root = recorded
-    with serving(root) as (url, _):
-        driver.get(url + "/")
+    with serving(root) as (url, login, _):
+        driver.get(url + "/")  # no credential yet: refused
+        assert "no credential" in driver.find_element("css selector", "body").text and not css(driver, "a.branch-link")
+        driver.get(login)  # the printed URL: its secret buys the cookie, and the page drops it
         links = wait_for(driver, lambda d: css(d, "a.branch-link"), "the branch links")
+        assert driver.current_url == url + "/" and driver.execute_script("return document.cookie") == ""
+        cookie = driver.get_cookie(f"pf-serve-{urlsplit(url).port}")
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
         assert sorted(a.text for a in links) == ["alt", "run"]
         click(driver, [a for a in links if a.text == "run"][0])
         wait_for(driver, lambda d: css(d, "#timeline .step"), "the report of 'run'")
@@ -230,8 +281,9 @@ def test_serve_pages_fork_only_when_confirmed(driver, recorded):
 def test_serve_run_button_runs_a_fork_on_with_the_agent(driver, recorded, tmp_path):
     root = recorded
     agent = agent_cmd("openai.chat", tmp_path / "w", effects=tmp_path / "fx")
-    with FakeLLM(["live four", "live five"]) as live, serving(root, "--upstream", live.url, agent=agent) as (url, _):
-        driver.get(url + "/report/alt")
+    with FakeLLM(["live four", "live five"]) as live, serving(root, "--upstream", live.url, agent=agent) as (url, login, _):
+        driver.get(login.replace("/?", "/report/alt?"))
+        assert driver.current_url == url + "/report/alt"
         run = wait_for(driver, lambda d: css(d, "button.run-button"), "the run button")[0]
         assert run.get_attribute("disabled") is None
         driver.execute_script("window.confirm = function () { return false; };")
@@ -257,8 +309,8 @@ def test_serve_port_in_use_is_one_line_and_signals_stop_it_cleanly(repo, run_pf,
         proc = run_pf("serve", "--port", taken.getsockname()[1], cwd=root, check=False)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "in use" in proc.stderr and proc.stdout == ""
     for sig in (signal.SIGINT, signal.SIGTERM):
-        with serving(root) as (url, served):
-            assert _request(url, "GET", "/")[0] == 200
+        with serving(root) as (url, login, served):
+            assert _request(url, "GET", "/", headers=_login(url, login))[0] == 200
             served.send_signal(sig)
             served.wait(30)
         assert served.returncode == 0 and "Traceback" not in served.stderr_text, served.stderr_text
@@ -281,21 +333,22 @@ def test_serve_answers_a_missing_run_404_and_damaged_data_500_in_one_line(record
     _cli("snapshot", "--fs-root", tmp_path / "plain", "--name", "plain", cwd=root)
     git_dir = root / ".git"
     assert git_dir.is_dir()
-    with serving(root) as (url, proc):
-        _one_line_error(_request(url, "GET", "/report/nope"), 404, "no branch 'nope'")
-        _one_line_error(_request(url, "GET", "/report/plain"), 404, "not a recorded run")
+    with serving(root) as (url, login, proc):
+        session = _login(url, login)
+        _one_line_error(_request(url, "GET", "/report/nope", headers=session), 404, "no branch 'nope'")
+        _one_line_error(_request(url, "GET", "/report/plain", headers=session), 404, "not a recorded run")
         tip = git(root, "rev-parse", "refs/pf/heads/run").strip()
         git(root, "update-ref", "refs/pf/blame/run/meta", tip)  # a meta commit with no blame.json in it
-        _one_line_error(_request(url, "GET", "/report/run"), 500, "blame run 'run'")
+        _one_line_error(_request(url, "GET", "/report/run", headers=session), 500, "blame run 'run'")
         git(root, "update-ref", "-d", "refs/pf/blame/run/meta")
-        assert _request(url, "GET", "/report/run")[0] == 200
+        assert _request(url, "GET", "/report/run", headers=session)[0] == 200
         git_dir.rename(root / "moved")  # the repository is gone from under the server
         try:
-            _one_line_error(_request(url, "GET", "/"), 500, str(root))
-            _one_line_error(_request(url, "GET", "/report/run"), 500, str(root))
+            _one_line_error(_request(url, "GET", "/", headers=session), 500, str(root))
+            _one_line_error(_request(url, "GET", "/report/run", headers=session), 500, str(root))
         finally:
             (root / "moved").rename(git_dir)
-        assert _request(url, "GET", "/")[0] == 200
+        assert _request(url, "GET", "/", headers=session)[0] == 200
     assert proc.returncode == 0 and "Traceback" not in proc.stderr_text, proc.stderr_text
 
 
@@ -304,10 +357,9 @@ def test_stopping_serve_while_its_run_goes_stops_the_run_and_leaves_no_logs(reco
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     agent = [sys.executable, "-c", "import time; time.sleep(60)"]  # still running when the server stops
-    with FakeLLM([]) as live, serving(root, "--upstream", live.url, agent=agent) as (url, served):
-        token = _token(_request(url, "GET", "/report/alt")[2])
+    with FakeLLM([]) as live, serving(root, "--upstream", live.url, agent=agent) as (url, login, served):
         assert [p.name.startswith("pf-serve-") for p in (tmp_path / "tmp").iterdir()] == [True]
-        headers = {"Content-Type": "application/json", "X-PF-Token": token}
+        headers = {"Content-Type": "application/json", **_login(url, login)}
         status, _, body = _request(url, "POST", "/api/run", headers=headers, body=b'{"branch": "alt"}')
         assert status == 200 and json.loads(body)["state"] == "running", body
         served.send_signal(signal.SIGTERM)

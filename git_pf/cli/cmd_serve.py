@@ -1,7 +1,7 @@
 """``git pf serve``: the reports of a repository's runs in a browser, with fork and run buttons.
 
-Prints the URL on stdout (one JSON line with ``--json``) and serves until Ctrl-C or SIGTERM, which
-stop it cleanly (exit 0); docs/report.md, "Serve".
+Prints the URL to open, carrying the server's secret, on stdout (one JSON line with ``--json``) and
+serves until Ctrl-C or SIGTERM, which stop it cleanly (exit 0); docs/report.md, "Serve".
 """
 from __future__ import annotations
 

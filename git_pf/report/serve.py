@@ -2,11 +2,15 @@
 
 The server binds the loopback interface only and answers only requests whose Host header names
 it (``127.0.0.1:P`` or ``localhost:P``; anything else, a DNS-rebinding page for one, gets 421 and
-nothing else). It sends no CORS header, so no other origin can read an answer, and answers OPTIONS
-with 405. Every ``/api/`` request carries the per-server random token its pages embed (header
-``X-PF-Token``; without it: 403); the state-changing ones are POST with a JSON body. Pages are
-rendered by git_pf.report.render; forks and runs are git_pf.report.api's. This module reads the
-repository and writes nothing itself.
+nothing else). Any local user can connect to that port, so nothing is served without a credential
+only the user who started the server has (as Jupyter does): the URL it prints carries a random
+secret (``?token=``), and a GET with that secret is answered with an ``HttpOnly; SameSite=Strict``
+session cookie and a redirect to the same page without it; every other request (index, reports,
+API) needs that cookie, else 403. No page holds a credential. A POST must also be
+``Content-Type: application/json`` and carry no foreign ``Origin`` (else 415 / 403); no CORS header
+is sent and OPTIONS gets 405. A path holding a control character (``%00``) is 400, and a client
+that drops its connection is no error. Pages are rendered by git_pf.report.render; forks and runs
+are git_pf.report.api's. This module reads the repository and writes nothing itself.
 """
 from __future__ import annotations
 
@@ -14,10 +18,11 @@ import errno
 import hmac
 import json
 import secrets
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..errors import PfError, UsageError
 from . import serve_page
@@ -45,15 +50,26 @@ class ReportServer(ThreadingHTTPServer):
             raise
         self.repo_path = Path(repo.git_dir)
         self.port = self.server_address[1]
-        self.token = secrets.token_urlsafe(32)
+        self.secret = secrets.token_urlsafe(32)  # in the printed URL only
+        self.session = secrets.token_urlsafe(32)  # the cookie's value, given for the secret
+        self.cookie = f"pf-serve-{self.port}"  # cookies are not kept apart by port: one name per server
         self.hosts = {f"127.0.0.1:{self.port}", f"localhost:{self.port}"}
+        self.origins = {f"http://{host}" for host in self.hosts}
         self.agent = list(agent)
         self.actions = Actions(self.repo_path, self.agent, list(upstreams))
         self.render_lock = threading.Lock()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/"
+        """The URL to open: the index, with the secret that buys the session cookie."""
+        return f"http://127.0.0.1:{self.port}/?token={self.secret}"
+
+    def handle_error(self, request, client_address) -> None:
+        """A client that resets or drops its connection is no error; anything else is one line."""
+        error = sys.exc_info()[1]
+        if isinstance(error, (ConnectionError, TimeoutError)):
+            return
+        print(f"git pf serve: a request failed: {type(error).__name__}: {error}", file=sys.stderr)
 
     def close(self) -> None:
         """Stop serving, stop the runs still going, release the port."""
@@ -99,36 +115,72 @@ class Handler(BaseHTTPRequestHandler):
         self._error(421, "this server answers only to 127.0.0.1 and localhost on its own port")
         return False
 
-    def _token_ok(self) -> bool:
-        given = self.headers.get("X-PF-Token", "")
-        if given and hmac.compare_digest(given.encode(), self.server.token.encode()):
+    def _path(self) -> str | None:
+        """The request's path, %-decoded, or None after answering 400 for a control character in it."""
+        path = unquote(urlsplit(self.path).path, errors="replace")
+        if path.startswith("/") and not any(ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0 for c in path):
+            return path
+        self._error(400, "the path holds a control character or does not start with '/'")
+        return None
+
+    def _session_ok(self) -> bool:
+        """Whether the request carries the session cookie; else answered 403."""
+        for header in self.headers.get_all("Cookie") or []:
+            for pair in header.split(";"):
+                name, _, value = pair.strip().partition("=")
+                if name == self.server.cookie and hmac.compare_digest(value.encode(), self.server.session.encode()):
+                    return True
+        self._error(403, "no credential: open the URL 'git pf serve' printed (it carries the secret)")
+        return False
+
+    def _login(self, path: str) -> bool:
+        """A GET carrying ``?token=``: answered (a redirect setting the cookie for the right secret,
+        else 403) and True; False when the request carries no token."""
+        given = parse_qs(urlsplit(self.path).query).get("token")
+        if given is None:
+            return False
+        if len(given) == 1 and hmac.compare_digest(given[0].encode(), self.server.secret.encode()):
+            cookie = f"{self.server.cookie}={self.server.session}; Path=/; HttpOnly; SameSite=Strict"
+            where = serve_page.report_path(path[len("/report/"):]) if path.startswith("/report/") else "/"
+            self._send(303, b"", "text/plain; charset=utf-8", {"Location": where, "Set-Cookie": cookie})
+        else:
+            self._error(403, "wrong secret: open the URL 'git pf serve' printed")
+        return True
+
+    def _origin_ok(self) -> bool:
+        """A POST from a page of another origin (its browser says so) is refused 403."""
+        origin = self.headers.get("Origin")
+        if origin is None or origin in self.server.origins:
             return True
-        self._error(403, "missing or wrong token: use the buttons of a page this server served")
+        self._error(403, "a request from another origin")
         return False
 
     # -- methods --------------------------------------------------------
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         if not self._host_ok():
             return
-        path = urlsplit(self.path).path
+        path = self._path()
+        if path is None or self._login(path) or not self._session_ok():
+            return
         if path == "/":
             return self._index()
         if path.startswith("/report/"):
-            return self._report(unquote(path[len("/report/"):]))
-        if not path.startswith("/api/"):
+            return self._report(path[len("/report/"):])
+        if not path.startswith("/api/runs/"):
             return self._error(404, "not found")
-        if not self._token_ok():
-            return
-        number = path[len("/api/runs/"):] if path.startswith("/api/runs/") else ""
+        number = path[len("/api/runs/"):]
         job = self.server.actions.job(int(number)) if number.isascii() and number.isdigit() else None
         return self._json(200, job) if job else self._error(404, "no such run")
 
     do_HEAD = do_GET
 
     def do_POST(self) -> None:  # noqa: N802
-        if not self._host_ok() or not self._token_ok():
+        if not self._host_ok():
             return
-        action = {"/api/fork": self.server.actions.fork, "/api/run": self.server.actions.run}.get(urlsplit(self.path).path)
+        path = self._path()
+        if path is None or not self._session_ok() or not self._origin_ok():
+            return
+        action = {"/api/fork": self.server.actions.fork, "/api/run": self.server.actions.run}.get(path)
         if action is None:
             return self._error(404, "not found")
         body = self._body()
@@ -207,4 +259,4 @@ class Handler(BaseHTTPRequestHandler):
                 page = render_report(repo, branch, connect="'self'")  # its blame run, if any, comes with it
         except PfError as e:  # 404: no such branch or not a recorded run; 500: damaged data (DataError)
             return self._error(404 if isinstance(e, UsageError) else 500, str(e))
-        self._html(serve_page.with_controls(page, token=self.server.token, branch=branch, agent=self.server.agent))
+        self._html(serve_page.with_controls(page, branch=branch, agent=self.server.agent))

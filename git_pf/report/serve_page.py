@@ -1,9 +1,10 @@
 """The pages ``git pf serve`` adds to the report: the branch index and the fork / run controls.
 
 ``index_page`` lists branches (server-side HTML, every name escaped); ``with_controls`` adds to a
-rendered report the server's data (token, branch, whether an agent is set) as escaped JSON and a
-script that builds the buttons with createElement / textContent only. Pure functions of their
-arguments: no repository, no I/O; the JSON is escaped by git_pf.report.render's ``embed``.
+rendered report the server's data (branch, agent command; never a credential: the page's requests
+carry the server's HttpOnly session cookie) as escaped JSON and a script that builds the buttons
+with createElement / textContent only. Pure functions of their arguments: no repository, no I/O;
+the JSON is escaped by git_pf.report.render's ``embed``.
 """
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ SCRIPT = r"""
     });
   }
   function call(method, path, body) {
-    var init = {method: method, credentials: "same-origin", headers: {"X-PF-Token": cfg.token}};
+    var init = {method: method, credentials: "same-origin", headers: {}};
     if (body !== undefined) {
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
@@ -137,11 +138,11 @@ def index_page(branches: dict[str, str]) -> str:
             f"<style>{INDEX_STYLE}</style></head><body><h1>Branches</h1>{body}</body></html>")
 
 
-def with_controls(page: str, *, token: str, branch: str, agent: list[str]) -> str:
+def with_controls(page: str, *, branch: str, agent: list[str]) -> str:
     """The report ``page`` with the server's controls added before its ``</body>``."""
     import shlex
 
-    data = {"token": token, "branch": branch, "agent": shlex.join(agent) if agent else ""}
+    data = {"branch": branch, "agent": shlex.join(agent) if agent else ""}
     extra = (f'<style>{STYLE}</style><script type="application/json" id="pf-serve">{embed(data)}</script>'
              f"<script>{SCRIPT}</script>")
     at = page.lower().rfind("</body>")
