@@ -64,8 +64,11 @@ def _prepare_dest(dest: Path, force: bool) -> bool:
     if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
         raise UsageError(f"'{dest}' exists and is not a directory", param="into")
     if not dest.exists():
-        if not dest.parent.is_dir():
-            raise UsageError(f"parent directory of '{dest}' does not exist", param="into")
+        above = dest.parent
+        while not above.exists() and not above.is_symlink():  # missing parents are made (checkout)
+            above = above.parent
+        if not above.is_dir():
+            raise UsageError(f"'{above}' is not a directory, so '{dest}' cannot be made", param="into")
         return False
     if any(os.scandir(dest)) and not force:
         raise UsageError(f"'{dest}' is not empty (use --force to replace its contents)", param="into")
@@ -84,6 +87,7 @@ def checkout(repo, rev: str, into: Path, layers=("world",), force: bool = False)
         files = _layer_files(git, image.tree, layers)
         if world is not None and len(layers) > 1 and SIDECAR.encode() in world.kinds:
             raise DataError(f"world/fs: '{SIDECAR}' is where checkout writes the other layers")
+    dest.parent.mkdir(parents=True, exist_ok=True)
     siblings.remove_leftovers(dest, repo.git_dir)
     tmp = siblings.make(dest, "checkout", repo.git_dir)
     try:

@@ -1,6 +1,7 @@
-"""Claude Code hooks: hook events and transcripts written from Claude Code's documented schemas,
-fed to the real ``git pf hook claude-code`` (through ``sh -c``, as Claude Code runs a hook) on a
-real project directory; the settings file install and uninstall; ``git pf rewind``."""
+"""Claude Code hooks: hook events and transcripts shaped as the real CLI (2.1.332) sends and writes them
+(the tool result's line lands after PostToolUse), fed to the real ``git pf hook claude-code`` (through
+``sh -c``, as Claude Code runs a hook) on a real project directory; the settings file install and
+uninstall; ``git pf rewind``. tests/test_integrations_claude_cli.py drives the real CLI itself."""
 from __future__ import annotations
 
 import json
@@ -33,15 +34,19 @@ class Claude:
 
     def line(self, **entry) -> None:
         entry = {"parentUuid": None, "isSidechain": False, "userType": "external", "cwd": str(self.project),
-                 "sessionId": self.sid, "version": "1.0.80", "uuid": f"u{self.n}",
+                 "sessionId": self.sid, "version": "2.1.332", "uuid": f"u{self.n}",
                  "timestamp": "2026-01-05T10:00:00.000Z", **entry}
         self.n += 1
         with open(self.transcript, "a") as f:
             f.write(json.dumps(entry) + "\n")
 
     def payload(self, event: str, **more) -> dict:
-        return {"session_id": self.sid, "transcript_path": str(self.transcript), "cwd": str(self.project),
-                "hook_event_name": event, **more}
+        common = {"session_id": self.sid, "transcript_path": str(self.transcript), "cwd": str(self.project)}
+        if event != "SessionStart":
+            common.update(prompt_id="7bfcea86-7465-4a5a-a08e-f5bc52a3af26", permission_mode="bypassPermissions")
+        if event.startswith(("PreToolUse", "PostToolUse", "Stop")):
+            common["effort"] = {"level": "medium"}
+        return {**common, "hook_event_name": event, **more}
 
     def run(self, command: str, payload: dict | bytes, check_stderr: bool = True) -> subprocess.CompletedProcess:
         data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
@@ -53,17 +58,24 @@ class Claude:
     def hook(self, event: str, check_stderr: bool = True, **more) -> subprocess.CompletedProcess:
         return self.run("git pf hook claude-code", self.payload(event, **more), check_stderr)
 
-    def tool(self, name: str, tool_input: dict, response, **more) -> subprocess.CompletedProcess:
-        """The assistant's tool_use in the transcript, then PostToolUse (the tool has already acted)."""
+    def tool(self, name: str, tool_input: dict, response, error: str | None = None, **more) -> subprocess.CompletedProcess:
+        """The assistant's tool_use in the transcript, then PostToolUse (the tool has already acted), or
+        PostToolUseFailure with ``error``; the tool result's line after the hook, as the real CLI writes it."""
         use_id = f"toolu_{self.n:04d}"
         self.line(type="assistant", requestId=f"req_{self.n}", message={
             "id": f"msg_{self.n:04d}", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
             "content": [{"type": "tool_use", "id": use_id, "name": name, "input": tool_input}],
             "stop_reason": "tool_use", "usage": {"input_tokens": 10, "output_tokens": 5}})
+        if error is None:
+            out = self.hook("PostToolUse", tool_name=name, tool_input=tool_input, tool_response=response,
+                            tool_use_id=use_id, duration_ms=9, **more)
+        else:
+            out = self.hook("PostToolUseFailure", tool_name=name, tool_input=tool_input, tool_use_id=use_id,
+                            error=error, is_interrupt=False, duration_ms=454, **more)
         self.line(type="user", message={"role": "user", "content": [
-            {"tool_use_id": use_id, "type": "tool_result", "content": json.dumps(response)}]}, toolUseResult=response)
-        return self.hook("PostToolUse", tool_name=name, tool_input=tool_input, tool_response=response,
-                         tool_use_id=use_id, **more)
+            {"tool_use_id": use_id, "type": "tool_result", "content": error or json.dumps(response),
+             **({"is_error": True} if error else {})}]}, toolUseResult=response if error is None else f"Error: {error}")
+        return out
 
 
 @pytest.fixture
@@ -115,8 +127,9 @@ def _messages(repo: Repo, rev: str) -> list[dict]:
 def _session(claude: Claude) -> None:
     """Start, a Write, an Edit, a Read, a Bash that removes one file and makes another, Stop."""
     p = claude.project
-    claude.line(type="user", message={"role": "user", "content": "add a helper and clean up"})
     claude.hook("SessionStart", source="startup")
+    claude.hook("UserPromptSubmit", prompt="add a helper and clean up")
+    claude.line(type="user", message={"role": "user", "content": "add a helper and clean up"})
     (p / "helper.py").write_text("def help(): pass\n")
     claude.tool("Write", {"file_path": str(p / "helper.py"), "content": "def help(): pass\n"},
                 {"type": "create", "filePath": str(p / "helper.py")})
@@ -130,7 +143,8 @@ def _session(claude: Claude) -> None:
                 {"stdout": "", "stderr": "", "interrupted": False, "isImage": False})
     claude.line(type="assistant", message={"id": "msg_final", "role": "assistant",
                                            "content": [{"type": "text", "text": "Done."}]})
-    claude.hook("Stop", stop_hook_active=False)
+    claude.hook("Stop", stop_hook_active=False, last_assistant_message="Done.", background_tasks=[],
+                session_crons=[])
 
 
 @pytest.mark.parametrize("server", [False, True], ids=["in-process", "server"])
@@ -141,10 +155,11 @@ def test_a_session_is_a_branch_of_step_images(claude, server):
     repo = Repo.open(claude.project)
     branch = f"cc/{SID}"
     log = repo.log(branch)
-    assert [i.trailer("Pf-Step") for i in log] == [["4"], ["3"], ["2"], ["1"], ["0"]]
-    assert _world(repo, f"{branch}~4") == {".gitignore": b"build/\n", "app.py": b"print('v1')\n", "notes.md": b"notes\n"}
-    assert _world(repo, f"{branch}~3")["helper.py"] == b"def help(): pass\n"
-    assert _world(repo, f"{branch}~2")["app.py"] == b"print('v2')\n"
+    assert [i.trailer("Pf-Step") for i in log] == [["4"], ["4"], ["3"], ["2"], ["1"], ["0"]]
+    assert log[0].trailer("Pf-Run-Exit") == ["0"] and [i.trailer("Pf-Claude-Turn") for i in log] == [["1"]] * 5 + [["0"]]
+    assert _world(repo, f"{branch}~5") == {".gitignore": b"build/\n", "app.py": b"print('v1')\n", "notes.md": b"notes\n"}
+    assert _world(repo, f"{branch}~4")["helper.py"] == b"def help(): pass\n"
+    assert _world(repo, f"{branch}~3")["app.py"] == b"print('v2')\n"
     last = _world(repo, branch)
     assert "notes.md" not in last and last["out.txt"] == b"generated\n" and "build/cache.bin" not in last
     effects = _ledger(repo, branch)
@@ -152,15 +167,21 @@ def test_a_session_is_a_branch_of_step_images(claude, server):
         ("Write", "idempotent"), ("Edit", "idempotent"), ("Read", "pure"), ("Bash", "irreversible")]
     assert effects[0]["idempotency_key"] == "toolu_0001" and effects[0]["args"]["content"] == "def help(): pass\n"
     assert SECRET not in json.dumps(effects) and "rm notes.md" in effects[3]["args"]["command"]
-    assert ledger.verify(effects) == [] and len(_ledger(repo, f"{branch}~1")) == 3
+    assert ledger.verify(effects) == [] and len(_ledger(repo, f"{branch}~2")) == 3
+    for back, (n, tool) in zip((4, 3, 2, 1), enumerate(("Write", "Edit", "Read", "Bash"), 1)):
+        step = _messages(repo, f"{branch}~{back}")  # each step's trace ends with its own call and result
+        assert [m["role"] for m in step] == ["user"] + ["assistant", "user"] * n
+        assert step[-2]["content"][0]["name"] == tool and step[-1]["content"][0]["type"] == "tool_result"
     messages = _messages(repo, branch)
     assert messages[0] == {"role": "user", "content": "add a helper and clean up"}
-    assert [m["role"] for m in messages] == ["user"] + ["assistant", "user"] * 4
-    assert messages[-2]["content"][0]["name"] == "Bash" and SECRET not in json.dumps(messages)
+    assert [m["role"] for m in messages] == ["user"] + ["assistant", "user"] * 4 + ["assistant"]
+    assert messages[-3]["content"][0]["name"] == "Bash" and SECRET not in json.dumps(messages)
+    assert messages[-1]["content"][0]["text"] == "Done."
     tag = repo.git.references.get(f"refs/pf/tags/{branch}/turn-1")
     assert tag is not None and str(tag.target) == log[0].id
-    claude.hook("Stop", stop_hook_active=False)  # nothing new since: no second tag
-    assert repo.git.references.get(f"refs/pf/tags/{branch}/turn-2") is None
+    claude.hook("Stop", stop_hook_active=False, last_assistant_message="Done.")  # nothing new: no new image
+    claude.hook("SessionEnd", reason="other")
+    assert repo.log(branch)[0].id == log[0].id and repo.git.references.get(f"refs/pf/tags/{branch}/turn-2") is None
     if server:
         pid = int((claude.project / ".git/pf/claude-code/server.pid").read_text())
         out = subprocess.run(["git", "pf", "hook", "claude-code", "--stop-server"], cwd=claude.project,
@@ -252,7 +273,7 @@ def test_install_chains_the_users_hooks_and_uninstall_gives_the_file_back(claude
     settings.write_bytes(original)
     pf = ["git", "pf", "install", "--claude-code"]
     out = subprocess.run(pf, cwd=claude.project, env=claude.env, capture_output=True, text=True, check=True)
-    assert "SessionStart, PostToolUse, Stop" in out.stdout
+    assert "SessionStart, UserPromptSubmit, PostToolUse, PostToolUseFailure, Stop, SessionEnd" in out.stdout
     installed = settings.read_bytes()
     assert subprocess.run(pf, cwd=claude.project, env=claude.env, capture_output=True, check=True).returncode == 0
     assert settings.read_bytes() == installed  # idempotent
@@ -263,7 +284,7 @@ def test_install_chains_the_users_hooks_and_uninstall_gives_the_file_back(claude
     ran = fire(claude, "PostToolUse", "Write", tool_name="Write", tool_input={"file_path": "new.py", "content": "x = 1\n"},
                tool_response={"type": "create"}, tool_use_id="toolu_1")
     assert len(ran) == 2 and json.loads((claude.project / ".marker").read_text())["tool_name"] == "Write"
-    fire(claude, "Stop")
+    fire(claude, "Stop", last_assistant_message="Wrote new.py.")
     repo = Repo.open(claude.project)
     assert _world(repo, f"cc/{SID}")["new.py"] == b"x = 1\n"
     assert repo.git.references.get(f"refs/pf/tags/cc/{SID}/turn-1") is not None
@@ -296,8 +317,14 @@ def test_install_into_no_settings_and_user_scope_and_a_broken_file(claude):
     assert not (claude.project / ".claude").exists()
     user = Path(claude.env["HOME"]) / ".claude" / "settings.json"
     assert run("install", "--claude-code", "--scope", "user").returncode == 0
-    assert "git pf hook claude-code" in user.read_text() and not settings.exists()
+    assert "/git-pf hook claude-code" in user.read_text() and not settings.exists()
     assert run("uninstall", "--claude-code", "--scope", "user").returncode == 0 and not user.exists()
+    claude.env["CLAUDE_CONFIG_DIR"] = str(claude.project.parent / "claude-config")  # where Claude Code reads it
+    assert run("install", "--claude-code", "--scope", "user").returncode == 0 and not user.exists()
+    assert "hook claude-code" in (claude.project.parent / "claude-config" / "settings.json").read_text()
+    assert run("uninstall", "--claude-code", "--scope", "user").returncode == 0
+    assert not (claude.project.parent / "claude-config" / "settings.json").exists()
+    del claude.env["CLAUDE_CONFIG_DIR"]
     settings.parent.mkdir()
     settings.write_text("{\"hooks\": [")
     out = run("install", "--claude-code")

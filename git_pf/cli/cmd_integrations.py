@@ -15,13 +15,26 @@ import typer
 from ..errors import UsageError
 from .app import JsonOpt, app, emit, open_repo
 
-def install_claude_code(scope: str, as_json: bool) -> None:
+def install_claude_code(scope: str, as_json: bool, check: bool = False) -> None:
     from ..integrations import claude_code_settings as settings
 
+    if check:
+        report = settings.check(open_repo(), scope)
+
+        def said() -> None:
+            for r in report["commands"]:
+                typer.echo(f"{'ok  ' if r['ok'] else 'FAIL'} {r['command'] or '-'}: {r['detail']}")
+
+        emit(as_json, report, said)
+        if not report["ok"]:
+            raise typer.Exit(1)
+        return
     result = settings.install(open_repo(), scope)
     emit(as_json, result, lambda: typer.echo(
         f"added git-pf's Claude Code hooks ({', '.join(result['added'])}) to {result['path']}" if result["added"]
         else f"git-pf's Claude Code hooks are already in {result['path']}; nothing changed"))
+    if result["problem"] and not as_json:
+        typer.echo(f"git pf: warning: Claude Code will not run the hook: {result['problem']}", err=True)
 
 
 def uninstall_claude_code(scope: str, as_json: bool) -> None:
@@ -59,23 +72,33 @@ def hook(
 @app.command()
 def rewind(
     session: Optional[str] = typer.Argument(None, help="The session id or its branch cc/<id> (default: the latest)."),
-    to_step: int = typer.Option(..., "--to-step", help="The step whose project directory to restore (0: the session's start)."),
+    to_step: Optional[int] = typer.Option(None, "--to-step", help="The step to go back to (0: the session's start)."),
+    to_turn: Optional[int] = typer.Option(None, "--to-turn", help="Instead: the end of this turn (a prompt and its answer)."),
+    scope: str = typer.Option("code", "--scope", help="code (the project directory), conversation (the transcript, "
+                              "for claude --resume) or both."),
     into: Optional[Path] = typer.Option(None, "--into", help="The directory to restore (default: the session's project)."),
     yes: bool = typer.Option(False, "-y", "--yes", help="Overwrite without asking."),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Put the project directory back as it was at a step of a Claude Code session, shell commands' changes included."""
+    """Put the project directory, the conversation or both back as they were at a step or turn of a Claude Code
+    session, shell commands' changes included."""
     from ..integrations import claude_code_rewind as rw
 
     repo = open_repo()
-    plan = rw.plan(repo, session, to_step, into)
-    where = f"{plan.root} to step {plan.step} of session {plan.session} (image {plan.image.short})"
+    plan = rw.plan(repo, session, to_step, into, turn=to_turn, scope=scope)
+    point = f"turn {plan.turn}" if plan.turn is not None else f"step {plan.step}"
+    what = {"code": str(plan.root), "conversation": "the conversation", "both": f"{plan.root} and the conversation"}[scope]
+    where = f"{what} to {point} of session {plan.session} (image {plan.image.short})"
     if plan.empty:
         emit(as_json, {**plan.to_json(), "applied": False},
-             lambda: typer.echo(f"{plan.root} is already as at step {plan.step}; nothing changed"))
+             lambda: typer.echo(f"{what} is already as at {point}; nothing changed"))
         return
+    talk = f"{len(plan.write)} files to write, {len(plan.remove)} to remove"
+    if scope != "code":
+        lines = plan.conversation.count(b"\n")
+        talk = f"the transcript cut to {lines} lines" + ("" if scope == "conversation" else f", {talk}")
     if not yes:
-        summary = f"rewind {where}: {len(plan.write)} files to write, {len(plan.remove)} to remove"
+        summary = f"rewind {where}: {talk}"
         if not (sys.stdin.isatty() and sys.stderr.isatty()):
             raise UsageError(f"{summary}; not a terminal, so nothing was done (add --yes)")
         for rel in (plan.write + plan.remove)[:20]:
@@ -84,5 +107,4 @@ def rewind(
             typer.echo("git pf: nothing was done", err=True)
             raise typer.Exit(1)
     rw.apply(repo, plan)
-    emit(as_json, {**plan.to_json(), "applied": True}, lambda: typer.echo(
-        f"rewound {where}: {len(plan.write)} files written, {len(plan.remove)} removed"))
+    emit(as_json, {**plan.to_json(), "applied": True}, lambda: typer.echo(f"rewound {where}: {talk}"))

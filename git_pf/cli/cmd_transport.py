@@ -26,25 +26,28 @@ def install(
     remote: Optional[str] = typer.Option(None, "--remote", help="Remote to configure (default: origin, else every remote)."),
     claude_code: bool = typer.Option(False, "--claude-code", help="Instead: add git-pf's hooks to Claude Code's settings."),
     scope: str = typer.Option("project", "--scope", help="With --claude-code: project (.claude/settings.json) or user (~/.claude)."),
+    check: bool = typer.Option(False, "--check", help="With --claude-code: run a test event through the installed hook and report."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Chain the git-pf pre-push hook and configure remotes so plain git push/fetch carry images."""
     if claude_code:
         from .cmd_integrations import install_claude_code
 
-        return install_claude_code(scope, as_json)
+        return install_claude_code(scope, as_json, check)
     from ..transport import install as install_mod
 
     changed = install_mod.install(open_repo(), remote)
 
     def human() -> None:
-        if not changed["hooks"] and not changed["config"]:
+        if not changed["hooks"] and not changed["config"] and not changed["dropped"]:
             typer.echo("git-pf already installed; nothing changed")
             return
         for h in changed["hooks"]:
             typer.echo(f"installed hook {h} in {changed['hooks_dir']}")
         for c in changed["config"]:
             typer.echo(f"set {c}")
+        for c in changed["dropped"]:
+            typer.echo(f"removed {c} (it let a fetch move local tags)")
 
     emit(as_json, changed, human)
 
@@ -85,7 +88,7 @@ def push(
     up = result.upload
     emit(as_json, result.to_json(), lambda: quiet or typer.echo(
         f"pushed {len(result.refs)} refs to {result.remote}: {up.sent_objects} of {up.objects} objects sent "
-        f"({_size(up.sent_bytes)})"))
+        f"({_size(up.sent_bytes)}) to {up.destination or 'nowhere (no images)'}"))
 
 
 @app.command()
@@ -99,18 +102,32 @@ def fetch(
     from ..transport.progress import Progress
 
     repo = open_repo()
-    result = fetch_mod.fetch(repo, remotes.resolve(repo, remote), Progress(quiet or as_json))
+    target = remotes.resolve(repo, remote)
+    result = fetch_mod.fetch(repo, target, Progress(quiet or as_json))
 
     def human() -> None:
         for name in result.created:
             typer.echo(f"new branch {name}")
         for name in result.updated:
             typer.echo(f"fast-forwarded {name}")
+        for name in result.new_tags:
+            typer.echo(f"new tag {name}")
         for name in result.diverged:
             typer.echo(f"warning: {name} diverged from {result.remote}; left as is "
-                       f"(theirs: refs/pf/remotes/{remote or 'origin'}/heads/{name})", err=True)
+                       f"(theirs: {target.tracking('heads/' + name)})", err=True)
 
     emit(as_json, result.to_json(), lambda: quiet or human())
+    if not as_json:
+        _fetch_warnings(result, target)
+
+
+def _fetch_warnings(result, target) -> None:
+    """The lines a fetch says even when quiet: local tags kept, and the remote's store record."""
+    for name in result.kept_tags:
+        typer.echo(f"warning: tag {name} differs from {result.remote}'s; yours is kept "
+                   f"(theirs: {target.tracking('tags/' + name)})", err=True)
+    if result.store_note:
+        typer.echo(result.store_note, err=True)
 
 
 @app.command()
@@ -127,9 +144,14 @@ def clone(
     if directory is None:
         name = url.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
         directory = Path(name[:-4] if name.endswith(".git") else name)
+    from ..transport import remotes
+
     repo, result = fetch_mod.clone(url, directory, Progress(quiet or as_json))
+    pinned = f"; objects at {result.pinned} (pinned from its store record)" if result.pinned else ""
     emit(as_json, {"path": str(repo.git_dir.parent if repo.git.workdir else repo.git_dir), **result.to_json()},
-         lambda: quiet or typer.echo(f"cloned into '{directory}': {len(result.created)} image branches"))
+         lambda: quiet or typer.echo(f"cloned into '{directory}': {len(result.created)} image branches{pinned}"))
+    if not as_json:
+        _fetch_warnings(result, remotes.resolve(repo, "origin"))
 
 
 @app.command("remote-store")
@@ -137,16 +159,29 @@ def remote_store(
     remote: Optional[str] = typer.Argument(None, help="Remote name (default: origin)."),
     value: Optional[str] = typer.Argument(None, help="Set the adapter: git, file, file:<dir>, lfs, lfs:<url>, "
                                           "s3://<bucket>/<prefix>."),
+    accept: bool = typer.Option(False, "--accept", help="Pin the store the remote records (as last fetched)."),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Show or set where a remote keeps side-store objects (pf.remote.<name>.store)."""
+    """Show, set or accept where a remote keeps side-store objects (pinned in pf.remote.<name>.store)."""
+    from ..errors import UsageError
     from ..transport import adapters, remotes
 
     repo = open_repo()
     target = remotes.resolve(repo, remote)
-    chosen = adapters.configure(repo, target, value) if value is not None else adapters.choice(repo, target)
-    emit(as_json, {"remote": target.arg, **chosen.to_json()},
+    if accept and value is not None:
+        raise UsageError("give a store or --accept, not both")
+    if accept:
+        chosen = adapters.accept(repo, target)
+    elif value is not None:
+        chosen = adapters.configure(repo, target, value)
+    else:
+        chosen = adapters.choice(repo, target, unconfirmed="ignore")
+    note = adapters.record_note(repo, target)
+    emit(as_json, {"remote": target.arg, **chosen.to_json(), "where": adapters.describe(repo, target, chosen),
+                   "note": note},
          lambda: typer.echo(f"{target.arg}: {chosen.value} ({chosen.source})"))
+    if note and not as_json:
+        typer.echo(note, err=True)
 
 
 @app.command()
@@ -186,4 +221,5 @@ def pre_push(remote: str = typer.Argument(...), url: str = typer.Argument(...)) 
     lines = sys.stdin.read().splitlines()
     result = push_mod.pre_push(repo, remote, url, lines, Progress(False))
     if result.sent_objects and sys.stderr.isatty():
-        typer.echo(f"git-pf: uploaded {result.sent_objects} objects ({_size(result.sent_bytes)})", err=True)
+        typer.echo(f"git-pf: uploaded {result.sent_objects} objects ({_size(result.sent_bytes)}) to "
+                   f"{result.destination}", err=True)

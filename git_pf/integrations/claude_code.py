@@ -1,12 +1,20 @@
 """Claude Code sessions as image branches: what one hook event writes (docs/integrations.md).
 
 A session is the branch ``cc/<session id>``. ``SessionStart`` writes its step 0
-image (the project directory before the agent acts); each ``PostToolUse``
-writes step N: the project directory (world), the session's transcript turned
-into trace messages, and the tool call appended to the effects ledger (Read,
-Grep, Glob pure, Write and Edit idempotent, Bash and any other tool
-irreversible unless ``pf.claudeCode.<Tool>.sideEffect`` says otherwise).
-``Stop`` tags the session's last image ``cc/<session id>/turn-<k>``.
+image (the project directory before the agent acts); each ``PostToolUse`` and
+``PostToolUseFailure`` writes step N: the project directory (world), the
+session's transcript turned into trace messages, and the tool call appended to
+the effects ledger (Read, Grep, Glob pure, Write and Edit idempotent, Bash and
+any other tool irreversible unless ``pf.claudeCode.<Tool>.sideEffect`` says
+otherwise; a failed call with its error). Claude Code writes its transcript
+after the hook may run, so a step waits briefly for the line naming its
+``tool_use_id`` and completes its trace from the event itself, marking the
+step (``Pf-Claude-Pending``) so that the next step or the final image carries
+the call. ``UserPromptSubmit`` starts a turn (``Pf-Claude-Turn`` on each
+image); ``Stop`` and ``SessionEnd`` write the turn's final image (the world,
+the whole transcript, ``last_assistant_message``), tagged
+``cc/<session id>/turn-<k>``. Claude Code's own settings files are left out
+of the world (``WORLD_IGNORE``), so a rewind never writes hooks back.
 ``Sessions`` keeps what a long-lived process can keep warm between events (the
 repository, each project's stat cache and directory watch, each transcript
 read so far). Event data is untrusted: it is checked before use. Writes images,
@@ -25,14 +33,22 @@ from .. import config, image as img, refs, secrets
 from ..errors import InputFormatError, UsageError
 from ..layers.effects import ledger as effects_mod
 from ..layers.trace import messages as messages_mod
-from ..runs.steps import STEP_TRAILER, step_of
+from ..runs.steps import RUN_END_TRAILER, STEP_TRAILER, step_of
 from ..snapshot import DirWorld, SnapshotRequest, take
 from .claude_code_hook import state_dir
 
 BRANCH_PREFIX = "cc/"
 SESSION_TRAILER = "Pf-Claude-Session"
 AGENT = img.Agent("claude-code")
-EVENTS = ("SessionStart", "PostToolUse", "Stop")
+EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "PostToolUseFailure", "Stop", "SessionEnd")
+TOOL_EVENTS = ("PostToolUse", "PostToolUseFailure")
+TURN_TRAILER = "Pf-Claude-Turn"
+PENDING_TRAILER = "Pf-Claude-Pending"  # tool calls whose trace came from the event, not yet from the transcript
+# Claude Code's own settings (git-pf's hooks among them) are never part of a session's world
+WORLD_IGNORE = ("/.claude/settings.json", "/.claude/settings.local.json")
+TRANSCRIPT_WAIT_S = 0.2  # how long a step waits for the transcript line naming its tool call
+ERROR_KEPT_CHARS = 4000
+CHECK_EVENT = "PfCheck"  # the test event of 'git pf install --claude-code --check'; writes nothing
 DEFAULT_CLASSES = {
     **dict.fromkeys(("Read", "Grep", "Glob", "LS", "NotebookRead", "WebFetch", "WebSearch", "TodoWrite",
                      "BashOutput"), "pure"),
@@ -102,15 +118,35 @@ def project_root(repo, event: dict, project_dir: str | None) -> Path:
 
 
 def root_record(git_dir: Path, session_id: str) -> Path:
-    """Where the project directory of a session is remembered, for ``git pf rewind`` (this clone only)."""
+    """Where a session's project directory, transcript path and current turn are remembered, for
+    ``git pf rewind`` and the next event (this clone only)."""
     return Path(state_dir(git_dir), "sessions", f"{session_id}.json")
 
 
-def _remember_root(git_dir: Path, session_id: str, root: Path) -> None:
+def session_record(git_dir: Path, session_id: str) -> dict:
+    try:
+        data = json.loads(root_record(git_dir, session_id).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _update_record(git_dir: Path, session_id: str, **values) -> dict:
+    record = session_record(git_dir, session_id)
+    if all(record.get(k) == v for k, v in values.items()):
+        return record
+    record.update(values)
     path = root_record(git_dir, session_id)
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"root": os.path.abspath(root)}) + "\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(record) + "\n")
+    os.replace(tmp, path)
+    return record
+
+
+def turn_of(image: img.ImageInfo | None) -> int:
+    values = image.trailer(TURN_TRAILER) if image is not None else ()
+    return int(values[-1]) if values and values[-1].isdigit() else 0
 
 
 class Transcript:
@@ -182,13 +218,75 @@ def tool_effect(tool: str, args, result, key: str, side_effect: str, step: int, 
 
 
 def effect_entry(git, event: dict, step: int) -> dict:
-    """The ledger entry of a ``PostToolUse`` event (its ``tool_use_id`` the idempotency key)."""
+    """The ledger entry of a ``PostToolUse`` or ``PostToolUseFailure`` event (its ``tool_use_id`` the
+    idempotency key; a failed call has ``failed``, its ``error`` and whether it was ``interrupted``)."""
+    name = event["hook_event_name"]
     tool = event.get("tool_name")
     if not isinstance(tool, str) or not tool:
-        raise InputFormatError("a PostToolUse event has no tool_name")
+        raise InputFormatError(f"a {name} event has no tool_name")
     key = event.get("tool_use_id")
     key = key if isinstance(key, str) and key else f"{event['session_id']}/step-{step}"
-    return tool_effect(tool, event.get("tool_input"), event.get("tool_response"), key, side_effect_class(git, tool), step)
+    failed = name == "PostToolUseFailure"
+    entry = tool_effect(tool, event.get("tool_input"), None if failed else event.get("tool_response"), key,
+                        side_effect_class(git, tool), step)
+    if failed:
+        error = event.get("error")
+        error = error if isinstance(error, str) else json.dumps(error, default=str)
+        entry.update(failed=True, error=secrets.redact_text(error)[:ERROR_KEPT_CHARS],
+                     interrupted=event.get("is_interrupt") is True)
+    return entry
+
+
+def _call_ids(messages: list[dict]) -> tuple[set, set]:
+    """(tool_use ids, tool_result ids) the messages hold."""
+    uses, results = set(), set()
+    for m in messages:
+        content = m.get("content")
+        for block in content if isinstance(content, list) else ():
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                uses.add(block.get("id"))
+            elif isinstance(block, dict) and block.get("type") == "tool_result":
+                results.add(block.get("tool_use_id"))
+    return uses, results
+
+
+def complete_calls(messages: list[dict], calls: list[dict]) -> list[str]:
+    """Append, from their ledger entries, the tool_use and tool_result of the calls the transcript
+    does not hold yet; the ids of those completed so (the step's ``Pf-Claude-Pending``)."""
+    uses, results = _call_ids(messages)
+    pending = []
+    for entry in calls:
+        key = entry["idempotency_key"]
+        if key in uses and key in results:
+            continue
+        pending.append(key)
+        if key not in uses:
+            messages.append({"role": "assistant", "content": [
+                {"type": "tool_use", "id": key, "name": entry["tool"], "input": entry.get("args")}]})
+        if key not in results:
+            if entry.get("failed"):
+                text = entry.get("error", "")
+            elif "result" in entry:
+                text = entry["result"] if isinstance(entry["result"], str) else json.dumps(entry["result"], ensure_ascii=False)
+            else:
+                text = f"(a result of {entry.get('result_bytes')} bytes, kept by its hash)"
+            block = {"type": "tool_result", "tool_use_id": key, "content": text}
+            if entry.get("failed"):
+                block["is_error"] = True
+            messages.append({"role": "user", "content": [block]})
+    return pending
+
+
+def _last_text(messages: list[dict]) -> str | None:
+    for m in reversed(messages):
+        if m.get("role") != "assistant":
+            continue
+        content = m.get("content")
+        if isinstance(content, str):
+            return content
+        texts = [b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+        return "".join(t for t in texts if isinstance(t, str)) if texts else None
+    return None
 
 
 class Sessions:
@@ -205,10 +303,14 @@ class Sessions:
         branch = session_branch(event["session_id"])
         if name == "SessionStart":
             return self._start(event, branch, project_dir)
-        if name == "PostToolUse":
+        if name in TOOL_EVENTS:
             return self._tool(event, branch, project_dir)
-        if name == "Stop":
-            return self._stop(branch)
+        if name in ("Stop", "SessionEnd"):
+            return self._final(event, branch, project_dir)
+        if name == "UserPromptSubmit":
+            return self._prompt(event, branch)
+        if name == CHECK_EVENT:  # git pf install --claude-code --check: the hook reached this repository
+            return Outcome("checked", branch, detail=str(self.repo.git_dir))
         return Outcome("skipped", branch, detail=f"event {name} is not one git-pf handles")
 
     def close(self) -> None:
@@ -225,43 +327,86 @@ class Sessions:
         image = self._write(event, branch, project_dir, 0, None, None, f"session start ({source[:40]})")
         return Outcome("started", branch, image.id, 0)
 
+    def _prompt(self, event: dict, branch: str) -> Outcome:
+        git, sid = self.repo.git, event["session_id"]
+        tip = refs.branch_tip(git, branch)
+        current = max(session_record(self.repo.git_dir, sid).get("turn") or 0,
+                      turn_of(img.read_image(git, tip)) if tip else 0)
+        _update_record(self.repo.git_dir, sid, turn=current + 1)
+        return Outcome("turn", branch, tip, detail=f"turn {current + 1}")
+
     def _tool(self, event: dict, branch: str, project_dir: str | None) -> Outcome:
         git = self.repo.git
         tip = refs.branch_tip(git, branch)
         parent = img.read_image(git, tip) if tip else None
         step = (step_of(parent) or 0) + 1 if parent else 1
-        data = img.read_file(git, parent.tree, img.EFFECTS_LEDGER) if parent else None
-        ledger = effects_mod.decode(data) if data else []
+        ledger = self._ledger(parent)
         entry = effect_entry(git, event, step)
         ledger = ledger + [entry]
-        image = self._write(event, branch, project_dir, step, parent, ledger, f"step {step}: {entry['tool'][:60]}")
-        return Outcome("step", branch, image.id, step)
+        calls = self._pending(parent, ledger[:-1]) + [entry]
+        what = "failed" if entry.get("failed") else "step"
+        image = self._write(event, branch, project_dir, step, parent, ledger, f"step {step}: {entry['tool'][:60]}"
+                            + (" (failed)" if entry.get("failed") else ""), calls=calls)
+        return Outcome(what, branch, image.id, step)
 
-    def _stop(self, branch: str) -> Outcome:
-        git = self.repo.git
+    def _final(self, event: dict, branch: str, project_dir: str | None) -> Outcome:
+        """The turn's final image (the world, the whole transcript, the last assistant message), tagged."""
+        git, sid = self.repo.git, event["session_id"]
         tip = refs.branch_tip(git, branch)
         if tip is None:
             return Outcome("skipped", branch, detail="no image for this session yet")
+        parent = img.read_image(git, tip)
+        record = session_record(self.repo.git_dir, sid)
         tags = refs.list_refs(git, refs.TAGS + branch + "/turn-")
         numbers = sorted(int(k) for k in tags if k.isdigit())
-        if numbers and tags[str(numbers[-1])] == tip:
-            return Outcome("skipped", branch, tip, detail="the last image is tagged already")
-        name = f"{branch}/turn-{(numbers[-1] if numbers else 0) + 1}"
-        self.repo.create_tag(name, tip)
-        return Outcome("tagged", branch, tip, step_of(img.read_image(git, tip)), name)
+        turn = record.get("turn") if isinstance(record.get("turn"), int) and record.get("turn") > 0 else \
+            (numbers[-1] if numbers and tags[str(numbers[-1])] == tip else (numbers[-1] if numbers else 0) + 1)
+        last = event.get("last_assistant_message")
+        step = step_of(parent) or 0
+        image = self._write(event, branch, project_dir, step, parent, None, f"{event['hook_event_name']}: "
+                            f"end of turn {turn}", calls=self._pending(parent, self._ledger(parent)),
+                            final=last if isinstance(last, str) else None, turn=turn,
+                            more=((RUN_END_TRAILER, "0"),), allow_empty=not parent.trailer(RUN_END_TRAILER))
+        name = f"{branch}/turn-{turn}"
+        full = refs.TAGS + refs.check_name(name, "tag")
+        if git.references.get(full) is None:
+            self.repo.create_tag(name, image.id)
+        elif tags.get(str(turn)) != image.id:
+            git.references.create(full, image.id, force=True)
+        if "turn" not in record:
+            _update_record(self.repo.git_dir, sid, turn=turn)
+        return Outcome("final", branch, image.id, step, name)
 
     # -- writing ------------------------------------------------------------
-    def _write(self, event, branch, project_dir, step, parent, ledger, subject) -> img.ImageInfo:
+    def _ledger(self, parent) -> list[dict]:
+        data = img.read_file(self.repo.git, parent.tree, img.EFFECTS_LEDGER) if parent else None
+        return effects_mod.decode(data) if data else []
+
+    @staticmethod
+    def _pending(parent, ledger: list[dict]) -> list[dict]:
+        """The ledger entries of the calls the parent's trace completed from its events."""
+        ids = set(parent.trailer(PENDING_TRAILER)[-1].split(",")) if parent and parent.trailer(PENDING_TRAILER) else set()
+        return [e for e in ledger if e.get("idempotency_key") in ids]
+
+    def _write(self, event, branch, project_dir, step, parent, ledger, subject, *, calls=(), final=None,
+               turn=None, more=(), allow_empty=True) -> img.ImageInfo:
         root = project_root(self.repo, event, project_dir)
-        _remember_root(self.repo.git_dir, event["session_id"], root)
-        messages = self._messages(event)
+        sid = event["session_id"]
+        path = event.get("transcript_path")
+        record = _update_record(self.repo.git_dir, sid, root=os.path.abspath(root),
+                                **({"transcript": path} if isinstance(path, str) and path else {}))
+        messages, pending = self._messages(event, list(calls), final)
+        turn = turn if turn is not None else (record.get("turn") or 0)
+        trailers = [(STEP_TRAILER, str(step)), (SESSION_TRAILER, sid), (TURN_TRAILER, str(turn)), *more]
+        if pending:
+            trailers.append((PENDING_TRAILER, ",".join(pending)))
         req = SnapshotRequest(root, branch=branch, agent=AGENT, messages=messages, effects=ledger, message=subject,
-                              allow_empty=True, world=self._world(root), parent=parent.id if parent else None,
-                              trailers=((STEP_TRAILER, str(step)), (SESSION_TRAILER, event["session_id"])))
+                              allow_empty=allow_empty, world=self._world(root), parent=parent.id if parent else None,
+                              trailers=tuple(trailers))
         return take(self.repo, req).image
 
     def _world(self, root: Path):
-        ignore: tuple[str, ...] = ()
+        ignore: tuple[str, ...] = WORLD_IGNORE
         if not self.live:
             return DirWorld(self.repo, root, ignore)
         from ..runs.stepworld import LiveWorld
@@ -271,16 +416,32 @@ class Sessions:
             self._worlds[key] = LiveWorld(self.repo, root, ignore)
         return self._worlds[key]
 
-    def _messages(self, event: dict) -> list[dict] | None:
-        """The transcript's messages (None, keeping the parent's, when the event names no transcript)."""
+    def _messages(self, event: dict, calls: list[dict], final: str | None) -> tuple[list[dict] | None, list[str]]:
+        """The transcript's messages, completed with the calls it does not hold yet and the final
+        answer (None, keeping the parent's, when the event names no transcript); the completed ids.
+        Waits up to ``TRANSCRIPT_WAIT_S`` for the newest call's tool_use (or the final answer)."""
         path = event.get("transcript_path")
         if not isinstance(path, str) or not path:
-            return None
+            return None, []
         reader = self._transcripts.get(path) if self.live else None
         if reader is None:
             reader = Transcript(Path(os.path.expanduser(path)))
             if self.live:
                 self._transcripts[path] = reader
-        messages = [dict(m) for m in reader.read()]
+
+        def arrived(messages) -> bool:
+            if final is not None:
+                return _last_text(messages) == final
+            return not calls or calls[-1]["idempotency_key"] in _call_ids(messages)[0]
+
+        deadline = time.monotonic() + TRANSCRIPT_WAIT_S
+        found = reader.read()
+        while not arrived(found) and time.monotonic() < deadline:
+            time.sleep(0.01)
+            found = reader.read()
+        messages = [dict(m) for m in found]
+        pending = complete_calls(messages, calls)
+        if final is not None and _last_text(messages) != final:
+            messages.append({"role": "assistant", "content": [{"type": "text", "text": secrets.redact_text(final)}]})
         messages_mod.encode(messages)  # a message canonical JSON cannot hold fails here, not mid-write
-        return messages
+        return messages, pending

@@ -77,6 +77,8 @@ def main(data: bytes | None = None) -> int:
             reply = handle_request(git_dir, request)
         if reply.get("error"):
             _fail(git_dir, reply["error"], data)
+        elif (reply.get("ok") or {}).get("action") == "checked":
+            sys.stdout.write(f"git pf: claude-code hook: ok ({git_dir})\n")
     except Exception as e:  # noqa: BLE001  (a hook must never block the agent: every failure is logged)
         _fail(git_dir, _line(e), data)
     return 0

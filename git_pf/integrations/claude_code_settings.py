@@ -1,9 +1,12 @@
 """``git pf install|uninstall --claude-code``: git-pf's hook entries in a Claude Code settings file.
 
 The entries go into ``.claude/settings.json`` of the project (the work tree's
-top) or ``~/.claude/settings.json`` (``--scope user``), under ``hooks`` →
-event → a matcher group of their own, so the user's own hooks stay as they
-are and keep running. Installing twice changes nothing. What the file was
+top) or the user's ``settings.json`` (``--scope user``: in ``$CLAUDE_CONFIG_DIR``,
+else ``~/.claude``), under ``hooks`` → event → a matcher group of their own, so
+the user's own hooks stay as they are and keep running. The command names the
+``git-pf`` that installs it by its absolute path, so Claude Code's ``PATH`` does
+not matter; ``check`` runs a test event through each installed command as
+Claude Code would. Installing twice changes nothing. What the file was
 before (its bytes, or its absence) and what was written are kept in a state
 file (``$GIT_DIR/pf/claude-code/install-<scope>.json`` for a project,
 ``~/.claude/git-pf-install.json`` for the user), so ``uninstall`` gives the
@@ -18,19 +21,50 @@ import base64
 import hashlib
 import json
 import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import uuid
 from pathlib import Path
 
 from ..errors import InputFormatError, UsageError
 
-COMMAND = "git pf hook claude-code"
-EVENTS = ("SessionStart", "PostToolUse", "Stop")
-MATCHED = ("PostToolUse",)  # the events whose groups take a tool-name matcher
+COMMAND = "git pf hook claude-code"  # what earlier versions wrote; still recognised as git-pf's
+EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "PostToolUseFailure", "Stop", "SessionEnd")
+MATCHED = ("PostToolUse", "PostToolUseFailure")  # the events whose groups take a tool-name matcher
 SCOPES = ("project", "user")
+CHECK_TIMEOUT_S = 60.0
+_OURS = re.compile(r"^(git pf|\S*git-pf'?|\S+ -m git_pf) hook claude-code$")
+
+
+def hook_command() -> str:
+    """The hook command for the ``git-pf`` running now, by its absolute path."""
+    exe = sys.argv[0] if sys.argv and os.path.basename(sys.argv[0]) == "git-pf" else shutil.which("git-pf")
+    if exe:
+        return f"{shlex.quote(os.path.abspath(exe))} hook claude-code"
+    return f"{shlex.quote(sys.executable)} -m git_pf hook claude-code"
+
+
+def command_problem(command: str) -> str | None:
+    """Why Claude Code could not run ``command`` (None: its program is there and executable)."""
+    program = shlex.split(command)[0]
+    found = program if os.sep in program else shutil.which(program)
+    if not found or not os.access(found, os.X_OK):
+        return f"'{program}' is not an executable Claude Code can find"
+    return None
+
+
+def config_dir() -> Path:
+    """Claude Code's user configuration directory: ``$CLAUDE_CONFIG_DIR``, else ``~/.claude``."""
+    configured = os.environ.get("CLAUDE_CONFIG_DIR")
+    return Path(os.path.expanduser(configured)) if configured else Path(os.path.expanduser("~")) / ".claude"
 
 
 def settings_path(repo, scope: str) -> Path:
     if scope == "user":
-        return Path(os.path.expanduser("~")) / ".claude" / "settings.json"
+        return config_dir() / "settings.json"
     if scope != "project":
         raise UsageError(f"--scope must be one of {'|'.join(SCOPES)}, not '{scope}'")
     if not repo.git.workdir:
@@ -40,7 +74,7 @@ def settings_path(repo, scope: str) -> Path:
 
 def _state_path(repo, scope: str) -> Path:
     if scope == "user":
-        return Path(os.path.expanduser("~")) / ".claude" / "git-pf-install.json"
+        return config_dir() / "git-pf-install.json"
     return repo.git_dir / "pf" / "claude-code" / "install-project.json"
 
 
@@ -49,8 +83,22 @@ def _group(event: str, command: str) -> dict:
     return {"matcher": "*", **group} if event in MATCHED else group
 
 
-def _is_ours(hook, command: str) -> bool:
-    return isinstance(hook, dict) and hook.get("type") == "command" and hook.get("command") == command
+def _is_ours(hook, command: str | None = None) -> bool:
+    """A hook entry git-pf wrote (``command``: that command exactly)."""
+    if not isinstance(hook, dict) or hook.get("type") != "command" or not isinstance(hook.get("command"), str):
+        return False
+    return hook["command"] == command if command else bool(_OURS.match(hook["command"]))
+
+
+def installed_commands(settings: dict) -> list[str]:
+    """The git-pf hook commands a settings object holds, each once."""
+    out = []
+    for groups in (settings.get("hooks") or {}).values():
+        for group in groups if isinstance(groups, list) else ():
+            for hook in group.get("hooks") or () if isinstance(group, dict) else ():
+                if _is_ours(hook) and hook["command"] not in out:
+                    out.append(hook["command"])
+    return out
 
 
 def _load(path: Path, data: bytes | None) -> dict:
@@ -87,8 +135,11 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def install(repo, scope: str = "project", command: str = COMMAND) -> dict:
-    """Add the hook entries; ``{"path", "scope", "added": [events]}`` (empty when all were there)."""
+def install(repo, scope: str = "project", command: str | None = None) -> dict:
+    """Add the hook entries (an earlier git-pf command is replaced by this one); ``{"path", "scope",
+    "added": [events], "command", "problem"}`` (added empty when all were there; problem: why Claude
+    Code could not run the command, or None)."""
+    command = command or hook_command()
     path = settings_path(repo, scope)
     before = _read(path)
     settings = _load(path, before)
@@ -96,10 +147,16 @@ def install(repo, scope: str = "project", command: str = COMMAND) -> dict:
     added = []
     for event in EVENTS:
         groups = hooks.setdefault(event, [])
-        if not any(_is_ours(h, command) for g in groups if isinstance(g, dict) for h in g.get("hooks") or []):
+        ours = [h for g in groups if isinstance(g, dict) for h in g.get("hooks") or [] if _is_ours(h)]
+        if any(h["command"] == command for h in ours):
+            continue
+        if ours:
+            ours[0]["command"] = command
+        else:
             groups.append(_group(event, command))
-            added.append(event)
-    result = {"path": str(path), "scope": scope, "added": added}
+        added.append(event)
+    result = {"path": str(path), "scope": scope, "added": added, "command": command,
+              "problem": command_problem(command)}
     if not added:
         return result
     data = (json.dumps(settings, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
@@ -133,7 +190,7 @@ def uninstall(repo, scope: str = "project") -> dict:
     path = settings_path(repo, scope)
     state_path = _state_path(repo, scope)
     state = _read_state(state_path) or {}
-    command = state.get("command", COMMAND)
+    command = None  # every entry git-pf wrote, whichever git-pf wrote it
     current = _read(path)
     result = {"path": str(path), "scope": scope, "restored": False, "removed": []}
     if current is not None and state.get("written") == _digest(current):
@@ -157,7 +214,7 @@ def uninstall(repo, scope: str = "project") -> dict:
     return result
 
 
-def _remove_ours(settings: dict, command: str) -> list[str]:
+def _remove_ours(settings: dict, command: str | None) -> list[str]:
     """Drop git-pf's hook entries (and the groups and events they leave empty); the events changed."""
     hooks = settings.get("hooks", {})
     removed = []
@@ -180,3 +237,32 @@ def _remove_ours(settings: dict, command: str) -> list[str]:
     if "hooks" in settings and not hooks:
         del settings["hooks"]
     return removed
+
+
+def check(repo, scope: str = "project") -> dict:
+    """Run a test event through each installed git-pf command as Claude Code runs a hook (``sh -c``,
+    the event on stdin, from the project directory); ``{"path", "scope", "commands": [{"command",
+    "ok", "detail"}], "ok"}``. A command that does not reach this repository's git-pf is not ok."""
+    from .claude_code import CHECK_EVENT
+
+    path = settings_path(repo, scope)
+    settings = _load(path, _read(path))
+    root = repo.git.workdir or os.getcwd()
+    event = json.dumps({"session_id": f"pf-check-{uuid.uuid4().hex[:12]}", "hook_event_name": CHECK_EVENT,
+                        "cwd": str(root), "transcript_path": ""}).encode()
+    env = dict(os.environ, CLAUDE_PROJECT_DIR=str(root))
+    results = []
+    for command in installed_commands(settings):
+        try:
+            proc = subprocess.run(["sh", "-c", command], input=event, cwd=root, env=env, capture_output=True,
+                                  timeout=CHECK_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            results.append({"command": command, "ok": False, "detail": f"no answer in {CHECK_TIMEOUT_S:.0f} s"})
+            continue
+        said = (proc.stderr or proc.stdout).decode("utf-8", "replace").strip().splitlines()
+        ok = proc.returncode == 0 and b"claude-code hook: ok" in proc.stdout
+        detail = "the hook answered" if ok else (said[-1][:300] if said else f"exit {proc.returncode}, no output")
+        results.append({"command": command, "ok": ok, "detail": detail})
+    if not results:
+        results.append({"command": None, "ok": False, "detail": f"no git-pf hook in {path} (run 'git pf install --claude-code')"})
+    return {"path": str(path), "scope": scope, "commands": results, "ok": all(r["ok"] for r in results)}
