@@ -1,7 +1,8 @@
 """Claude Code hooks: hook events and transcripts shaped as the real CLI (2.1.332) sends and writes them
 (the tool result's line lands after PostToolUse), fed to the real ``git pf hook claude-code`` (through
 ``sh -c``, as Claude Code runs a hook) on a real project directory; the settings file install and
-uninstall; ``git pf rewind``. tests/test_integrations_claude_cli.py drives the real CLI itself."""
+uninstall; ``git pf rewind``; and the real CLI itself (from npm, pinned: ``make claude-code``) against a
+scripted Anthropic server (tests/claude_cli_helpers.py)."""
 from __future__ import annotations
 
 import json
@@ -19,6 +20,7 @@ from git_pf import Repo, image as img
 from git_pf.layers.effects import ledger
 from git_pf.layers.world.restore import iter_world
 
+import claude_cli_helpers as cli
 from conftest import BIN, git_fsck_clean
 
 SID = "3f2a9c1e-7b4d-4e2a-9f10-5c6d7e8f9a0b"
@@ -376,3 +378,75 @@ def _answer_prompt(claude: Claude, answer: bytes) -> bytes:
     finally:
         os.close(master)
     return seen.replace(b"\r", b"")
+
+
+# -- the real Claude Code CLI -------------------------------------------------------------------------
+def _step_images(repo: Repo, branch: str) -> list:
+    """The branch's images, oldest first."""
+    return list(reversed(repo.log(branch)))
+
+
+@pytest.mark.skipif(cli.missing() is not None, reason=str(cli.missing()))
+def test_the_real_cli_saves_every_call_the_answer_and_rewinds_code_and_conversation(project, tmp_path):
+    root, env = project
+    subprocess.run(["git", "config", "--unset", "pf.claudeCode.server"], cwd=root, check=True)  # as installed
+    settings = root / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    original = b'{\n  "permissions": {"allow": ["Bash(make:*)"]}\n}\n'
+    settings.write_bytes(original)
+    pf = lambda *a, **kw: subprocess.run(["git", "pf", *a], cwd=root, env=kw.get("env", env), capture_output=True,
+                                         text=True)
+    assert pf("install", "--claude-code").returncode == 0
+    assert pf("install", "--claude-code", "--check").returncode == 0
+    config = tmp_path / "claude-config"
+    with cli.ScriptedAnthropic(cli.session(root)) as server:
+        cenv = cli.claude_env(env, server.url, config)
+        result = cli.run_claude(root, cenv, "make hello.py")
+        assert result["result"] == "All done." and not server.unknown(), server.unknown()
+        sid = result["session_id"]
+        repo = Repo.open(root)
+        branch = f"cc/{sid}"
+        images = _step_images(repo, branch)
+        # one image per tool call, the failed Bash included, then the final image
+        assert [(i.trailer("Pf-Step"), i.trailer("Pf-Run-Exit")) for i in images] == [
+            (["0"], []), (["1"], []), (["2"], []), (["3"], []), (["3"], ["0"])]
+        effects = _ledger(repo, branch)
+        assert [(e["tool"], e.get("failed", False)) for e in effects] == [("Write", False), ("Bash", True), ("Edit", False)]
+        assert effects[1]["error"] == "Exit code 3" and effects[1]["side_effect_class"] == "irreversible"
+        assert _world(repo, images[2].id)["made.txt"] == b"made\n"  # the failed call changed the project
+        for n in (1, 2, 3):  # each step's messages hold its own tool call
+            uses = [b["id"] for m in _messages(repo, images[n].id) if isinstance(m["content"], list)
+                    for b in m["content"] if b.get("type") == "tool_use"]
+            assert uses[-1] == effects[n - 1]["idempotency_key"]
+        final = _messages(repo, branch)
+        assert final[-1]["role"] == "assistant" and final[-1]["content"][0]["text"] == "All done."
+        assert str(repo.git.references.get(f"refs/pf/tags/{branch}/turn-1").target) == images[-1].id
+
+        # install --check catches a hook that names git-pf through a PATH Claude Code lacks
+        text = settings.read_text()
+        command = json.loads(text)["hooks"]["PostToolUse"][-1]["hooks"][0]["command"]
+        settings.write_text(text.replace(command, "git pf hook claude-code"))
+        bare = dict(env, PATH="/usr/bin:/bin")
+        out = subprocess.run([str(BIN / "git-pf"), "install", "--claude-code", "--check"], cwd=root, env=bare,
+                             capture_output=True, text=True)
+        assert out.returncode == 1 and "'pf' is not a git command" in out.stdout, out
+        settings.write_text(text)  # as installed
+        assert pf("uninstall", "--claude-code").returncode == 0 and settings.read_bytes() == original
+
+        # rewind: the project at step 1 (the Bash-made file gone), then at step 2 (back); settings untouched
+        assert pf("rewind", sid, "--to-step", "1", "--yes").returncode == 0
+        assert (root / "hello.py").read_text() == "print('hi')\n" and not (root / "made.txt").exists()
+        assert settings.read_bytes() == original
+        assert pf("rewind", "--to-step", "2", "--yes").returncode == 0 and (root / "made.txt").read_text() == "made\n"
+        assert pf("rewind", "--to-step", "0", "--yes").returncode == 0 and settings.read_bytes() == original
+
+        # rewind the conversation to step 1: claude --resume goes on from there
+        out = pf("rewind", sid, "--to-step", "1", "--scope", "conversation", "--yes")
+        assert out.returncode == 0, out.stderr
+        before = len(server.served())
+        resumed = cli.run_claude(root, cenv, "go on", "--resume", sid)
+        assert resumed["session_id"] == sid
+        first = [r["json"] for r in server.served()[before:] if r["json"].get("tools")][0]
+        sent = [b for m in first["messages"] if m["role"] == "assistant" and isinstance(m["content"], list)
+                for b in m["content"] if b.get("type") == "tool_use"]
+        assert [b["name"] for b in sent] == ["Write"] and "go on" in json.dumps(first["messages"][-1])

@@ -261,7 +261,7 @@ def check(repo, scope: str = "project") -> dict:
             continue
         said = (proc.stderr or proc.stdout).decode("utf-8", "replace").strip().splitlines()
         ok = proc.returncode == 0 and b"claude-code hook: ok" in proc.stdout
-        detail = "the hook answered" if ok else (said[-1][:300] if said else f"exit {proc.returncode}, no output")
+        detail = "the hook answered" if ok else (said[0][:300] if said else f"exit {proc.returncode}, no output")
         results.append({"command": command, "ok": ok, "detail": detail})
     if not results:
         results.append({"command": None, "ok": False, "detail": f"no git-pf hook in {path} (run 'git pf install --claude-code')"})
