@@ -52,6 +52,7 @@ class BlameOptions:
     oracle_timeout_s: float = 300.0
     min_valid: int = 3
     mount: bool | None = None
+    ignore: object = ()  # matching.Rules (or --ignore-field paths) besides those stored with the run
 
 
 class Refused(PfError):
@@ -144,7 +145,7 @@ def blame(repo, rev: str, agent_cmd: list[str], opts: BlameOptions, *,
     meter = Meter(prices, opts.budget_usd)
     setup = trials_mod.Setup(run, tip, entries, list(agent_cmd), opts.perturb, fn, opts.seed, grader,
                              list(opts.upstreams), meter,
-                             trials_mod.fuse_available() if opts.mount is None else opts.mount)
+                             trials_mod.fuse_available() if opts.mount is None else opts.mount, opts.ignore)
     finished = _run_all(repo, setup, pending, opts.jobs, progress)
     if meter.tripped.is_set():
         left = len(pending) - finished

@@ -65,6 +65,9 @@ def blame(
     alpha: float = typer.Option(0.05, "--alpha", help="The false discovery rate."),
     oracle_timeout: float = typer.Option(300.0, "--oracle-timeout", metavar="SECONDS", help="An oracle running longer is undefined."),
     mount: Optional[bool] = typer.Option(None, "--mount/--no-mount", help="Trial worlds as copy-on-write mounts (default: when FUSE is there) or checkouts."),
+    ignore_field: List[str] = typer.Option([], "--ignore-field", metavar="JSONPATH", help="A volatile request field left out of matching (repeatable)."),
+    mask: List[str] = typer.Option([], "--mask", metavar="JSONPATH=REGEX", help="Mask the regex's matches under JSONPATH before matching (repeatable)."),
+    profile: Optional[str] = typer.Option(None, "--profile", metavar="NAME|FILE", help="An agent profile's ignored fields and masks."),
     validate: bool = typer.Option(False, "--validate", help="Measure blame's accuracy on built-in scripted agents with known faults."),
     cases: int = typer.Option(20, "--cases", help="With --validate: how many scripted runs."),
     as_json: bool = JsonOpt,
@@ -82,11 +85,13 @@ def blame(
     if not cmd:
         raise UsageError("give the agent's command after '--'")
     from ..blame.engine import BlameOptions, blame as do_blame
+    from .cmd_runs import match_rules
 
     opts = BlameOptions(oracle=oracle, success_re=success_re, failure_re=failure_re, k=k,
                         steps=parse_steps(steps) if steps is not None else None, perturb=perturb or "text",
                         budget_usd=budget, jobs=jobs, upstreams=list(upstream), name=name, null_rate=null_rate,
-                        alpha=alpha, seed=seed, oracle_timeout_s=oracle_timeout, mount=mount)
+                        alpha=alpha, seed=seed, oracle_timeout_s=oracle_timeout, mount=mount,
+                        ignore=match_rules(ignore_field, mask, profile)[0])
 
     def progress(row: dict) -> None:
         say(f"step {row['step']} trial {row['trial']}: {row['outcome']} ({row['reason']})")

@@ -20,6 +20,19 @@ RUN = {"allow_interspersed_args": False}  # record's CMD may follow without '--'
 CmdArg = typer.Argument(..., metavar="-- CMD [ARGS]...", help="The agent to run, after '--'.")
 UpstreamOpt = typer.Option([], "--upstream", metavar="[openai=|anthropic=]URL",
                            help="Where live requests go (repeatable; a bare URL is for both).")
+IgnoreOpt = typer.Option([], "--ignore-field", metavar="JSONPATH",
+                         help="A volatile request field left out of matching ($.a.b, $.messages[*].id; repeatable).")
+MaskOpt = typer.Option([], "--mask", metavar="JSONPATH=REGEX",
+                       help="Mask the regex's matches in the strings under JSONPATH before matching (repeatable).")
+ProfileOpt = typer.Option(None, "--profile", metavar="NAME|FILE",
+                          help="An agent profile's ignored fields and masks (claude-code, openai-agents, langgraph, or a TOML/JSON file).")
+
+
+def match_rules(ignore_field, mask, profile):
+    """The matching rules and profile of --ignore-field, --mask and --profile (bad input before anything runs)."""
+    from ..runs.profiles import from_flags
+
+    return from_flags(ignore_field, mask, profile)
 
 
 def _finish_run(result, as_json: bool, verb: str) -> None:
@@ -41,11 +54,16 @@ def record(
     upstream: List[str] = UpstreamOpt,
     no_inject: bool = typer.Option(False, "--no-inject", help="Do not hook a Python child's clock, uuid and random draws."),
     as_json: bool = JsonOpt,
+    ignore_field: List[str] = IgnoreOpt,
+    mask: List[str] = MaskOpt,
+    profile: Optional[str] = typer.Option(None, "--profile", metavar="NAME|FILE", help="The agent profile stored with the run (default: picked from the requests' User-Agent)."),
 ) -> None:
     """Run CMD behind a recording proxy: every LLM exchange becomes a step image on a new branch."""
     from ..runs.record import record as do_record
 
-    result = do_record(open_repo(), list(cmd), name=name, fs_root=fs_root, upstreams=upstream, inject=not no_inject)
+    rules, chosen = match_rules(ignore_field, mask, profile)
+    result = do_record(open_repo(), list(cmd), name=name, fs_root=fs_root, upstreams=upstream, inject=not no_inject,
+                       rules=rules, profile=chosen)
     _finish_run(result, as_json, "recorded")
 
 
@@ -54,7 +72,9 @@ def replay(
     rev: str = typer.Argument(..., help="The recorded run (its last step, or any later image of it)."),
     cmd: List[str] = CmdArg,
     realtime: bool = typer.Option(False, "--realtime", help="Keep the recorded delays (streamed chunks and whole responses)."),
-    ignore_field: List[str] = typer.Option([], "--ignore-field", metavar="JSONPATH", help="A volatile request field left out of matching ($.a.b, $.messages[*].id; repeatable)."),
+    ignore_field: List[str] = IgnoreOpt,
+    mask: List[str] = MaskOpt,
+    profile: Optional[str] = ProfileOpt,
     allow_effects: bool = typer.Option(False, "--allow-effects", help="Let an irreversible tool call that is not on the ledger run."),
     fs_root: Optional[Path] = typer.Option(None, "--fs-root", help="Check the first step's world out here (absent or empty; default: a new temporary directory)."),
     # str, not Path: click stat()s a Path while parsing, which would hang on a stopped mount daemon
@@ -63,12 +83,9 @@ def replay(
     as_json: bool = JsonOpt,
 ) -> None:
     """Replay a recorded run to CMD: serve the tape and the draws, check every request, report whether it was bit-exact."""
-    from ..layers.trace.matching import parse_ignore
     from ..runs.replaying import replay as do_replay
 
-    ignore = tuple(ignore_field)
-    for spec in ignore:
-        parse_ignore(spec)  # a malformed one is bad input before anything runs
+    ignore, _ = match_rules(ignore_field, mask, profile)  # with the rules the run was recorded with
     if mount is not None and fs_root is not None:
         raise UsageError("--mount and --fs-root cannot be used together")
     if keep_world and (mount is not None or fs_root is not None):

@@ -35,9 +35,12 @@ DRAIN_S = 30.0  # how long the end of a run waits for exchanges still being writ
 class Recorder:
     """Forward each request and record it as the next step."""
 
-    def __init__(self, writer, upstreams: Upstreams, first_arrival: int = 1, *, sticky=None, on_live=None):
+    def __init__(self, writer, upstreams: Upstreams, first_arrival: int = 1, *, sticky=None, on_live=None,
+                 rules=None, profile=None):
         self.writer = writer
         self.upstreams = upstreams
+        self.rules = rules  # matching.Rules from the flags, stored with every exchange
+        self.profile = profile  # given by --profile, else the first a request's User-Agent picks
         self.sticky = sticky  # a Replayer of recorded exchanges served (and written) while requests match
         self.on_live = on_live  # called with each exchange the upstream answered (a spend meter)
         self._lock = threading.Condition()
@@ -58,6 +61,18 @@ class Recorder:
             self._busy += 1
             return arrival, self._batch, self.writer.arrived(arrival)
 
+    def _match(self, request: Request) -> dict | None:
+        """The matching rules this exchange is recorded with (its ``match``), None when there are none."""
+        from .profiles import detect
+
+        with self._lock:
+            if self.profile is None:
+                self.profile = detect(request.header("user-agent"))
+            profile, rules = self.profile, self.rules
+        if profile is None:
+            return rules.to_json() if rules else None
+        return dict(profile.match_json(), **((profile.rules | rules).to_json() if rules else {}))
+
     def handle(self, request: Request, reply: Reply) -> None:
         api = wire.api_of(request.method, request.path)
         up = self.upstreams.for_request(api, request)
@@ -74,6 +89,9 @@ class Recorder:
                                  "headers": exchange.keep_headers(request.headers),
                                  "body": exchange.body(request.body), "family": request.family},
                      "response": response, "ms": round((time.perf_counter() - t0) * 1000, 3)}
+            match = self._match(request)
+            if match is not None:
+                entry["match"] = match
             self.writer.completed(token, entry)
             with self._lock:
                 self.steps += 1
@@ -155,7 +173,9 @@ def drive(cmd: list[str], env: dict[str, str], recorder: Recorder | None,
 
 
 def record(repo, cmd: list[str], *, name: str | None = None, fs_root: Path | None = None,
-           upstreams: list[str] = (), inject: bool = True) -> RunResult:
+           upstreams: list[str] = (), inject: bool = True, rules=None, profile=None) -> RunResult:
+    """``rules`` (``matching.Rules``) and ``profile`` (``profiles.Profile``; default: picked from the
+    first User-Agent a built-in profile knows) are stored with every exchange, for replay to match by."""
     from . import inject as inject_mod
     from .steps import StepWriter
 
@@ -170,7 +190,7 @@ def record(repo, cmd: list[str], *, name: str | None = None, fs_root: Path | Non
     writer = StepWriter(repo, branch, Path(fs_root).resolve() if fs_root is not None else None)
     try:
         writer.start()
-        recorder = Recorder(writer, ups)
+        recorder = Recorder(writer, ups, rules=rules, profile=profile)
         with Proxy(recorder) as proxy:
             env = inject_mod.child_env(world_env(dict(os.environ), proxy, fs_root), mode="record",
                                        channel=writer.channel, replay_file=None, inject=inject)

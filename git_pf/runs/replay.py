@@ -64,8 +64,10 @@ class Replayer:
     """Serve ``entries`` (v2 exchanges) by request identity within their batch."""
 
     def __init__(self, entries: list[dict], ignore: tuple = (), realtime: bool = False,
-                 stop: threading.Event | None = None):
-        self.ignore = ignore
+                 stop: threading.Event | None = None, world_check=None):
+        self.ignore = matching.as_rules(ignore) | matching.rules_of(entries)  # the flags' and the run's own
+        self.world_check = world_check  # a stepworld.WorldCheck, or None
+        self.world: object | None = None  # the first world divergence (a stepworld.WorldDivergence)
         self.realtime = realtime
         self.stop = stop or threading.Event()
         self.total = len(entries)

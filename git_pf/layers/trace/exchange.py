@@ -114,6 +114,10 @@ def parse_entry(obj: dict, where: str) -> dict:
         _request(check, obj.get("request"))
         _response(check, obj.get("response"))
         check.number(obj, "ms")
+        if obj.get("match") is not None:
+            from .matching import Rules
+
+            Rules.from_json(obj["match"], f"{where}: match")
     elif kind == "end":
         check.count(obj, "step", 0)
         if type(obj.get("exit")) is not int or not -(1 << 31) <= obj["exit"] < 1 << 31:

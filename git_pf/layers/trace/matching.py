@@ -3,9 +3,12 @@
 A request's identity is its method, its path and its body: a JSON body parsed and written as
 canonical JSON (so key order and spacing do not count), after the same secret redaction the
 tape had on the way into the image (so a live request carrying the real key matches its
-redacted recording) and after deleting the ``--ignore-field`` JSONPaths (``$.a.b``,
-``$.messages[2]``, ``$.messages[*].id``). A body that is not JSON counts as its (redacted)
-text, or as its bytes when it is not UTF-8. Pure functions: no HTTP, no git.
+redacted recording), after masking the ``--mask`` regexes inside the strings under their
+JSONPath (``$.system[*].text=Today.s date is [0-9-]+``: each match reads ``<masked>``) and after
+deleting the ``--ignore-field`` JSONPaths (``$.a.b``, ``$.messages[2]``, ``$.messages[*].id``).
+``Rules`` holds both, as a run stores them in its tape (an exchange's ``match``). A body that
+is not JSON counts as its (redacted, ``$``-masked) text, or as its bytes when it is not UTF-8.
+Pure functions: no HTTP, no git.
 """
 from __future__ import annotations
 
@@ -13,13 +16,17 @@ import functools
 import hashlib
 import json
 import re
+from dataclasses import dataclass
 
 from ... import canonjson
-from ...errors import UsageError
+from ...errors import DataError, UsageError
 from ...secrets import redact_json, redact_text
 from . import exchange
 
 MAX_DIFFS = 20
+MASKED = "<masked>"
+MAX_RULE = 1000  # characters of one stored ignore path or mask (a tape is untrusted)
+MAX_RULES = 200
 
 
 class _Wild:
@@ -50,8 +57,108 @@ def parse_ignore(spec: str) -> tuple:
     return tuple(out)
 
 
+@functools.lru_cache(maxsize=256)
+def parse_mask(spec: str) -> tuple[tuple, re.Pattern]:
+    """``JSONPATH=REGEX`` as (segments, compiled regex); ``$`` alone is the whole body. A UsageError
+    when either half is malformed. The path is cut at the first ``=``."""
+    path, sep, rx = spec.partition("=") if isinstance(spec, str) else ("", "", "")
+    if not sep or not rx:
+        raise UsageError(f"--mask: {spec!r} is not JSONPATH=REGEX (like '$.system[*].text=Today.s date is [0-9-]+')")
+    try:
+        segments = () if path == "$" else parse_ignore(path)
+    except UsageError:
+        raise UsageError(f"--mask: {path!r} is not a JSONPath like $ or $.system[*].text") from None
+    try:
+        return segments, re.compile(rx)
+    except re.error as e:
+        raise UsageError(f"--mask: {rx!r} is not a regular expression: {e}") from None
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What matching leaves out: JSONPaths deleted (``ignore``) and ``JSONPATH=REGEX`` masks."""
+    ignore: tuple[str, ...] = ()
+    masks: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        for spec in self.ignore:
+            parse_ignore(spec)
+        for spec in self.masks:
+            parse_mask(spec)
+
+    def __or__(self, other: "Rules") -> "Rules":
+        return Rules(tuple(dict.fromkeys(self.ignore + other.ignore)), tuple(dict.fromkeys(self.masks + other.masks)))
+
+    def __bool__(self) -> bool:
+        return bool(self.ignore or self.masks)
+
+    def to_json(self) -> dict:
+        return {"ignore": list(self.ignore), "mask": list(self.masks)}
+
+    @classmethod
+    def from_json(cls, obj, where: str = "match") -> "Rules":
+        """The rules an exchange's ``match`` holds (untrusted: a DataError naming the field)."""
+        if not isinstance(obj, dict):
+            raise DataError(f"{where}: must be an object")
+        out = {}
+        for key in ("ignore", "mask"):
+            items = obj.get(key, [])
+            if not isinstance(items, list) or len(items) > MAX_RULES \
+                    or not all(isinstance(i, str) and 0 < len(i) <= MAX_RULE for i in items):
+                raise DataError(f"{where}.{key}: must be a list of at most {MAX_RULES} strings")
+            out[key] = tuple(items)
+        if not isinstance(obj.get("profile", ""), str):
+            raise DataError(f"{where}.profile: must be a string")
+        try:
+            return cls(out["ignore"], out["mask"])
+        except UsageError as e:
+            raise DataError(f"{where}: {e}") from None
+
+
+def as_rules(ignore) -> Rules:
+    """``Rules`` from rules or a tuple of ``--ignore-field`` paths."""
+    return ignore if isinstance(ignore, Rules) else Rules(tuple(ignore))
+
+
+def rules_of(entries) -> Rules:
+    """The rules stored with a run: the union of its exchanges' ``match`` (none in older tapes)."""
+    out = Rules()
+    for e in entries:
+        if isinstance(e, dict) and e.get("match") is not None:
+            out = out | Rules.from_json(e["match"], f"step {e.get('step')}: match")
+    return out
+
+
 def _paths(ignore) -> list[tuple]:
     return [p if isinstance(p, tuple) else parse_ignore(p) for p in ignore]
+
+
+def _mask_strings(value, rx: re.Pattern):
+    if isinstance(value, str):
+        return rx.sub(MASKED, value)
+    if isinstance(value, list):
+        return [_mask_strings(v, rx) for v in value]
+    if isinstance(value, dict):
+        return {k: _mask_strings(v, rx) for k, v in value.items()}
+    return value
+
+
+def _mask(value, path: tuple, rx: re.Pattern):
+    """``value`` with every string under ``path`` (at any depth below it) masked by ``rx``."""
+    if not path:
+        return _mask_strings(value, rx)
+    seg, rest = path[0], path[1:]
+    if seg is WILD:
+        if isinstance(value, list):
+            return [_mask(v, rest, rx) for v in value]
+        if isinstance(value, dict):
+            return {k: _mask(v, rest, rx) for k, v in value.items()}
+    elif isinstance(seg, int):
+        if isinstance(value, list) and seg < len(value):
+            return value[:seg] + [_mask(value[seg], rest, rx)] + value[seg + 1:]
+    elif isinstance(value, dict) and seg in value:
+        return dict(value, **{seg: _mask(value[seg], rest, rx)})
+    return value
 
 
 def _delete(value, path: tuple) -> None:
@@ -84,19 +191,28 @@ def _delete(value, path: tuple) -> None:
 
 
 def normal_body(data: bytes, ignore=(), keep: frozenset[str] = frozenset()) -> tuple[str, object]:
-    """What of a body counts: ``("json", value)`` redacted and without the ignored paths,
+    """What of a body counts (``ignore``: ``Rules`` or ``--ignore-field`` paths): ``("json", value)``
+    redacted, masked and without the ignored paths,
     ``("text", redacted text)``, or ``("bytes", sha256 hex)``."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         return "bytes", hashlib.sha256(data).hexdigest()
+    rules = as_rules(ignore)
+    masks = [parse_mask(m) for m in rules.masks]
     try:  # a duplicate key or NaN makes it text, as redaction has it (git_pf.secrets)
         value = redact_json(canonjson.strict_loads(text), keep)
-        for path in _paths(ignore):
+        for path, rx in masks:
+            value = _mask(value, path, rx)
+        for path in _paths(rules.ignore):
             _delete(value, path)
         canonjson.dumps(value)  # deep or odd values fall back to text here, not later
     except (ValueError, RecursionError):
-        return "text", redact_text(text, keep)
+        text = redact_text(text, keep)
+        for path, rx in masks:
+            if not path:
+                text = rx.sub(MASKED, text)
+        return "text", text
     return "json", value
 
 
@@ -105,7 +221,7 @@ def _body_of(req: dict) -> bytes:
     return bytes(b) if isinstance(b, (bytes, bytearray)) else exchange.body_bytes(b)
 
 
-def request_key(method: str, path: str, body_bytes: bytes, ignore: tuple = (),
+def request_key(method: str, path: str, body_bytes: bytes, ignore=(),
                 keep: frozenset[str] = frozenset()) -> str:
     """sha256 hex of a request's identity: method, path and its body as ``normal_body`` has it."""
     kind, value = normal_body(body_bytes, ignore, keep)
