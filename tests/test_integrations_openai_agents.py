@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from agents import Agent, ModelResponse, Runner, Usage, function_tool, set_traci
 from agents.models.interface import Model  # noqa: E402
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText  # noqa: E402
 
-from git_pf import image as img  # noqa: E402
+from git_pf import image as img, refs  # noqa: E402
 from git_pf.integrations.openai_agents import PfRunHooks  # noqa: E402
 from git_pf.layers.effects import ledger  # noqa: E402
 from git_pf.layers.world.restore import iter_world  # noqa: E402
@@ -98,8 +99,9 @@ def test_a_run_with_pf_run_hooks_leaves_its_images_effects_and_world(repo, tmp_p
     assert SECRET not in json.dumps(effects) and effects[1]["args"]["to"] == "a@example.com"
     assert len(ledger.decode(repo.read_layer("oa/run-1~2", "effects/ledger.jsonl"))) == 1
     messages = [json.loads(l) for l in repo.read_layer("oa/run-1", "trace/messages.jsonl").splitlines()]
-    assert messages[0] == {"role": "user", "content": "note milk, then email me"}
-    kinds = [m.get("type") for m in messages[1:]]
+    assert messages[0] == {"role": "system", "content": "Help."}  # the instructions reach the trace
+    assert messages[1] == {"role": "user", "content": "note milk, then email me"}
+    kinds = [m.get("type") for m in messages[2:]]
     assert kinds == ["function_call", "function_call_output", "function_call", "function_call_output", "message"]
     assert messages[-1]["content"][0]["text"] == "All done." and SECRET not in json.dumps(messages)
     assert repo.resolve("oa/run-1").manifest["agent"]["kind"] == "openai-agents"
@@ -122,3 +124,78 @@ def test_a_run_without_a_sandbox_and_a_bad_side_effect_class(repo):
     assert [(e["tool"], e["side_effect_class"], e["result"]) for e in effects] == [("lookup", "pure", "X")]
     with pytest.raises(Exception, match="must be one of"):
         PfRunHooks(repo, side_effects={"lookup": "harmless"})
+
+
+# -- under git pf record / replay ----------------------------------------------------------------------
+AGENT_SCRIPT = """
+import asyncio, sys
+from pathlib import Path
+from agents import Agent, Runner, function_tool, set_tracing_disabled
+from git_pf.integrations.openai_agents import PfRunHooks
+
+set_tracing_disabled(True)
+sandbox = Path(sys.argv[1])
+
+@function_tool
+def append_note(text: str) -> str:
+    \"\"\"Append a line to notes.txt.\"\"\"
+    with open(sandbox / "notes.txt", "a") as f:
+        f.write(text + "\\n")
+    return "appended"
+
+@function_tool
+def read_notes() -> str:
+    \"\"\"Read notes.txt.\"\"\"
+    return (sandbox / "notes.txt").read_text()
+
+async def main():
+    agent = Agent(name="notes", instructions="Keep notes.", tools=[append_note, read_notes], model="gpt-4.1")
+    hooks = PfRunHooks(sys.argv[2], fs_root=sandbox, side_effects={"read_notes": "pure"})
+    if sys.argv[3] == "stream":
+        result = Runner.run_streamed(agent, "note alpha, then read", hooks=hooks)
+        async for _ in result.stream_events():
+            pass
+    else:
+        result = await Runner.run(agent, "note alpha, then read", hooks=hooks)
+    print("agent:", result.final_output, hooks.branch, len(hooks.images))
+
+asyncio.run(main())
+"""
+
+
+# Replay answers the irreversible call from the ledger without running its body; until it also applies
+# the call's recorded world change (issue "real agents"), the world check would stop at that step.
+WORLD_CHECK = ("--no-world-check",)
+
+
+@pytest.mark.parametrize("mode", ["json", "stream"])
+def test_a_recorded_agent_with_pf_run_hooks_replays_bit_exact_with_its_tools_on_the_ledger(repo, run_pf, tmp_path,
+                                                                                            mode):
+    from git_pf.runs.fakellm import FakeLLM
+
+    root = repo.git_dir.parent
+    script = tmp_path / "agent.py"
+    script.write_text(AGENT_SCRIPT)
+    replies = [{"tool": "append_note", "args": {"text": "alpha"}}, {"tool": "read_notes", "args": {}}, "Noted alpha."]
+    env = {"OPENAI_API_KEY": "sk-test-none", "OPENAI_AGENTS_DISABLE_TRACING": "1"}
+    with FakeLLM({"openai.responses": replies}) as fake:
+        sandbox = tmp_path / "sb"
+        sandbox.mkdir()
+        rec = run_pf("record", "--name", "oa-rec", "--fs-root", sandbox, "--upstream", fake.url, "--json", "--",
+                     sys.executable, script, sandbox, root, mode, cwd=root, env=env)
+        assert "agent: Noted alpha. None 0" in rec.stdout  # no branch of its own, no image: the run is the record
+        asked = len(fake.requests)
+        world = tmp_path / "again"
+        world.mkdir()
+        played = run_pf("replay", "oa-rec", "--fs-root", world, "--json", *WORLD_CHECK, "--", sys.executable, script, world, root,
+                        mode, cwd=root, env=env, check=False)
+        assert len(fake.requests) == asked  # nothing reached the server
+    assert played.returncode == 0, played.stderr + played.stdout
+    out = json.loads(played.stdout[played.stdout.index("\n{") + 1:])
+    assert out["bit_exact"] is True and out["mismatch"] is None
+    assert out["effects"] == {"replayed": 2, "of": 2}
+    assert refs.list_refs(repo.git, refs.HEADS + "oa/") == {}  # no branch of the hooks' own, recorded or replayed
+    effects = ledger.decode(repo.read_layer("oa-rec", "effects/ledger.jsonl"))
+    assert [(e["tool"], e["side_effect_class"]) for e in effects] == [("append_note", "irreversible"),
+                                                                       ("read_notes", "pure")]
+    assert not (world / "notes.txt").exists()  # the irreversible body did not run again
