@@ -108,9 +108,9 @@ class Setup:
     upstreams: list[str]
     meter: Meter
     mount: bool
-
-
     ignore: object = ()  # matching rules given on the command line (the run's own come with its tape)
+
+
 def change(setup: Setup, step: int, k: int, ups: Upstreams, spent: list[float]):
     """The ``entry_change`` of the fork of trial ``k`` at ``step``."""
     def apply(entry: dict) -> dict:
