@@ -107,7 +107,7 @@ def test_a_run_with_pf_run_hooks_leaves_its_images_effects_and_world(repo, tmp_p
     assert repo.resolve("oa/run-1").manifest["agent"]["kind"] == "openai-agents"
 
 
-def test_a_run_without_a_sandbox_and_a_bad_side_effect_class(repo):
+def test_a_run_without_a_sandbox_and_a_bad_side_effect_class(repo, run_pf):
     set_tracing_disabled(True)
 
     @function_tool
@@ -124,6 +124,10 @@ def test_a_run_without_a_sandbox_and_a_bad_side_effect_class(repo):
     assert [(e["tool"], e["side_effect_class"], e["result"]) for e in effects] == [("lookup", "pure", "X")]
     with pytest.raises(Exception, match="must be one of"):
         PfRunHooks(repo, side_effects={"lookup": "harmless"})
+    reply = repo.git_dir.parent / "reply.json"
+    reply.write_text('{"output_text": "Y"}')
+    out = run_pf("fork", hooks.branch, "--at-step", "2", "--response", reply, cwd=repo.git_dir.parent, check=False)
+    assert out.returncode == 2 and "not a recorded run" in out.stderr and out.stderr.count("\n") == 1
 
 
 # -- under git pf record / replay ----------------------------------------------------------------------

@@ -40,6 +40,10 @@ def fork_at_step(repo, rev: str, n: int, *, entry_change: Callable[[dict], dict]
     if n < 1:
         raise UsageError("a fork at a step needs a step of 1 or more (step 0 is the world before the run)")
     source = img.read_image(git, at_step(git, rev, n))
+    stored = tape_mod.read(git, source.tree)
+    if not any(isinstance(e, dict) and e.get("v") == 2 for e in stored or ()):  # e.g. an agent's own hooks' branch
+        raise UsageError(f"'{rev}' is not a recorded run (step {n} has no tape of format v2): "
+                         f"fork at a step needs a run made by 'git pf record'")
     parent = source.parents[0] if source.parents else None
     if parent is None or step_of(img.read_image(git, parent)) != n - 1:
         raise DataError(f"image {source.short} (step {n}) does not follow step {n - 1}")
@@ -49,7 +53,6 @@ def fork_at_step(repo, rev: str, n: int, *, entry_change: Callable[[dict], dict]
         name = refs.check_name(name) if name else default_name(git, rev, n)
         if refs.branch_tip(git, name) is not None:
             raise UsageError(f"branch '{name}' already exists")
-    stored = tape_mod.read(git, source.tree)
     at = [i for i, e in enumerate(stored) if e.get("v") == 2 and e.get("kind") == "exchange" and e.get("step") == n]
     if len(at) != 1:
         raise DataError(f"image {source.short}: its tape holds no single exchange of step {n}")
