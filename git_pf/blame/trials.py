@@ -4,8 +4,9 @@ rest of the run again, grade it, write its verdict.
 The fork goes to ``refs/pf/blame/<run>/work/step-<N>/<k>``
 (``runs.forking.fork_at_step``); the run on (``runs.runon.run``) serves the
 recorded exchanges after step N while the agent asks exactly what it asked
-(the sticky tail), then goes live, and writes every step on that ref. Its
-world is a copy-on-write mount of the fork's step (``git pf mount --rw``, run
+(the sticky tail), then goes live, and writes every step on that ref. The
+agent starts in step 0's world and redoes the prefix from the tape (its world
+checked at each step). That world is a copy-on-write mount of the run's step 0 (``git pf mount --rw``, run
 as a command: the mount daemon is the CLI's to import) or, without FUSE, a
 checkout into a temporary directory; either is gone when the trial ends. A
 trial stopped by the spend meter writes no verdict: it is not finished.
@@ -28,6 +29,7 @@ from ..runs import forking, runon
 from ..runs.forward import Upstreams, UpstreamDown, forward
 from ..runs.proxy import Request
 from ..runs.replaying import fresh_world, remove_world
+from ..runs.steps import at_step
 from . import grade as grade_mod, perturb, store
 from .cost import Meter
 
@@ -139,10 +141,11 @@ def run_trial(repo, setup: Setup, step: int, k: int) -> dict | None:
         spent[0] += setup.meter.add(entry)
 
     try:
-        with trial_world(repo, fork.id, setup.mount) as world:
+        with trial_world(repo, at_step(git, fork.id, 0), setup.mount) as world:
             sticky = [e for e in setup.entries if e["step"] > step]
             result, prefix = runon.run(repo, ref, setup.cmd, upstreams=setup.upstreams, world=world, stop=stop,
-                                       sticky=sticky, on_live=on_live, output=subprocess.DEVNULL)
+                                       sticky=sticky, on_live=on_live, output=subprocess.DEVNULL,
+                                       ignore=setup.ignore)
             if setup.meter.stopping.is_set():
                 return None
             outcome, reason = _outcome(git, setup.grader, world, result, prefix)
@@ -155,8 +158,10 @@ def run_trial(repo, setup: Setup, step: int, k: int) -> dict | None:
 
 def _outcome(git, grader: grade_mod.Grader, world: Path, result, prefix) -> tuple[str, str]:
     """(flip | no-flip | undefined, why) of a finished trial whose baseline failed."""
-    if prefix.mismatch is not None:
-        return "undefined", f"the agent asked otherwise before the fork's step: {prefix.mismatch.line}"
+    if prefix.mismatch is not None or prefix.world is not None:
+        problem = prefix.mismatch or prefix.world
+        what = "asked otherwise" if prefix.mismatch is not None else "left another world"
+        return "undefined", f"the agent {what} {runon.prefix_where(problem.step, prefix.fork_step)}: {problem.line}"
     if result.upstream_error or result.failures:
         return "undefined", result.upstream_error or f"internal proxy error: {result.failures[0]}"
     from ..image import read_image

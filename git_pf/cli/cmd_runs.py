@@ -53,10 +53,10 @@ def record(
     fs_root: Optional[Path] = typer.Option(None, "--fs-root", help="The sandbox directory captured at every step."),
     upstream: List[str] = UpstreamOpt,
     no_inject: bool = typer.Option(False, "--no-inject", help="Do not hook a Python child's clock, uuid and random draws."),
-    as_json: bool = JsonOpt,
     ignore_field: List[str] = IgnoreOpt,
     mask: List[str] = MaskOpt,
     profile: Optional[str] = typer.Option(None, "--profile", metavar="NAME|FILE", help="The agent profile stored with the run (default: picked from the requests' User-Agent)."),
+    as_json: bool = JsonOpt,
 ) -> None:
     """Run CMD behind a recording proxy: every LLM exchange becomes a step image on a new branch."""
     from ..runs.record import record as do_record
@@ -80,6 +80,7 @@ def replay(
     # str, not Path: click stat()s a Path while parsing, which would hang on a stopped mount daemon
     mount: Optional[str] = typer.Option(None, "--mount", metavar="DIR", help="Mount the first step's world copy-on-write at DIR instead of checking it out (unmounted and discarded afterwards)."),
     keep_world: bool = typer.Option(False, "--keep-world", help="Keep the temporary world the replay checked out (default: removed when the replay ends)."),
+    no_world_check: bool = typer.Option(False, "--no-world-check", help="Do not check that the world is each step's as recorded."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Replay a recorded run to CMD: serve the tape and the draws, check every request, report whether it was bit-exact."""
@@ -93,7 +94,7 @@ def replay(
     repo = open_repo()
     with _mounted(repo, rev, mount, list(cmd)) as world:
         report = do_replay(repo, rev, list(cmd), realtime=realtime, ignore=ignore, allow_effects=allow_effects,
-                           fs_root=fs_root, world=world, keep_world=keep_world)
+                           fs_root=fs_root, world=world, keep_world=keep_world, world_check=not no_world_check)
     emit(as_json, report.to_json(), lambda: report.problem() or say(report.summary()))
     if report.problem():
         say(f"error: {report.problem()}")
@@ -125,15 +126,25 @@ def run_cmd(
     branch: str = typer.Argument(..., help="A branch made by 'git pf fork --at-step'."),
     cmd: List[str] = CmdArg,
     upstream: List[str] = UpstreamOpt,
-    fs_root: Optional[Path] = typer.Option(None, "--fs-root", help="Check the fork's world out here (absent or empty; default: a new temporary directory)."),
+    ignore_field: List[str] = IgnoreOpt,
+    mask: List[str] = MaskOpt,
+    profile: Optional[str] = ProfileOpt,
+    fs_root: Optional[Path] = typer.Option(None, "--fs-root", help="Check the run's step 0 world out here (absent or empty; default: a new temporary directory)."),
+    resume_world: bool = typer.Option(False, "--resume-world", help="Start in the fork step's world instead of step 0's (for an agent that restores its own state)."),
+    no_world_check: bool = typer.Option(False, "--no-world-check", help="Do not check that the world is each prefix step's as recorded."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Run CMD on from a fork's changed step: the steps before it from the tape, then live, recorded as new steps."""
-    from ..runs.runon import run
+    from ..runs.runon import prefix_where, run
 
-    result, prefix = run(open_repo(), branch, list(cmd), upstreams=upstream, fs_root=fs_root)
-    if prefix.mismatch is not None:
-        emit(as_json, dict(result.to_json(), mismatch=prefix.mismatch.to_json()), lambda: None)
-        say(f"error: run mismatch before the fork's step: {prefix.mismatch.line}")
+    ignore, _ = match_rules(ignore_field, mask, profile)
+    result, prefix = run(open_repo(), branch, list(cmd), upstreams=upstream, fs_root=fs_root, ignore=ignore,
+                         resume_world=resume_world, world_check=not no_world_check)
+    if prefix.mismatch is not None or prefix.world is not None:
+        problem = prefix.mismatch or prefix.world
+        emit(as_json, dict(result.to_json(), mismatch=prefix.mismatch and prefix.mismatch.to_json(),
+                           world_divergence=prefix.world and prefix.world.to_json()), lambda: None)
+        kind = "mismatch" if prefix.mismatch is not None else "divergence"
+        say(f"error: run {kind} {prefix_where(problem.step, prefix.fork_step)}: {problem.line}")
         raise typer.Exit(EXIT_NEGATIVE)
     _finish_run(result, as_json, "ran on: recorded")

@@ -7,7 +7,11 @@ that were in flight together may come in any order), then the next batch.
 The match is answered with the recorded status, headers and body, or its
 chunks (with their delays under ``--realtime``). A request that matches
 nothing, or comes after the last exchange, is a mismatch: it gets a 599,
-the step and the structured diff are kept, and the run is stopped.
+the step and the structured diff are kept, and the run is stopped. With a
+world check (``stepworld.WorldCheck``), a request that matches is answered
+only when the world is that step's as recorded (checked for an exchange
+alone in its batch: concurrent tools leave no single world per request);
+otherwise it is a world divergence, answered and stopped the same way.
 
 ``replay`` is the operation: the first step's world checked out into a
 fresh directory, the recorded draws and effects handed to the in-process
@@ -75,6 +79,7 @@ class Replayer:
         for e in sorted(entries, key=lambda e: e["arrival"]):
             batches.setdefault(e["batch"], []).append(e)
         self._batches = [batches[b] for b in sorted(batches)]
+        self._alone = {id(b[0]) for b in self._batches if len(b) == 1}
         self._keys = {id(e): self._key(e["request"]) for e in entries}
         self._lock = threading.Lock()
         self._done = 0  # batches fully taken
@@ -126,6 +131,13 @@ class Replayer:
         entry = self.take(request)
         if entry is None:
             return reply.error(MISMATCH_STATUS, f"git-pf replay: {self.mismatch.line}", "replay_mismatch")
+        if self.world_check is not None and id(entry) in self._alone:
+            differs = self.world_check.check(entry["step"])
+            if differs is not None:
+                with self._lock:
+                    self.world = self.world or differs
+                self.stop.set()
+                return reply.error(MISMATCH_STATUS, f"git-pf replay: {differs.line}", "replay_divergence")
         serve(entry, reply, self.realtime)
         with self._lock:
             self.served += 1

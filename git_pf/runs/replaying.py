@@ -5,8 +5,11 @@ finds it in ``GIT_PF_WORLD``; a temporary one is removed when the replay
 ends, also on an interrupt, unless it is to be kept), writes the recorded draws and effects for the
 in-process hook (``inject``, ``channel``), serves the tape through a
 ``Replayer`` and watches the channel: a divergence of draws or effects, like
-a request mismatch, stops the child. ``ReplayReport`` says what held
-(docs/record.md, "Commands"). Writes no images.
+a request mismatch, stops the child. The world is checked at every step
+(``stepworld.WorldCheck``) and once more when the child exits, against the
+run's final image. ``ReplayReport`` says what held (docs/record.md,
+"Commands"). Writes no images (the world check writes the objects of what
+it captures).
 """
 from __future__ import annotations
 
@@ -62,23 +65,26 @@ class ReplayReport:
     exit: int
     served: int
     total: int
-    draws: tuple[int, int]
-    effects: tuple[int, int]
+    draws: tuple[int | None, int]  # (consumed, of); consumed None: unknown (the child was killed)
+    effects: tuple[int | None, int]
     mismatch: Mismatch | None
     divergence: str | None
     another_agent: str | None = None
     kept: bool = False  # the world is a temporary directory left behind (--keep-world)
+    world_divergence: object | None = None  # a stepworld.WorldDivergence
+    world_checked: bool = True  # False under --no-world-check
 
     @property
     def bit_exact(self) -> bool:
-        return (self.mismatch is None and self.divergence is None and self.served == self.total
-                and self.draws[0] == self.draws[1] and self.effects[0] == self.effects[1])
+        return (self.mismatch is None and self.divergence is None and self.world_divergence is None
+                and self.served == self.total and self.draws[0] == self.draws[1]
+                and self.effects[0] == self.effects[1])
 
     @property
     def code(self) -> int:
         if self.another_agent:
             return EXIT_USAGE
-        return EXIT_NEGATIVE if self.mismatch or self.divergence else self.exit
+        return EXIT_NEGATIVE if self.mismatch or self.divergence or self.world_divergence else self.exit
 
     def problem(self) -> str | None:
         """The one line to print when the replay did not go through."""
@@ -88,13 +94,15 @@ class ReplayReport:
             return f"replay mismatch: {self.mismatch.line}"
         if self.divergence:
             return f"replay diverged: {self.divergence}"
+        if self.world_divergence:
+            return f"replay divergence: {self.world_divergence.line}"
         return None
 
     def summary(self) -> str:
         held = "bit-exact" if self.bit_exact else "not bit-exact"
-        return (f"replayed {self.served} of {self.total} exchanges, {self.draws[0]} of {self.draws[1]} draws, "
-                f"{self.effects[0]} of {self.effects[1]} effects: {held}; the agent exited {self.exit}"
-                + (f"; its world is kept in {self.world}" if self.kept else ""))
+        return (f"replayed {self.served} of {self.total} exchanges, {_count(self.draws)} draws, "
+                f"{_count(self.effects)} effects{'' if self.world_checked else ' (world not checked)'}: {held}; "
+                f"the agent exited {self.exit}" + (f"; its world is kept in {self.world}" if self.kept else ""))
 
     def to_json(self) -> dict:
         return {"bit_exact": self.bit_exact, "rev": self.rev, "world": self.world, "exit": self.exit,
@@ -102,7 +110,12 @@ class ReplayReport:
                 "draws": {"consumed": self.draws[0], "of": self.draws[1]},
                 "effects": {"replayed": self.effects[0], "of": self.effects[1]},
                 "mismatch": self.mismatch.to_json() if self.mismatch else None,
-                "divergence": self.divergence}
+                "divergence": self.divergence, "world_checked": self.world_checked,
+                "world_divergence": self.world_divergence.to_json() if self.world_divergence else None}
+
+
+def _count(pair: tuple[int | None, int]) -> str:
+    return f"{'unknown' if pair[0] is None else pair[0]} of {pair[1]}"
 
 
 def fresh_world(repo, image: str, into: Path | None) -> Path:
@@ -146,20 +159,22 @@ def another_agent(replayer: Replayer, first: dict, rev: str, diverged: dict | No
 
 def replay(repo, rev: str, cmd: list[str], *, realtime: bool = False, ignore: tuple = (),
            allow_effects: bool = False, fs_root: Path | None = None, world: Path | None = None,
-           keep_world: bool = False) -> ReplayReport:
+           keep_world: bool = False, world_check: bool = True) -> ReplayReport:
     """Replay the run REV ends to ``cmd``. The world is checked out into ``fs_root`` (or a temporary
     directory, removed when the replay ends, whatever its outcome, unless ``keep_world``) unless
-    ``world`` is given: a directory that already holds step 0's world (a mount)."""
+    ``world`` is given: a directory that already holds step 0's world (a mount). ``world_check``:
+    the world must be each step's as recorded (``--no-world-check`` turns it off)."""
     from . import child
 
     plan = plan_of(repo, rev)
     child.start_check(cmd, os.environ)
     if world is not None or fs_root is not None:
         world = Path(world).resolve() if world is not None else fresh_world(repo, plan.first, fs_root)
-        return _replay(plan, rev, cmd, world, realtime, ignore, allow_effects)
+        return _replay(repo, plan, rev, cmd, world, realtime, ignore, allow_effects, world_check)
     temp = Path(tempfile.mkdtemp(prefix="pf-world-"))
     try:
-        report = _replay(plan, rev, cmd, fresh_world(repo, plan.first, temp), realtime, ignore, allow_effects)
+        report = _replay(repo, plan, rev, cmd, fresh_world(repo, plan.first, temp), realtime, ignore,
+                         allow_effects, world_check)
     finally:
         if not keep_world:
             remove_world(repo, temp, temp)
@@ -202,15 +217,51 @@ def remove_tree(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _replay(plan, rev: str, cmd: list[str], world: Path, realtime: bool, ignore: tuple,
-            allow_effects: bool) -> ReplayReport:
+def _replay(repo, plan, rev: str, cmd: list[str], world: Path, realtime: bool, ignore: tuple,
+            allow_effects: bool, world_check: bool) -> ReplayReport:
+    from .stepworld import WorldCheck, world_tree
+
+    stop = threading.Event()
+    checker = WorldCheck(repo, world, plan.tip) if world_check else None
+    replayer = Replayer(plan.entries, ignore, realtime, stop, checker)
+    try:
+        code, watcher = _drive(plan, cmd, world, replayer, stop, allow_effects)
+        if checker is not None and plan.end is not None and replayer.world is None and replayer.mismatch is None \
+                and watcher.diverged is None and replayer.served == replayer.total:
+            last = plan.end.get("step", 0)
+            replayer.world = checker.check(last, world_tree(repo.git, plan.tip), f"after step {last} (the end)")
+    finally:
+        if checker is not None:
+            checker.close()
+    consumed = watcher.consumed
+    divergence = None
+    if watcher.diverged is not None:
+        d = watcher.diverged
+        detail = str(d.get("detail") or f"{d.get('what')} {int(d.get('index') or 0) + 1} differs")
+        divergence = f"{detail} ({draw_step(plan.entries, int(d.get('index') or 0))})" \
+            if d.get("what") == "draw" else detail
+    elif code == DIVERGED_EXIT and replayer.mismatch is None:
+        divergence = "the agent's hook stopped it (exit 86) without saying why"
+    first = min(plan.entries, key=lambda e: e["arrival"])
+
+    killed = stop.is_set() or code > 128  # stopped, or ended by a signal: its hook could not say
+
+    def counted(key: str) -> int | None:  # no word from a killed child's hook: unknown (none ran: 0)
+        return int(consumed.get(key) or 0) if consumed is not None else None if killed else 0
+    return ReplayReport(rev, str(world), code, replayer.served, replayer.total,
+                        (counted("draws"), len(plan.draws)), (counted("effects"), len(plan.ledger)),
+                        replayer.mismatch, divergence, another_agent(replayer, first, rev, watcher.diverged),
+                        world_divergence=replayer.world, world_checked=world_check)
+
+
+def _drive(plan, cmd: list[str], world: Path, replayer: Replayer, stop: threading.Event,
+           allow_effects: bool) -> tuple[int, Watcher]:
+    """Run the child against ``replayer``; its exit code and the channel's watcher."""
     from . import inject
     from .channel import write_replay_file
     from .proxy import Proxy
     from .record import drive, world_env
 
-    stop = threading.Event()
-    replayer = Replayer(plan.entries, ignore, realtime, stop)
     with tempfile.TemporaryDirectory(prefix="pf-replay-") as tmp:
         channel, replay_file = Path(tmp) / "channel.jsonl", Path(tmp) / "replay.json"
         channel.touch()
@@ -222,17 +273,4 @@ def _replay(plan, rev: str, cmd: list[str], world: Path, realtime: bool, ignore:
                                    replay_file=replay_file)
             code = drive(cmd, env, None, stop, watcher.tick)
         watcher.tick()
-    consumed = watcher.consumed or {}
-    divergence = None
-    if watcher.diverged is not None:
-        d = watcher.diverged
-        detail = str(d.get("detail") or f"{d.get('what')} {int(d.get('index') or 0) + 1} differs")
-        divergence = f"{detail} ({draw_step(plan.entries, int(d.get('index') or 0))})" \
-            if d.get("what") == "draw" else detail
-    elif code == DIVERGED_EXIT and replayer.mismatch is None:
-        divergence = "the agent's hook stopped it (exit 86) without saying why"
-    first = min(plan.entries, key=lambda e: e["arrival"])
-    return ReplayReport(rev, str(world), code, replayer.served, replayer.total,
-                        (int(consumed.get("draws") or 0), len(plan.draws)),
-                        (int(consumed.get("effects") or 0), len(plan.ledger)),
-                        replayer.mismatch, divergence, another_agent(replayer, first, rev, watcher.diverged))
+    return code, watcher

@@ -3,10 +3,14 @@
 ``RunOn`` is the proxy backend: the prefix (steps 1..N of the fork, step N
 with its changed response) is served like a replay, matched by request
 identity; once it is all served every request is forwarded and recorded by
-a ``Recorder`` whose ``StepWriter`` continues the branch from step N. The
-world starts as step N's world, checked out into a fresh directory; the
-hook serves the prefix's draws and effects, then goes live
-(docs/record.md, "Commands").
+a ``Recorder`` whose ``StepWriter`` continues the branch from step N (its
+trace starting from the fork tip's). The world starts as step 0's world,
+checked out into a fresh directory, so the agent rebuilds step N's world by
+redoing the prefix as a replay does, and the world is checked at each prefix
+step; ``resume_world`` starts in step N's world instead, unchecked. The hook
+serves the prefix's draws and effects, then goes live. A run whose prefix
+failed (a mismatch, a world divergence) writes nothing: the branch stays as
+it was (docs/record.md, "Commands").
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from .. import image as img
 from ..errors import UsageError
 from .record import Recorder, RunResult, drive, world_env
 from .replay import MISMATCH_STATUS, Replayer
@@ -34,21 +39,32 @@ class RunOn:
         self.replayer.handle(request, reply)
 
 
+def prefix_where(step: int, fork_step: int) -> str:
+    """Where a prefix problem at ``step`` lies against the fork's step."""
+    return ("before" if step < fork_step else "at" if step == fork_step else "after") + " the fork's step"
+
+
 def run(repo, branch: str, cmd: list[str], *, upstreams: list[str] = (), fs_root: Path | None = None,
         inject: bool = True, world: Path | None = None, stop: threading.Event | None = None,
-        sticky: list[dict] = (), on_live=None, output=None) -> tuple[RunResult, object]:
-    """Run CMD from BRANCH's tip on; the result and the prefix replayer (for its mismatch).
+        sticky: list[dict] = (), on_live=None, output=None, resume_world: bool = False,
+        world_check: bool = True, ignore=()) -> tuple[RunResult, object]:
+    """Run CMD from BRANCH's tip on; the result and the prefix replayer (its ``mismatch``, its
+    world divergence ``world`` and the ``fork_step``).
 
     BRANCH may be a full ref under ``refs/pf/`` (a blame trial's). ``world``: a directory that
-    already holds the tip's world (a mount) instead of a fresh checkout. ``stop``: set it to end
+    already holds the start world (step 0's; with ``resume_world`` the tip's), a mount, instead of a
+    fresh checkout. ``world_check``: the world must be each prefix step's as recorded. ``stop``: set it to end
     the child. ``sticky``: recorded exchanges after the fork's step, served while the requests
     match them (the sticky tail). ``on_live(entry)``: each exchange the upstream answered.
-    ``output``: where the child's stdout and stderr go (default: ours)."""
+    ``output``: where the child's stdout and stderr go (default: ours). ``ignore``: matching rules
+    (``matching.Rules`` or ``--ignore-field`` paths) besides those stored with the run."""
     from . import child, inject as inject_mod
     from .channel import write_replay_file
     from .forward import Upstreams
+    from ..layers.trace import messages as trace
     from .replaying import fresh_world, plan_of
     from .steps import StepWriter, check_target, target_tip
+    from .stepworld import WorldCheck
 
     git = repo.git
     check_target(branch)
@@ -57,15 +73,20 @@ def run(repo, branch: str, cmd: list[str], *, upstreams: list[str] = (), fs_root
     plan = plan_of(repo, branch)
     ups = Upstreams.from_repo(git, list(upstreams))
     child.start_check(cmd, os.environ)
-    world = Path(world).resolve() if world is not None else fresh_world(repo, plan.start_image, fs_root)
+    start = plan.start_image if resume_world else plan.first
+    world = Path(world).resolve() if world is not None else fresh_world(repo, start, fs_root)
     last = max(plan.entries, key=lambda e: e["step"])
     stop = stop or threading.Event()
-    replayer = Replayer(plan.entries, stop=stop)
+    checker = WorldCheck(repo, world, plan.tip) if world_check and not resume_world else None
+    replayer = Replayer(plan.entries, ignore=ignore, stop=stop, world_check=checker)
+    replayer.fork_step = plan.fork_step or last["step"]
+    messages = trace.decode(img.read_file(git, img.read_image(git, plan.tip).tree, img.TRACE_MESSAGES) or b"")
     writer = StepWriter(repo, branch, world, parent=plan.tip, start_step=last["step"], tape=plan.entries,
-                        ledger=plan.ledger)
+                        ledger=plan.ledger, messages=messages)
     try:
         recorder = Recorder(writer, ups, first_arrival=max(e["arrival"] for e in plan.entries) + 1,
-                            sticky=Replayer(list(sticky)) if sticky else None, on_live=on_live)
+                            sticky=Replayer(list(sticky), ignore=ignore) if sticky else None, on_live=on_live,
+                            rules=replayer.ignore)
         with tempfile.TemporaryDirectory(prefix="pf-run-") as tmp:
             replay_file = Path(tmp) / "replay.json"
             write_replay_file(replay_file, draws=plan.draws, effects=plan.ledger, allow_effects=False, mode="run")
@@ -73,8 +94,11 @@ def run(repo, branch: str, cmd: list[str], *, upstreams: list[str] = (), fs_root
                 env = inject_mod.child_env(world_env(dict(os.environ), proxy, world), mode="run",
                                            channel=writer.channel, replay_file=replay_file, inject=inject)
                 code = drive(cmd, env, recorder, stop, output=output)
-        info = writer.finish(code)
+        failed = (replayer.mismatch is not None or replayer.world is not None) and recorder.steps == 0
+        tip = plan.tip if failed else writer.finish(code).id  # a run that never went on writes nothing
     finally:
         writer.close()
-    result = RunResult(branch, info.id, recorder.steps, code, recorder.failure(), list(proxy.failures))
+        if checker is not None:
+            checker.close()
+    result = RunResult(branch, tip, recorder.steps, code, recorder.failure(), list(proxy.failures))
     return result, replayer

@@ -10,8 +10,11 @@ Record appends each draw to the channel file, one ``os.write`` per line before t
 replay serves the replay file's draws in order and ends the process with exit 86 on a divergence;
 run serves them and goes live past them. ``git_pf.runs.tools`` shares the run through ``run()``.
 
-Standard library only and self-contained: the child may be a Python without git-pf. Touches
-nothing but the channel file, the wrapped functions and ``GIT_PF_OWNER`` in the environment.
+The draws are the agent's: only the process git-pf started (its parent's pid is
+``GIT_PF_PARENT``) owns the run and records; a process it spawns (a tool, a Python child of a
+non-Python agent) inherits ``GIT_PF_OWNER`` or has another parent, and its draws stay live and
+unrecorded. Standard library only and self-contained: the child may be a Python without git-pf.
+Touches nothing but the channel file, the wrapped functions and ``GIT_PF_OWNER`` in the environment.
 """
 import contextvars
 import os
@@ -59,6 +62,8 @@ class Run:
         self.active = True
         self.draws = replay.get("draws") or []
         self.effects = [e for e in replay.get("effects") or [] if isinstance(e, dict)]
+        blobs = replay.get("blobs")
+        self.blobs = blobs if isinstance(blobs, dict) else {}  # what answered tool calls wrote (git_pf.runs.tools)
         self.allow_effects = bool(replay.get("allow_effects"))
         self.served = 0  # draws served from the replay file
         self.recorded = 0  # live draws written to the channel
@@ -161,6 +166,9 @@ def _start(patch):
     owner = os.environ.get("GIT_PF_OWNER")
     if owner and owner != str(os.getpid()):
         return
+    parent = os.environ.get("GIT_PF_PARENT")
+    if not owner and parent and parent != str(os.getppid()):
+        return  # not the agent's own process: a tool it spawned (the agent may be no Python at all)
     os.environ["GIT_PF_OWNER"] = str(os.getpid())
     channel = os.environ.get("GIT_PF_CHANNEL")
     if mode not in MODES or not channel:

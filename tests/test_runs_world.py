@@ -1,0 +1,119 @@
+"""Runs from step 0 and the world check: an agent on the real openai SDK with tools that are not
+idempotent (an append, a str_replace edit, ``git commit`` and ``mkdir`` in the world) forked and run
+on, replayed, and replayed broken. Real components: the fake LLM server, the proxy, the CLI, git."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from blame_helpers import by_step
+from git_pf.runs.fakellm import FakeLLM
+from runs_helpers import git, report, step_ids
+import tool_agent
+
+AGENT = [sys.executable, str(Path(tool_agent.__file__).resolve())]
+
+
+def record(run_pf, root: Path, world: Path, name: str = "run"):
+    tool_agent.seed(world)
+    with FakeLLM(by_step(tool_agent.STEPS)) as fake:
+        return run_pf("record", "--name", name, "--fs-root", world, "--upstream", fake.url, "--", *AGENT, cwd=root)
+
+
+def show(root: Path, rev: str, path: str) -> str:
+    return git(root, "cat-file", "blob", f"{rev}:world/fs/{path}")
+
+
+def test_a_fork_runs_on_from_step_0_and_every_prefix_world_is_the_recordings(repo, run_pf, tmp_path):
+    root = repo.git_dir.parent
+    record(run_pf, root, tmp_path / "sb")
+    original = step_ids(root, "run")
+    (tmp_path / "reply.txt").write_text("append: div")
+    run_pf("fork", "run", "--at-step", "4", "--response", tmp_path / "reply.txt", "--name", "alt", cwd=root)
+    with FakeLLM(by_step(tool_agent.STEPS)) as live:
+        proc = run_pf("run", "alt", "--upstream", live.url, "--fs-root", tmp_path / "w", "--json", "--", *AGENT,
+                      cwd=root, check=False)
+        assert len(live.requests) == 2  # steps 1-4 from the tape (each prefix world checked), 5 and 6 live
+    assert proc.returncode == 0, proc.stderr
+    assert report(proc.stdout)["steps"] == 2
+    now = step_ids(root, "alt")
+    # the agent redid the prefix in step 0's world: one add, the edit made once, one commit, then div
+    assert show(root, now[5], "CHANGELOG.md") == "add\ndiv\n"
+    assert show(root, now[5], "notes.md") == "done: write the notes\n"
+    assert (tmp_path / "w" / "CHANGELOG.md").read_text() == "add\ndiv\nmul\n"
+    log = subprocess.run(["git", "-C", str(tmp_path / "w"), "log", "--format=%s"], capture_output=True, text=True)
+    assert log.stdout.split() == ["first"]
+    for s in range(5):  # the prefix steps are the recording's own images, world and all
+        assert now[s] == original[s] or s == 4
+    assert git(root, "rev-parse", f"{now[4]}:world/fs") == git(root, "rev-parse", f"{original[4]}:world/fs")
+    # --resume-world keeps the old behaviour, for agents that restore their own state: this one redoes
+    # the prefix over step 4's world, so its edit finds its old text gone and it asks otherwise at step 3
+    run_pf("fork", "run", "--at-step", "4", "--response", tmp_path / "reply.txt", "--name", "old", cwd=root)
+    proc = run_pf("run", "old", "--resume-world", "--fs-root", tmp_path / "w2", "--", *AGENT, cwd=root, check=False)
+    assert proc.returncode == 1 and "mismatch before the fork's step: step 3:" in proc.stderr
+    assert (tmp_path / "w2" / "CHANGELOG.md").read_text() == "add\nadd\n"
+
+
+def test_the_world_check_names_the_step_and_the_file_of_one_extra_byte(repo, run_pf, tmp_path):
+    root = repo.git_dir.parent
+    record(run_pf, root, tmp_path / "sb")
+    good = run_pf("replay", "run", "--json", "--", *AGENT, cwd=root)
+    out = report(good.stdout)
+    assert out["bit_exact"] is True and out["world_divergence"] is None and out["world_checked"] is True
+    broken = run_pf("replay", "run", "--json", "--", *AGENT, cwd=root, env={"TOOL_AGENT_EXTRA": "3"}, check=False)
+    assert broken.returncode == 1
+    [line] = [l for l in broken.stderr.splitlines() if l.startswith("git pf")]
+    assert line == "git pf: error: replay divergence: step 3: the world differs: CHANGELOG.md (1 line added)"
+    out = report(broken.stdout)
+    assert out["bit_exact"] is False and out["world_divergence"]["step"] == 3
+    assert out["world_divergence"]["paths"] == ["CHANGELOG.md"] and "\n+!" in out["world_divergence"]["patch"]
+    assert out["draws"]["consumed"] is None  # the agent was stopped before it could say: unknown, not 0
+    unchecked = run_pf("replay", "run", "--no-world-check", "--json", "--", *AGENT, cwd=root,
+                       env={"TOOL_AGENT_EXTRA": "3"})
+    assert report(unchecked.stdout)["world_checked"] is False and report(unchecked.stdout)["bit_exact"] is True
+
+
+def test_a_failed_run_leaves_its_branch_and_a_run_with_no_new_step_keeps_the_trace(repo, run_pf, tmp_path):
+    root = repo.git_dir.parent
+    record(run_pf, root, tmp_path / "sb")
+    (tmp_path / "reply.txt").write_text("append: div")
+    run_pf("fork", "run", "--at-step", "4", "--response", tmp_path / "reply.txt", "--name", "alt", cwd=root)
+    tip = git(root, "rev-parse", "refs/pf/heads/alt").strip()
+    proc = run_pf("run", "alt", "--", *AGENT, cwd=root, env={"TOOL_AGENT_EXTRA": "2"}, check=False)
+    assert proc.returncode == 1
+    [line] = [l for l in proc.stderr.splitlines() if l.startswith("git pf")]
+    assert line.startswith("git pf: error: run divergence before the fork's step: step 2: the world differs: CHANGELOG.md")
+    assert git(root, "rev-parse", "refs/pf/heads/alt").strip() == tip  # no "run end: exit 143" image
+    # a fork at the last step whose agent sends nothing more: the end image keeps the fork's trace
+    (tmp_path / "last.txt").write_text("plain words")
+    run_pf("fork", "run", "--at-step", "6", "--response", tmp_path / "last.txt", "--name", "end", cwd=root)
+    fork_tip = git(root, "rev-parse", "refs/pf/heads/end").strip()
+    run_pf("run", "end", "--", *AGENT, cwd=root)
+    end = git(root, "rev-parse", "refs/pf/heads/end").strip()
+    assert end != fork_tip
+    messages = git(root, "cat-file", "blob", f"{end}:trace/messages.jsonl")
+    assert messages == git(root, "cat-file", "blob", f"{fork_tip}:trace/messages.jsonl") and messages.count("\n") >= 12
+
+
+def test_a_tool_subprocess_drawing_uuid4_leaves_the_agents_draws_unchanged(repo, run_pf, tmp_path):
+    """A shell agent (no hook of its own) whose tool is a Python process that draws: no draw is the agent's."""
+    root, script = repo.git_dir.parent, tmp_path / "agent.sh"
+    tool = f"'{sys.executable}' -c 'import random, uuid; print(uuid.uuid4(), random.random())'"
+    script.write_text(f"{tool}\ncurl -sf -X POST \"$OPENAI_BASE_URL/chat/completions\" -H 'content-type: "
+                      "application/json' -d '{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'"
+                      f"\n{tool}\n")
+    (tmp_path / "sb").mkdir()
+    with FakeLLM(["hello"]) as fake:
+        run_pf("record", "--name", "run", "--fs-root", tmp_path / "sb", "--upstream", fake.url, "--", "sh", script,
+               cwd=root)
+    entries = [e for e in tape_of(root) if e["kind"] in ("exchange", "end")]
+    assert len(entries) == 2 and all(e["draws"] == [] for e in entries)
+    out = report(run_pf("replay", "run", "--json", "--", "sh", script, cwd=root).stdout.split("\n", 2)[-1])
+    assert out["bit_exact"] is True and out["draws"] == {"consumed": 0, "of": 0}
+
+
+def tape_of(root: Path) -> list[dict]:
+    from runs_helpers import tape
+    return tape(root, "refs/pf/heads/run")
