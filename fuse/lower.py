@@ -4,7 +4,9 @@ Entries are decoded from git trees on first lookup; modes, xattrs, empty
 directories and pointer flags come from ``world/fs.attrs.jsonl``. File
 content comes from git blobs, or, for pointer files, from the side store one
 chunk at a time: a read maps to the chunks covering it, only those are
-decoded (and verified), and decoded chunks sit in a small LRU. A tree name
+decoded (and verified), and decoded chunks sit in a small LRU. A git blob over
+``STREAM_ABOVE`` is never read whole: it is streamed, as far as reads reach,
+into an unlinked temporary file that serves every range. A tree name
 or attrs path that ``safepath`` refuses is left out (logged once), never
 listed or looked up. Never writes.
 """
@@ -14,6 +16,8 @@ import bisect
 import logging
 import os
 import stat
+import tempfile
+import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -23,13 +27,14 @@ import pygit2
 from git_pf import image as img
 from git_pf.store import pointer as pointer_fmt
 from git_pf.errors import DataError
-from git_pf.gittree import MODE_EXEC, MODE_LINK, MODE_TREE, read_blob, read_tree
+from git_pf.gittree import MODE_EXEC, MODE_LINK, MODE_TREE, STREAM_ABOVE, iter_blob, read_blob, read_pointer, read_tree
 from git_pf.safepath import relpath_problem, show, tree_name_problem
 from git_pf.store.large import Chunk
 from git_pf.store.sidestore import SideStore
 from git_pf.layers.world import attrs as attrs_mod
 from git_pf.layers.world.attrs import DEFAULT_DIR_MODE, DEFAULT_EXEC_MODE, DEFAULT_FILE_MODE
 from git_pf.layers.world.names import from_tree
+from git_pf.layers.world.restore import LINK_MAX
 
 CHUNK_CACHE_BYTES = 64 * 1024 * 1024
 BLOB_CACHE_BYTES = 32 * 1024 * 1024
@@ -126,6 +131,28 @@ class BlobReader:
 
     def read(self, off: int, size: int) -> bytes:
         return self.data[off : off + size]
+
+
+class StreamReader:
+    """A large git blob: streamed once (``iter_blob``), only as far as reads reach, into an
+    unlinked temporary file that serves every range; never held in memory."""
+
+    def __init__(self, git: pygit2.Repository, oid: bytes, size: int):
+        self.size, self.have = size, 0
+        self.stream = iter_blob(git, oid, size)
+        self.spill = tempfile.TemporaryFile(prefix="pf-blob-")
+        self.lock = threading.Lock()
+
+    def read(self, off: int, size: int) -> bytes:
+        end = min(off + size, self.size)
+        with self.lock:
+            while self.have < end:
+                chunk = next(self.stream, None)
+                if chunk is None:
+                    raise DataError("lower file ended early")
+                os.pwrite(self.spill.fileno(), chunk, self.have)
+                self.have += len(chunk)
+        return os.pread(self.spill.fileno(), max(end - off, 0), off)
 
 
 class Lower:
@@ -232,9 +259,13 @@ class Lower:
         return entry._size
 
     def content(self, entry: LEntry) -> bytes:
-        """The whole content of a small (git blob) file, not kept here (the kernel keeps it)."""
+        """The whole content of a small (git blob) file, not kept here (the kernel keeps it);
+        a large one through its reader."""
         data = self.blobs.get(entry.oid)
-        return data if data is not None else self.odb.read(pygit2.Oid(raw=entry.oid))[1]
+        if data is not None:
+            return data
+        size = self.size(entry)
+        return self.odb.read(pygit2.Oid(raw=entry.oid))[1] if size <= STREAM_ABOVE else self.reader(entry).read(0, size)
 
     def _blob(self, oid: bytes) -> bytes:
         data = self.blobs.pop(oid, None)
@@ -249,18 +280,19 @@ class Lower:
 
     def _pointer(self, entry: LEntry) -> pointer_fmt.Pointer:
         try:
-            return pointer_fmt.decode(read_blob(self.git, entry.oid))
+            return read_pointer(self.git, entry.oid)
         except ValueError as e:
             raise DataError(f"damaged pointer blob {entry.oid.hex()[:12]}: {e}") from None
 
     def readlink(self, entry: LEntry) -> bytes:
-        return read_blob(self.git, entry.oid)
+        return read_blob(self.git, entry.oid, LINK_MAX, "the longest symlink target")
 
     def reader(self, entry: LEntry):
         """An object with ``read(off, size)`` for a lower regular file."""
         if entry.pointer:
             return PointerReader(self.chunks, self._pointer(entry))
-        return BlobReader(self._blob(entry.oid))
+        size = self.size(entry)
+        return BlobReader(self._blob(entry.oid)) if size <= STREAM_ABOVE else StreamReader(self.git, entry.oid, size)
 
     def copy_to(self, entry: LEntry, fd: int) -> None:
         """Write the whole content of a lower file into ``fd`` (for copy-up)."""

@@ -38,11 +38,12 @@ def large_file_threshold(repo: pygit2.Repository) -> int:
 
 
 def limits(repo: pygit2.Repository) -> Limits:
-    """``pf.maxObjectSize``, ``pf.maxFrameSize`` and ``pf.maxJsonLine``: the bounds on reads
+    """``pf.maxObjectSize``, ``pf.maxFrameSize``, ``pf.maxJsonLine`` and ``pf.maxBlobSize``: the bounds on reads
     of image data (docs/security.md, "Bounded reads"); defaults in ``limits.DEFAULT``."""
     return Limits(max_object=_size(repo, "pf.maxObjectSize", DEFAULT_LIMITS.max_object),
                   max_frame=_size(repo, "pf.maxFrameSize", DEFAULT_LIMITS.max_frame),
-                  max_json_line=_size(repo, "pf.maxJsonLine", DEFAULT_LIMITS.max_json_line))
+                  max_json_line=_size(repo, "pf.maxJsonLine", DEFAULT_LIMITS.max_json_line),
+                  max_blob=_size(repo, "pf.maxBlobSize", DEFAULT_LIMITS.max_blob))
 
 
 def rehash_reads(repo: pygit2.Repository) -> bool:

@@ -2,17 +2,24 @@
 
 Trees are encoded by hand (mode, name bytes, raw oid; git's sort order) so a
 snapshot can build thousands of them without a TreeBuilder round trip per
-entry, and so names are raw bytes end to end. Knows nothing of images.
+entry, and so names are raw bytes end to end. Blobs are read bounded: a blob's
+size comes from its object header before any of it is inflated; ``read_blob``
+reads whole only a blob within a limit (``pf.maxBlobSize`` by default), and
+``iter_blob`` streams a larger one through ``git cat-file`` in fixed chunks
+(docs/security.md, "Bounded reads"). Knows nothing of images.
 """
 from __future__ import annotations
 
 import hashlib
-from typing import Iterable
+import subprocess
+from typing import Iterable, Iterator
 
 import pygit2
 
-from .errors import DataError, WriteFailed
-from .store.packfile import BLOB, TREE, PackWriter
+from . import limits
+from .errors import DataError, MissingObject, WriteFailed
+from .store import pointer as pointer_fmt
+from .store.packfile import BLOB, TREE, PackWriter, current
 
 MODE_FILE = 0o100644
 MODE_EXEC = 0o100755
@@ -46,29 +53,38 @@ class TreeWriter:
     """Writes trees and blobs into a repository, skipping ones the odb already holds.
 
     With ``packed=True`` new objects are queued and written as one pack by
-    ``flush()`` (which the owner must call before anything reads them back)."""
+    ``flush()`` (which the owner must call before anything reads them back).
+    Inside ``packfile.packing`` every write (packed or not) queues into that
+    scope's writer, which its owner flushes (``flush()`` here leaves it be)."""
 
     def __init__(self, repo: pygit2.Repository, packed: bool = False):
+        self.repo = repo
         self.odb = repo.odb
-        self.pack = PackWriter(repo) if packed else None
+        self.own = PackWriter(repo) if packed else None
+
+    @property
+    def pack(self) -> PackWriter | None:
+        return current(self.repo) or self.own
 
     def write(self, entries: Iterable[Entry]) -> bytes:
         data = encode_tree(entries)
-        if self.pack is not None:
-            return self.pack.add(TREE, data)
+        pack = self.pack
+        if pack is not None:
+            return pack.add(TREE, data)
         raw = tree_oid(data)
         if pygit2.Oid(raw=raw) not in self.odb:
             _odb_write(self.odb, pygit2.enums.ObjectType.TREE, data)
         return raw
 
     def write_blob(self, data: bytes) -> bytes:
-        if self.pack is not None:
-            return self.pack.add(BLOB, data)
+        pack = self.pack
+        if pack is not None:
+            return pack.add(BLOB, data)
         return _odb_write(self.odb, pygit2.enums.ObjectType.BLOB, data).raw
 
     def flush(self) -> None:
-        if self.pack is not None:
-            self.pack.flush()
+        if self.own is not None and current(self.repo) is None:
+            self.own.flush()
 
 
 def decode_tree(data: bytes) -> list[Entry]:
@@ -98,8 +114,77 @@ def read_tree(repo: pygit2.Repository, raw_oid: bytes) -> list[Entry]:
         raise DataError(f"tree {raw_oid.hex()}: {e}") from None
 
 
-def read_blob(repo: pygit2.Repository, raw_oid: bytes) -> bytes:
+STREAM_ABOVE = 16 << 20  # ``iter_blob`` reads a blob up to this size whole, streams a larger one
+STREAM_CHUNK = 1 << 20
+_NO_DELTA = "0" * 40
+
+
+def blob_size(repo: pygit2.Repository, raw_oid: bytes) -> int:
+    """The size of object ``raw_oid`` from its header alone; a missing object is a MissingObject."""
+    try:
+        return repo.odb.read_header(pygit2.Oid(raw=raw_oid))[1]
+    except (KeyError, pygit2.GitError):
+        raise MissingObject(f"blob {raw_oid.hex()} is missing") from None
+
+
+def over_limit(size: int, limit: int | None = None, key: str = "pf.maxBlobSize") -> str | None:
+    """The reason a blob of ``size`` bytes is not read whole (None when it may be): over
+    ``limit`` (named ``key``), by default ``pf.maxBlobSize``."""
+    limit = limits.active().max_blob if limit is None else limit
+    return f"{size} bytes, over {key} ({limit})" if size > limit else None
+
+
+def read_blob(repo: pygit2.Repository, raw_oid: bytes, limit: int | None = None,
+              key: str = "pf.maxBlobSize") -> bytes:
+    """The bytes of blob ``raw_oid``, read only when its size (from its header) is within
+    ``limit`` (named ``key`` in the error; default ``pf.maxBlobSize``): a larger one is a
+    DataError naming the blob, and nothing of it is inflated."""
+    problem = over_limit(blob_size(repo, raw_oid), limit, key)
+    if problem:
+        raise DataError(f"blob {raw_oid.hex()}: {problem}")
     return repo.odb.read(pygit2.Oid(raw=raw_oid))[1]
+
+
+def read_pointer(repo: pygit2.Repository, raw_oid: bytes) -> pointer_fmt.Pointer:
+    """The side-store pointer held in blob ``raw_oid``: a ValueError when it is none, also
+    when the blob is larger than any pointer (then it is not read)."""
+    size = blob_size(repo, raw_oid)
+    if size >= pointer_fmt.MAX_POINTER_SIZE:
+        raise ValueError(f"{size} bytes, larger than any pointer")
+    return pointer_fmt.decode(repo.odb.read(pygit2.Oid(raw=raw_oid))[1])
+
+
+def iter_blob(repo: pygit2.Repository, raw_oid: bytes, size: int | None = None) -> Iterator[bytes]:
+    """The bytes of blob ``raw_oid`` (``size`` from its header when not given), in pieces:
+    whole up to ``STREAM_ABOVE``, else streamed by ``git cat-file blob`` (which inflates a
+    loose or whole packed object a buffer at a time) in ``STREAM_CHUNK`` pieces. A large
+    blob stored as a delta, which git would rebuild whole in memory, is read only within
+    ``pf.maxBlobSize``. A stream that ends short or long is a DataError."""
+    size = blob_size(repo, raw_oid) if size is None else size
+    if size <= STREAM_ABOVE:
+        yield repo.odb.read(pygit2.Oid(raw=raw_oid))[1]
+        return
+    git = ["git", "--git-dir", repo.path, "-c", f"core.bigFileThreshold={STREAM_ABOVE}"]  # git streams past it
+    hexid = raw_oid.hex()
+    base = subprocess.run([*git, "cat-file", "--batch-check=%(deltabase)"], input=hexid.encode() + b"\n",
+                          capture_output=True, check=False).stdout.strip().decode(errors="replace")
+    if base != _NO_DELTA and (problem := over_limit(size)):
+        raise DataError(f"blob {hexid}: stored as a delta of {problem}")
+    proc = subprocess.Popen([*git, "cat-file", "blob", hexid], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    got = 0
+    try:
+        while chunk := proc.stdout.read(STREAM_CHUNK):
+            got += len(chunk)
+            if got > size:
+                break
+            yield chunk
+    finally:  # also when the reader stops early: git is not left blocked on the pipe
+        if proc.poll() is None:
+            proc.kill()
+        proc.stdout.close()
+        proc.wait()
+    if got != size:
+        raise DataError(f"blob {hexid}: git gave {got} bytes{'+' if got > size else ''}, its header says {size}")
 
 
 Change = tuple[int, bytes] | None  # (mode, raw oid) to put at a path, or None to remove it

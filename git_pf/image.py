@@ -15,7 +15,7 @@ import pygit2
 
 from . import jsonl
 from .errors import DataError, UsageError
-from .gittree import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, TreeWriter, edit, lookup, read_blob
+from .gittree import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, TreeWriter, blob_size, edit, lookup, over_limit
 
 SCHEMA = 1
 MANIFEST = b"pf.json"
@@ -183,14 +183,18 @@ def _manifest_problem(manifest: dict) -> str | None:
 
 def read_file(repo: pygit2.Repository, tree: str | bytes, path: bytes) -> bytes | None:
     """The bytes of the blob at ``path`` in an image tree, or None when absent (or a tree).
-    A submodule entry there is damaged data: a layer file is a blob."""
+    A submodule entry there is damaged data: a layer file is a blob. One larger than
+    ``pf.maxBlobSize`` is refused (a DataError naming the path) before it is read."""
     raw = bytes.fromhex(tree) if isinstance(tree, str) else tree
     found = lookup(repo, raw, path)
     if found is None or found[0] == MODE_TREE:
         return None
     if found[0] not in (MODE_FILE, MODE_EXEC, MODE_LINK):
         raise DataError(f"{os.fsdecode(path)} is not a file (mode {found[0]:06o})")
-    return read_blob(repo, found[1])
+    problem = over_limit(blob_size(repo, found[1]))
+    if problem:
+        raise DataError(f"{os.fsdecode(path)}: {problem}")
+    return repo.odb.read(pygit2.Oid(raw=found[1]))[1]
 
 
 def subtree(repo: pygit2.Repository, tree: str, path: bytes) -> str | None:

@@ -16,11 +16,15 @@ class Limits:
     max_object: int  # pf.maxObjectSize: the largest size a pointer may declare
     max_frame: int  # pf.maxFrameSize: the most one side-store frame may decode to
     max_json_line: int  # pf.maxJsonLine: the longest JSONL line / JSON document read from an image
+    max_blob: int = 256 << 20  # pf.maxBlobSize: the largest git blob of an image read whole into memory
 
 
 # No legitimate image comes near these: the largest single objects are whole tensors
 # (a 70B model's embedding is 2 GiB in bf16, 4 GiB in fp32); FastCDC chunks are at most
-# 2 MiB, KV pages a few MiB; JSON lines are messages and ledger entries.
+# 2 MiB, KV pages a few MiB; JSON lines are messages and ledger entries. A git blob of an image
+# is a layer file or a world file under pf.largeFileThreshold (1 MiB by default): one larger than
+# pf.maxBlobSize is refused as a layer file, and a world file that large is streamed (checkout,
+# mount) or left unread (a patch shows it as binary, a merge keeps git's conflict labels in it).
 DEFAULT = Limits(max_object=1 << 40, max_frame=4 << 30, max_json_line=64 << 20)
 
 _active = DEFAULT

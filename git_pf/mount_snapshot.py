@@ -22,9 +22,8 @@ from typing import Callable
 import pygit2
 
 from . import config, image as img, interrupts, liveness, mounts, refs
-from .store import pointer as pointer_fmt
 from .errors import UsageError
-from .gittree import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, read_blob, read_tree
+from .gittree import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, blob_size, over_limit, read_blob, read_pointer, read_tree
 from .mounts import WHITEOUT_PREFIX, MountState
 from .snapshot import SnapshotResult, take
 from .layers.world import attrs as attrs_mod
@@ -131,7 +130,8 @@ class _Builder:
             return rules.descend(abs_dir, rel) if stat.S_ISREG(st.st_mode) else rules
         old = lower.get(b".gitignore")
         attr = self.attrs.get(_join(rel, b".gitignore"))
-        if old is None or old[0] not in (MODE_FILE, MODE_EXEC) or (attr is not None and attr.pointer):
+        if old is None or old[0] not in (MODE_FILE, MODE_EXEC) or (attr is not None and attr.pointer) \
+                or over_limit(blob_size(self.git, old[1])):  # one too large to read is left out, as git does
             return rules
         return rules.with_file(rel, read_blob(self.git, old[1]))
 
@@ -154,12 +154,12 @@ class _Builder:
             return
         if attr is not None and attr.pointer:
             try:
-                self.bytes -= pointer_fmt.decode(read_blob(self.git, oid)).size
+                self.bytes -= read_pointer(self.git, oid).size
                 self.pointers -= 1
                 return
             except ValueError:
                 pass
-        self.bytes -= self.git.odb.read_header(pygit2.Oid(raw=oid))[1]
+        self.bytes -= blob_size(self.git, oid)
 
     def _dir_attrs(self, path: bytes, rel: bytes, st: os.stat_result, empty: bool) -> None:
         perm = stat.S_IMODE(st.st_mode)

@@ -7,6 +7,9 @@ libgit2 (``pygit2.Patch``). A file stored as a side-store pointer is compared
 by content: the same oid on both sides is no change, and its content is read
 (fetched if need be) only when every side is at most ``TEXT_LIMIT`` bytes;
 otherwise it is shown as binary, its ``index`` line naming the pointer blobs.
+A file held in git is read only when its blob (sized from its object header)
+is at most ``TEXT_LIMIT`` too; a larger one is shown as binary, unread, as git
+shows a file over its ``core.bigFileThreshold``.
 Read-only: never writes to the repository or the side store's objects.
 """
 from __future__ import annotations
@@ -18,7 +21,7 @@ import pygit2
 
 from .store import pointer as pointer_fmt
 from .errors import DataError
-from .gittree import MODE_EXEC, MODE_FILE, MODE_LINK, diff_trees, read_blob
+from .gittree import MODE_EXEC, MODE_FILE, MODE_LINK, blob_size, diff_trees, iter_blob, read_blob, read_pointer
 from .layers.world.names import real_path
 
 TEXT_LIMIT = 4 * 1024 * 1024  # a pointer's content is read for a text diff only up to this size
@@ -29,14 +32,13 @@ _ESCAPES = {0x07: b"\\a", 0x08: b"\\b", 0x09: b"\\t", 0x0A: b"\\n", 0x0B: b"\\v"
 
 
 class _Side:
-    """One side of a changed path: its mode, git blob id, and content (None until read)."""
+    """One side of a changed path: its mode, git blob id, content (None until read, and
+    for a blob over ``TEXT_LIMIT``) and the content's size."""
 
-    def __init__(self, mode: int, oid: str, data: bytes | None, ptr: pointer_fmt.Pointer | None = None):
+    def __init__(self, mode: int, oid: str, data: bytes | None, ptr: pointer_fmt.Pointer | None = None,
+                 size: int | None = None):
         self.mode, self.oid, self.data, self.ptr = mode, oid, data, ptr
-
-    @property
-    def size(self) -> int:
-        return self.ptr.size if self.ptr is not None else len(self.data)
+        self.size = ptr.size if ptr is not None else len(data) if data is not None else size
 
 
 def quote(name: bytes) -> bytes:
@@ -55,19 +57,17 @@ def _side(git, store, path: bytes, entry, is_pointer: bool) -> _Side | None:
     if mode not in (MODE_FILE, MODE_EXEC, MODE_LINK):
         raise DataError(f"world/fs: '{os.fsdecode(path)}' is not a file or symlink (mode {mode:06o})")
     try:
-        data = read_blob(git, raw)
-    except (KeyError, pygit2.GitError):
-        raise DataError(f"world/fs: '{os.fsdecode(path)}': blob {raw.hex()} is missing") from None
-    if not is_pointer or mode == MODE_LINK:
-        return _Side(mode, raw.hex(), data)
-    try:
-        ptr = pointer_fmt.decode(data)
+        if not is_pointer or mode == MODE_LINK:
+            size = blob_size(git, raw)
+            return _Side(mode, raw.hex(), read_blob(git, raw) if size <= TEXT_LIMIT else None, size=size)
+        return _Side(mode, raw.hex(), None, read_pointer(git, raw))
+    except DataError as e:
+        raise DataError(f"world/fs: '{os.fsdecode(path)}': {e.message}", e.code) from None
     except ValueError as e:
         raise DataError(f"world/fs: '{os.fsdecode(path)}': damaged pointer ({e})") from None
-    return _Side(mode, raw.hex(), None, ptr)
 
 
-def _same_content(old: _Side, new: _Side) -> bool:
+def _same_content(git, old: _Side, new: _Side) -> bool:
     if old.oid == new.oid:
         return True
     if old.ptr is not None and new.ptr is not None:
@@ -75,7 +75,10 @@ def _same_content(old: _Side, new: _Side) -> bool:
     if (old.ptr is None) == (new.ptr is None) or old.size != new.size:
         return False
     plain, ptr = (new, old.ptr) if old.ptr is not None else (old, new.ptr)
-    return hashlib.sha256(plain.data).hexdigest() == ptr.oid
+    digest = hashlib.sha256()
+    for part in iter_blob(git, bytes.fromhex(plain.oid), plain.size) if plain.data is None else [plain.data]:
+        digest.update(part)
+    return digest.hexdigest() == ptr.oid
 
 
 def _load(store, path: bytes, side: _Side | None) -> None:
@@ -89,7 +92,7 @@ def _load(store, path: bytes, side: _Side | None) -> None:
     side.oid = str(pygit2.hash(side.data))
 
 
-def _section(path: bytes, old: _Side | None, new: _Side | None, store) -> bytes:
+def _section(git, path: bytes, old: _Side | None, new: _Side | None, store) -> bytes:
     q = quote(path)
     a, b = (b"a/" + path, b"b/" + path)
     out = [b"diff --git %s %s" % (quote(a), quote(b))]
@@ -99,7 +102,7 @@ def _section(path: bytes, old: _Side | None, new: _Side | None, store) -> bytes:
         out.append(b"deleted file mode %o" % old.mode)
     elif old.mode != new.mode:
         out += [b"old mode %o" % old.mode, b"new mode %o" % new.mode]
-    if old is not None and new is not None and _same_content(old, new):
+    if old is not None and new is not None and _same_content(git, old, new):
         return b"\n".join(out) + b"\n"
     if all(s is None or s.ptr is None or s.size <= TEXT_LIMIT for s in (old, new)):
         _load(store, path, old)
@@ -108,7 +111,7 @@ def _section(path: bytes, old: _Side | None, new: _Side | None, store) -> bytes:
     same_mode = b" %o" % old.mode if old is not None and new is not None and old.mode == new.mode else b""
     out.append(b"index %s..%s%s" % (*(i.encode() for i in ids), same_mode))
     text = b"\n".join(out) + b"\n"
-    if any(s is not None and s.data is None for s in (old, new)):  # a large pointer: not read
+    if any(s is not None and s.data is None for s in (old, new)):  # a large file: not read
         binary, body = True, b""
     else:
         p = pygit2.Patch.create_from(old.data if old else None, new.data if new else None,
@@ -137,10 +140,10 @@ def patches(git: pygit2.Repository, store, tree_a: str | None, tree_b: str | Non
         sa = _side(git, store, path, old, path in pointers_a)
         sb = _side(git, store, path, new, path in pointers_b)
         if sa and sb and (sa.mode == MODE_LINK) != (sb.mode == MODE_LINK):  # git: a delete, then an add
-            text = _section(path, sa, None, store) + _section(path, None, sb, store)
-        elif sa and sb and sa.mode == sb.mode and _same_content(sa, sb):
+            text = _section(git, path, sa, None, store) + _section(git, path, None, sb, store)
+        elif sa and sb and sa.mode == sb.mode and _same_content(git, sa, sb):
             continue  # a pointer re-encoded, or stored plain on one side: the same file
         else:
-            text = _section(path, sa, sb, store)
+            text = _section(git, path, sa, sb, store)
         found.append((path, text))
     return sorted(found)

@@ -81,23 +81,32 @@ def pointer_blob(pf: Pf, name: str) -> bytes:
     return pygit2.Repository(str(pf.repo)).revparse_single(f"refs/pf/heads/main:world/fs/{name}").data
 
 
-def with_pointer(pf: Pf, name: str, blob: bytes) -> str:
-    """A new image on main: its parent's, with the pointer blob of ``name`` replaced."""
+def with_blobs(pf: Pf, blobs: dict[str, pygit2.Oid], base: str = "main", branch: str = "main") -> str:
+    """A new image on ``branch``: the image ``base``'s, with the blob at each image path
+    of ``blobs`` put in (added or replaced), made with plumbing as an attacker would."""
     git = pygit2.Repository(str(pf.repo))
-    head = git.revparse_single("refs/pf/heads/main")
+    head = git.revparse_single(f"refs/pf/heads/{base}")
 
-    def rebuilt(tree, parts: list[str]):
-        tb = git.TreeBuilder(tree)
+    def rebuilt(tree, parts: list[str], oid: pygit2.Oid):
+        tb = git.TreeBuilder(tree) if tree is not None else git.TreeBuilder()
         if len(parts) == 1:
-            tb.insert(parts[0], git.create_blob(blob), pygit2.GIT_FILEMODE_BLOB)
+            tb.insert(parts[0], oid, pygit2.GIT_FILEMODE_BLOB)
         else:
-            tb.insert(parts[0], rebuilt(tree[parts[0]], parts[1:]), pygit2.GIT_FILEMODE_TREE)
+            sub = git.get(tree[parts[0]].id) if tree is not None and parts[0] in tree else None
+            tb.insert(parts[0], rebuilt(sub, parts[1:], oid), pygit2.GIT_FILEMODE_TREE)
         return tb.write()
 
-    tree = rebuilt(head.tree, ["world", "fs", name])
-    new = git.create_commit(None, head.author, head.committer, head.message, tree, [head.id])
-    git.references.create("refs/pf/heads/main", new, force=True)
+    tree = head.tree
+    for path, oid in blobs.items():
+        tree = git.get(rebuilt(tree, path.split("/"), oid))
+    new = git.create_commit(None, head.author, head.committer, head.message, tree.id, [head.id])
+    git.references.create(f"refs/pf/heads/{branch}", new, force=True)
     return str(new)
+
+
+def with_pointer(pf: Pf, name: str, blob: bytes) -> str:
+    """A new image on main: its parent's, with the pointer blob of ``name`` replaced."""
+    return with_blobs(pf, {f"world/fs/{name}": pygit2.Repository(str(pf.repo)).create_blob(blob)})
 
 
 @pytest.fixture
@@ -214,3 +223,107 @@ def test_a_jsonl_line_over_the_configured_limit_is_refused_with_one_line(pf):
     proc = pf.run("diff", a, b, check=False)
     line = one_line(proc)
     assert proc.returncode == 3 and "trace/messages.jsonl:2" in line and "pf.maxJsonLine (1024)" in line
+
+
+# -- git's own compression: a blob of zeros stored in a few MiB --------------------------------
+
+ZEROS = 512 << 20  # the zero blob's size: 512 MiB (over pf.maxBlobSize), about 512 KiB as a git object
+ZERO_SAMPLES = 16  # 1 MiB windows of a checked-out copy compared with zeros
+
+
+@pytest.fixture(scope="module")
+def zero_pack(tmp_path_factory) -> tuple[str, list[Path]]:
+    """A pack holding one blob of ZEROS zero bytes, made once: git streams a sparse file over its
+    core.bigFileThreshold straight into a pack, in little memory. Its id and the pack's files."""
+    d = tmp_path_factory.mktemp("zeros")
+    subprocess.run(["git", "init", "-q", str(d)], check=True)
+    with open(d / "zeros", "wb") as f:
+        f.truncate(ZEROS)
+    oid = subprocess.run(["git", "-C", str(d), "-c", "core.bigFileThreshold=1m", "hash-object", "-w", "zeros"], check=True, capture_output=True,
+                         text=True).stdout.strip()
+    return oid, sorted((d / ".git" / "objects" / "pack").iterdir())
+
+
+@pytest.fixture
+def zero_images(pf, zero_pack):
+    """Images on main, as pushed by an attacker: ``a`` and ``b`` normal, ``world`` (b plus
+    world/fs/big.bin) and ``messages`` (b with trace/messages.jsonl) holding the zero blob."""
+    oid, files = zero_pack
+    for f in files:
+        (pf.repo / ".git" / "objects" / "pack" / f.name).write_bytes(f.read_bytes())
+    msgs = pf.root / "m.jsonl"
+    msgs.write_text('{"role":"user","content":"hi"}\n')
+    a = image_of(pf, {"a.txt": b"a"}, "--messages", str(msgs))
+    b = image_of(pf, {"a.txt": b"b"})
+    zero = pygit2.Oid(hex=oid)
+    world = with_blobs(pf, {"world/fs/big.bin": zero}, base="main", branch="bomb-world")
+    messages = with_blobs(pf, {"trace/messages.jsonl": zero}, base="main", branch="bomb-messages")
+    return {"a": a, "b": b, "world": world, "messages": messages}
+
+
+def test_a_huge_blob_in_a_world_is_shown_diffed_checked_out_and_merged_in_bounded_memory(pf, zero_images):
+    im = zero_images
+    ok, base = measured(pf, "show", im["b"])
+    assert ok.returncode == 0, ok.stderr
+    proc, peak = measured(pf, "show", im["world"])
+    assert proc.returncode == 0, proc.stderr
+    assert peak - base < EXTRA_RSS, (peak, base)
+
+    ok, base = measured(pf, "diff", "-p", im["a"], im["b"])
+    assert ok.returncode == 0 and "+b" in ok.stdout, ok.stderr
+    proc, peak = measured(pf, "diff", "-p", im["b"], im["world"])
+    assert proc.returncode == 0, proc.stderr
+    assert "Binary files /dev/null and b/big.bin differ" in proc.stdout  # too large for a text patch
+    assert peak - base < EXTRA_RSS, (peak, base)
+
+    ok, base = measured(pf, "checkout", im["b"], "--into", str(pf.root / "small"))
+    assert ok.returncode == 0, ok.stderr
+    proc, peak = measured(pf, "checkout", im["world"], "--into", str(pf.root / "out"))
+    assert proc.returncode == 0, proc.stderr
+    assert peak - base < EXTRA_RSS, (peak, base)
+    out = pf.root / "out" / "big.bin"
+    assert out.stat().st_size == ZEROS and (pf.root / "out" / "a.txt").read_bytes() == b"b"
+    with open(out, "rb") as f:  # the right bytes: windows spread over the file, the last one included
+        for i in range(ZERO_SAMPLES):
+            f.seek((ZEROS - (1 << 20)) * i // (ZERO_SAMPLES - 1))
+            assert f.read(1 << 20) == bytes(1 << 20)
+    out.unlink()
+
+    # a merge bringing in the huge file (theirs) beside a change of ours
+    image_of(pf, {"a.txt": b"b", "c.txt": b"ours"})
+    with_blobs(pf, {"world/fs/small.bin": pygit2.Repository(str(pf.repo)).create_blob(b"x")},
+               base="bomb-world~1", branch="normal-side")
+    ok, base = measured(pf, "merge", "normal-side")
+    assert ok.returncode == 0, ok.stderr + ok.stdout
+    proc, peak = measured(pf, "merge", "bomb-world")
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert peak - base < EXTRA_RSS, (peak, base)
+
+
+def test_a_huge_messages_file_is_refused_with_one_line_before_it_is_read(pf, zero_images):
+    im = zero_images
+    ok, base = measured(pf, "show", im["b"])
+    assert ok.returncode == 0, ok.stderr
+    for args in (("show", im["messages"]), ("diff", "-p", im["b"], im["messages"]),
+                 ("checkout", im["messages"], "--layers", "trace", "--into", str(pf.root / "out")),
+                 ("merge", "bomb-messages")):
+        proc, peak = measured(pf, *args)
+        line = one_line(proc)
+        assert proc.returncode == 3 and "trace/messages.jsonl" in line and "over pf.maxBlobSize" in line, args
+        assert peak - base < EXTRA_RSS, (args, peak, base)
+    assert not (pf.root / "out").exists()
+
+
+@requires_fuse
+def test_a_huge_blob_read_through_a_mount_is_served_in_ranges_in_bounded_memory(pf, zero_images):
+    mnt = pf.mount(zero_images["world"], pf.root / "mnt")
+    pid = next(rec["pid"] for rec in pf.states())
+    before = vm_hwm(pid)
+    big = mnt / "big.bin"
+    assert os.stat(big).st_size == ZEROS
+    with open(big, "rb") as f:  # the start, and a range further on (read up to there, not past it)
+        assert f.read(1 << 20) == bytes(1 << 20)
+        f.seek(64 << 20)
+        assert f.read(1 << 20) == bytes(1 << 20)
+    assert vm_hwm(pid) - before < EXTRA_RSS
+    pf.run("umount", str(mnt))

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .. import config, image as img, refs, safepath, siblings
 from ..errors import EXIT_NEGATIVE, DataError, PfError, UsageError
-from ..gittree import MODE_TREE, TreeWriter, edit, lookup, read_blob
+from ..gittree import MODE_TREE, TreeWriter, blob_size, edit, lookup, over_limit, read_blob
 from ..layers.world import attrs as attrs_mod
 from ..layers.world.capture import capture
 from ..layers.world.restore import restore
@@ -116,8 +116,8 @@ def _conflicted_world(repo, result, world: LayerResult):
             companions.append(real + b"~theirs")
             continue
         found = lookup(git, bytes.fromhex(tm.tree), path)
-        if found is None or found[0] == MODE_TREE:
-            continue
+        if found is None or found[0] == MODE_TREE or over_limit(blob_size(git, found[1])):
+            continue  # one too large to read keeps git's labels (git merges one over 512 MiB as binary)
         data = read_blob(git, found[1])
         if not _MARKER.search(data):
             continue

@@ -9,7 +9,7 @@ import os
 
 from ... import image as img, safepath
 from ...errors import PfError
-from ...gittree import lookup, read_blob
+from ...gittree import lookup, read_pointer
 from ...store import pointer as pointer_fmt
 from . import attrs as attrs_mod
 from .names import tree_path
@@ -30,7 +30,7 @@ def problems(git, store, image: img.ImageInfo, out: list[str], seen: set[str], r
             out.append(f"{where}: attrs name a pointer that is not in the tree")
             continue
         try:
-            ptr = pointer_fmt.decode(read_blob(git, found[1]))
+            ptr = read_pointer(git, found[1])
         except ValueError as e:
             out.append(f"{where}: damaged pointer ({e})")
             continue

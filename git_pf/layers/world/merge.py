@@ -14,8 +14,7 @@ import os
 import pygit2
 
 from ... import image as img
-from ...store import pointer as pointer_fmt
-from ...gittree import MODE_EXEC, MODE_FILE, MODE_TREE, TreeWriter, lookup, read_blob
+from ...gittree import MODE_EXEC, MODE_FILE, MODE_TREE, TreeWriter, blob_size, lookup, read_pointer
 from . import attrs as attrs_mod
 from .names import real_path, tree_path
 from . import merge_attrs as fsattrs
@@ -94,7 +93,7 @@ def _prefetch_sizes(git, base, ours, theirs) -> dict[bytes, int]:
     for path, old, new in _diff(git, base[1], theirs[1]):
         for e in (mine.get(path, old), new):
             if e is not None and e[0] in (MODE_FILE, MODE_EXEC) and e[1] not in sizes:
-                sizes[e[1]] = git.odb.read_header(pygit2.Oid(raw=e[1]))[1]
+                sizes[e[1]] = blob_size(git, e[1])
     return sizes
 
 
@@ -160,13 +159,13 @@ class _Sizes:
 
     def raw(self, oid: bytes) -> int:
         if oid not in self.cache:
-            self.cache[oid] = self.git.odb.read_header(pygit2.Oid(raw=oid))[1]
+            self.cache[oid] = blob_size(self.git, oid)
         return self.cache[oid]
 
     def file(self, oid: bytes) -> int:
         if oid in self.pointer_oids:
             try:
-                return pointer_fmt.decode(read_blob(self.git, oid)).size
+                return read_pointer(self.git, oid).size
             except ValueError:
                 pass
         return self.raw(oid)

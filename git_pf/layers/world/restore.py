@@ -11,6 +11,7 @@ placement); this module only fills it.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -19,7 +20,7 @@ import pygit2
 from ... import writeback
 from ...store import pointer as pointer_fmt
 from ...errors import DataError
-from ...gittree import MODE_EXEC, MODE_LINK, MODE_TREE, read_blob, read_tree
+from ...gittree import MODE_EXEC, MODE_LINK, MODE_TREE, blob_size, iter_blob, read_blob, read_pointer, read_tree
 from ...safepath import DIR, SafeDir, World
 from ...store.sidestore import SideStore
 from .attrs import DEFAULT_EXEC_MODE, DEFAULT_FILE_MODE, PathAttrs
@@ -27,6 +28,7 @@ from .names import from_tree
 
 _WRITEBACK_STEP = 8 * 1024 * 1024
 _FILE_WRITERS = 2  # large (side-store) files written at once
+LINK_MAX = 4096  # PATH_MAX: no symlink target is longer
 
 
 @dataclass
@@ -54,23 +56,34 @@ def restore(repo: pygit2.Repository, store: SideStore, world: World, dest: bytes
     pending: list[tuple[bytes, int, pointer_fmt.Pointer]] = []
     with SafeDir(dest) as out:
         for rel, mode, oid in world.entries:
-            data = read_blob(repo, oid)
             if mode == MODE_LINK:
-                out.symlink(rel, data)
+                with _naming(rel):
+                    out.symlink(rel, read_blob(repo, oid, LINK_MAX, "the longest symlink target"))
                 continue
             entry = attrs.get(rel)
             if entry is not None and entry.pointer:
                 try:
-                    pending.append((rel, mode, pointer_fmt.decode(data)))
+                    pending.append((rel, mode, read_pointer(repo, oid)))
                 except ValueError as e:
                     raise DataError(f"'{os.fsdecode(rel)}': damaged pointer ({e})") from None
                 continue
-            _write_file(out, rel, [data], mode, entry)
+            with _naming(rel):
+                size = blob_size(repo, oid)
+                _write_file(out, rel, iter_blob(repo, oid, size), mode, entry)  # a large blob streamed
             stats.files += 1
-            stats.bytes += len(data)
+            stats.bytes += size
         _restore_pointers(store, out, pending, attrs, stats)
         _apply_attrs(out, world)
     return stats
+
+
+@contextmanager
+def _naming(rel: bytes):
+    """A DataError raised inside names the world path ``rel``."""
+    try:
+        yield
+    except DataError as e:
+        raise DataError(f"'{os.fsdecode(rel)}': {e.message}", e.code) from None
 
 
 def _restore_pointers(store, out: SafeDir, pending, attrs, stats) -> None:
