@@ -275,7 +275,7 @@ def test_install_chains_the_users_hooks_and_uninstall_gives_the_file_back(claude
     settings.write_bytes(original)
     pf = ["git", "pf", "install", "--claude-code"]
     out = subprocess.run(pf, cwd=claude.project, env=claude.env, capture_output=True, text=True, check=True)
-    assert "SessionStart, UserPromptSubmit, PostToolUse, PostToolUseFailure, Stop, SessionEnd" in out.stdout
+    assert "SessionStart, UserPromptSubmit, PreToolUse, PostToolUse, PostToolUseFailure, Stop, SessionEnd" in out.stdout
     installed = settings.read_bytes()
     assert subprocess.run(pf, cwd=claude.project, env=claude.env, capture_output=True, check=True).returncode == 0
     assert settings.read_bytes() == installed  # idempotent
@@ -450,3 +450,38 @@ def test_the_real_cli_saves_every_call_the_answer_and_rewinds_code_and_conversat
         sent = [b for m in first["messages"] if m["role"] == "assistant" and isinstance(m["content"], list)
                 for b in m["content"] if b.get("type") == "tool_use"]
         assert [b["name"] for b in sent] == ["Write"] and "go on" in json.dumps(first["messages"][-1])
+
+
+# -- inside a recorded run: the run's ledger, and replay's check before a tool runs --------------------
+def test_inside_a_run_tool_calls_go_on_its_ledger_and_replay_denies_an_unrecorded_irreversible_call(claude, tmp_path):
+    channel, replay_file = tmp_path / "channel.jsonl", tmp_path / "replay.json"
+    bash = {"command": "curl -X POST https://mail.example/send", "description": "send"}
+    run = dict(claude.env, GIT_PF_MODE="record", GIT_PF_CHANNEL=str(channel))
+    rec = Claude(claude.project, claude.transcript, run)
+    rec.hook("SessionStart", source="startup")
+    rec.tool("Bash", bash, {"stdout": "sent", "stderr": "", "interrupted": False})
+    rec.tool("Read", {"file_path": str(claude.project / "app.py")}, None, error="File does not exist.")
+    events = [json.loads(l) for l in channel.read_text().splitlines()]
+    assert [(e["t"], e["entry"]["tool"], e["entry"]["side_effect_class"]) for e in events] == [
+        ("effect", "Bash", "irreversible"), ("effect", "Read", "pure")]
+    assert events[0]["entry"]["result"]["stdout"] == "sent" and events[1]["entry"]["error"] == "File does not exist."
+    recorded = ledger.chain([e["entry"] for e in events], "channel")  # what the run's ledger holds
+
+    replay_file.write_text(json.dumps({"v": 1, "mode": "replay", "draws": [], "effects": recorded,
+                                       "allow_effects": False}))
+    channel.write_text("")
+    play = Claude(claude.project, claude.transcript,
+                  dict(claude.env, GIT_PF_MODE="replay", GIT_PF_CHANNEL=str(channel), GIT_PF_REPLAY=str(replay_file)))
+    same = play.hook("PreToolUse", tool_name="Bash", tool_input=bash, tool_use_id="toolu_a")
+    assert same.stdout == b"" and channel.read_text() == ""  # on the ledger: it may run
+    other = play.hook("PreToolUse", tool_name="Bash", tool_input={**bash, "command": "curl -X POST https://x/send"},
+                      tool_use_id="toolu_b")
+    said = json.loads(other.stdout)["hookSpecificOutput"]
+    assert said["permissionDecision"] == "deny" and "--allow-effects" in said["permissionDecisionReason"]
+    assert [json.loads(l)["t"] for l in channel.read_text().splitlines()] == ["diverged"]
+    assert play.hook("PreToolUse", tool_name="Write", tool_input={"file_path": "x", "content": ""},
+                     tool_use_id="toolu_c").stdout == b""  # not irreversible: never denied
+    replay_file.write_text(json.dumps({"v": 1, "mode": "replay", "draws": [], "effects": recorded,
+                                       "allow_effects": True}))
+    assert play.hook("PreToolUse", tool_name="Bash", tool_input={"command": "rm -rf /tmp/x"},
+                     tool_use_id="toolu_d").stdout == b""  # --allow-effects

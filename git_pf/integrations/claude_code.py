@@ -35,6 +35,7 @@ from ..layers.effects import ledger as effects_mod
 from ..layers.trace import messages as messages_mod
 from ..runs.steps import RUN_END_TRAILER, STEP_TRAILER, step_of
 from ..snapshot import DirWorld, SnapshotRequest, take
+from .claude_code_effects import DEFAULT_CLASSES
 from .claude_code_hook import state_dir
 
 BRANCH_PREFIX = "cc/"
@@ -49,11 +50,6 @@ WORLD_IGNORE = ("/.claude/settings.json", "/.claude/settings.local.json")
 TRANSCRIPT_WAIT_S = 0.2  # how long a step waits for the transcript line naming its tool call
 ERROR_KEPT_CHARS = 4000
 CHECK_EVENT = "PfCheck"  # the test event of 'git pf install --claude-code --check'; writes nothing
-DEFAULT_CLASSES = {
-    **dict.fromkeys(("Read", "Grep", "Glob", "LS", "NotebookRead", "WebFetch", "WebSearch", "TodoWrite",
-                     "BashOutput"), "pure"),
-    **dict.fromkeys(("Write", "Edit", "MultiEdit", "NotebookEdit"), "idempotent"),
-}
 RESULT_KEPT_BYTES = 16 * 1024  # a larger tool response is kept in the ledger by its hash only
 _SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 

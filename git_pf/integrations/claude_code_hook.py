@@ -6,7 +6,10 @@ the event to the repository's hook server (``claude_code_server``), starting
 one when none runs, so that the repository, the project's stat cache and the
 transcript read so far stay warm between tool calls. With
 ``pf.claudeCode.server=false``, or when no server can be reached, it handles
-the event in this process. Any failure is appended to
+the event in this process. Inside a recorded run (``git pf record``, ``replay``,
+``run``) each tool call also goes onto the run's ledger, and ``PreToolUse``
+may deny an irreversible call replay must not make (``claude_code_effects``).
+Any failure is appended to
 ``$GIT_DIR/pf/claude-code/hook.log`` and shown as one line on stderr; the exit
 status is always 0. This module imports only the standard library at load
 time: a warm call costs one small Python process. Writes nothing but the log
@@ -69,6 +72,14 @@ def main(data: bytes | None = None) -> int:
             event = json.loads(data)
         except ValueError:
             event = None  # handle_request says what is wrong with it, in the repository's log
+        if isinstance(event, dict) and os.environ.get("GIT_PF_MODE") and os.environ.get("GIT_PF_CHANNEL"):
+            from . import claude_code_effects  # inside a recorded run: its ledger, and replay's check
+
+            said = claude_code_effects.handle(event)
+            if said is not None:
+                sys.stdout.write(json.dumps(said) + "\n")
+        if isinstance(event, dict) and event.get("hook_event_name") == "PreToolUse":
+            return 0  # only a recorded run has anything to check before a tool runs
         git_dir = git_dir_of(_start_dir(event if isinstance(event, dict) else {}))
         request = {"event": data.decode("utf-8", "replace"), "project_dir": os.environ.get("CLAUDE_PROJECT_DIR") or None,
                    "version": _version()}

@@ -32,8 +32,8 @@ from pathlib import Path
 from ..errors import InputFormatError, UsageError
 
 COMMAND = "git pf hook claude-code"  # what earlier versions wrote; still recognised as git-pf's
-EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse", "PostToolUseFailure", "Stop", "SessionEnd")
-MATCHED = ("PostToolUse", "PostToolUseFailure")  # the events whose groups take a tool-name matcher
+EVENTS = ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "PostToolUseFailure", "Stop", "SessionEnd")
+MATCHED = ("PreToolUse", "PostToolUse", "PostToolUseFailure")  # the events whose groups take a tool-name matcher
 SCOPES = ("project", "user")
 CHECK_TIMEOUT_S = 60.0
 _OURS = re.compile(r"^(git pf|\S*git-pf'?|\S+ -m git_pf) hook claude-code$")
