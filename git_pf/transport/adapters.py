@@ -1,21 +1,25 @@
-"""Choosing the object adapter of a remote: its config, else what the remote recorded, else git.
+"""Choosing the object adapter of a remote: the store pinned in local config, never the remote's word.
 
 ``pf.remote.<name>.store`` takes ``git`` | ``file`` | ``file:<dir>`` | ``lfs`` |
-``lfs:<url>`` | ``s3://<bucket>[/<prefix>]``. Without it, the adapter the remote
-recorded when it was pushed to (``storerecord``, as last fetched) is used, so
-a clone needs no flags; without either, ``git``. Every adapter offers
+``lfs:<url>`` | ``s3://<bucket>[/<prefix>]``: that setting is the pin, written
+by the user, by ``git pf clone`` (the record it found at clone time) or by
+``git pf remote-store <r> --accept``. The record a remote keeps
+(``storerecord``, as last fetched) never changes where objects go: one that
+names another store than the pin is reported (``record_note``) and not used;
+without a pin, a record naming the git adapter (or none) means git, and one
+naming another store is refused until accepted. Every adapter offers
 ``refresh()``, ``load_local()``, ``has(oids) -> set``, ``upload(store, oids,
 progress) -> int`` and ``download(store, oids, progress)``; the lfs and s3
 adapters are imported only when used, the s3 one as
 ``git_pf.transport.s3store.S3Adapter(repo, remote, url)``.
-Reads config and refs; writes nothing.
+Reads config and refs; writes only the pin (``configure``, ``accept``).
 """
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
 
-from ..errors import UsageError
+from ..errors import DataError, UsageError
 from . import remotes, storerecord
 from .remotes import Remote
 
@@ -56,16 +60,100 @@ def parse(value: str, source: str = "config", where: str = "pf.remote.<name>.sto
     raise UsageError(f"{where}: unknown adapter '{value}' ({_HINT})")
 
 
-def choice(repo, remote: Remote) -> Choice:
-    """The adapter ``remote`` uses: config, else the recorded one, else git."""
+def record_of(repo, remote: Remote) -> tuple[Choice | None, str | None]:
+    """``(what the remote records, as last fetched, or None; why that record is not valid, or None)``."""
+    try:
+        found = storerecord.recorded(repo, remote)
+    except DataError as e:
+        return None, str(e)
+    return (Choice(found[0], found[1], "recorded") if found else None), None
+
+
+def _unconfirmed(repo, remote: Remote, recorded: Choice) -> str:
+    return (f"remote '{remote.arg}' records its objects at {describe(repo, remote, recorded)}, which this "
+            f"repository has not confirmed; to use it: git pf remote-store {remote.name or 'REMOTE'} --accept")
+
+
+def choice(repo, remote: Remote, unconfirmed: str = "refuse") -> Choice:
+    """The adapter ``remote`` uses: the pin (config); without one, git, unless the remote
+    records another store: then a UsageError line (``unconfirmed="refuse"``) or git
+    (``"ignore"``: a fetch learns the git index and reports the record)."""
     setting = remotes.store_setting(repo, remote) if remote.name else None
     if setting is not None:
         return parse(setting, "config", f"pf.remote.{remote.name}.store")
-    recorded = storerecord.recorded(repo, remote)
-    if recorded is not None:
-        kind, url = recorded
-        return Choice(kind, url, "recorded")
+    recorded, _ = record_of(repo, remote)
+    if recorded is None or recorded.kind == "git":
+        return Choice("git", None, "default" if recorded is None else "recorded")
+    if unconfirmed == "refuse":
+        raise UsageError(_unconfirmed(repo, remote, recorded))
     return Choice("git", None, "default")
+
+
+def _lfs_endpoint(repo, remote: Remote, chosen: Choice) -> str:
+    from . import lfsauth
+
+    if chosen.source == "recorded":  # a record's null url: derived from the remote's URL, as a clone does
+        return (chosen.url or lfsauth.derive(remote.url) or "").rstrip("/")
+    try:
+        return lfsauth.endpoint(repo, remote, chosen.url)
+    except UsageError:
+        return (chosen.url or "").rstrip("/")
+
+
+def describe(repo, remote: Remote, chosen: Choice) -> str:
+    """Where ``chosen`` puts objects, in words for one line (a recorded URL cleaned and cut short)."""
+    from .lfsauth import clean
+
+    if chosen.kind == "git":
+        return f"the git remote '{remote.arg}'"
+    if chosen.kind == "file":
+        try:
+            return f"the directory {remotes.file_root(repo, remote, chosen.value)}"
+        except UsageError:
+            return "a file store"
+    if chosen.kind == "lfs":
+        endpoint = _lfs_endpoint(repo, remote, chosen)
+        return f"the lfs server {clean(storerecord.without_credentials(endpoint))}" if endpoint else \
+            "an lfs server"
+    return f"the s3 bucket {clean(str(chosen.url))}"
+
+
+def _same(repo, remote: Remote, pin: Choice, recorded: Choice) -> bool:
+    """Whether ``recorded`` names the store ``pin`` uses."""
+    if pin.kind != recorded.kind:
+        return False
+    if pin.kind == "lfs":
+        return _lfs_endpoint(repo, remote, pin) == _lfs_endpoint(repo, remote, recorded)
+    return (pin.url or "").rstrip("/") == (recorded.url or "").rstrip("/")
+
+
+def record_note(repo, remote: Remote) -> str | None:
+    """One line when the remote's record (as last fetched) is not what objects use: not
+    valid, naming another store than the pin, or naming a store not yet confirmed."""
+    recorded, problem = record_of(repo, remote)
+    if problem is None and recorded is not None:
+        where = f"the store record of remote '{remote.arg}'"
+        try:
+            storerecord.read_listings(repo.git, storerecord.tracked(repo, remote), where)
+        except DataError as e:
+            problem = str(e)
+    if problem is not None:
+        return f"warning: {problem}; ignored"
+    if recorded is None:
+        return None
+    name = remote.name or "REMOTE"
+    setting = remotes.store_setting(repo, remote) if remote.name else None
+    if setting is None:
+        return None if recorded.kind == "git" else f"note: {_unconfirmed(repo, remote, recorded)}"
+    try:
+        pin = parse(setting, "config", f"pf.remote.{remote.name}.store")
+    except UsageError:
+        return None  # the bad setting is said where it is used
+    if _same(repo, remote, pin, recorded):
+        return None
+    return (f"warning: remote '{remote.arg}' records its objects at {describe(repo, remote, recorded)}; not used: "
+            f"they stay at {describe(repo, remote, pin)} (pf.remote.{name}.store; to switch: "
+            f"git pf remote-store {name} --accept)")
 
 
 def for_remote(repo, remote: Remote):
@@ -93,11 +181,25 @@ def make(repo, remote: Remote, chosen: Choice):
 
 
 def configure(repo, remote: Remote, value: str) -> Choice:
-    """Set ``pf.remote.<name>.store`` to ``value`` (checked first); the choice it makes."""
+    """Pin ``pf.remote.<name>.store`` to ``value`` (checked first); the choice it makes."""
     if not remote.name:
         raise UsageError(f"'{remote.arg}' is not a configured remote (git remote add NAME URL first)")
     chosen = parse(value, "config", f"pf.remote.{remote.name}.store")
     if chosen.kind == "file":
         remotes.file_root(repo, remote, chosen.value)  # file needs a local remote: refuse now, not at push
+    if chosen.kind == "lfs" and (chosen.url or remote.url.startswith("http://")):
+        from . import lfsauth
+
+        lfsauth.endpoint(repo, remote, chosen.url)  # plain http: refused now, not at push
     repo.git.config[f"pf.remote.{remote.name}.store"] = chosen.value
     return chosen
+
+
+def accept(repo, remote: Remote) -> Choice:
+    """Pin the store the remote records (as last fetched); the choice it makes."""
+    recorded, problem = record_of(repo, remote)
+    if problem is not None:
+        raise DataError(problem)
+    if recorded is None:
+        raise UsageError(f"remote '{remote.arg}' records no object store (git pf fetch {remote.arg} first)")
+    return configure(repo, remote, recorded.value)

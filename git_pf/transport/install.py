@@ -2,7 +2,10 @@
 
 Hooks go into the directory git itself uses (``core.hooksPath`` honoured). A
 hook already there is renamed ``<hook>.pf-chained`` and still runs first,
-keeping its veto. Fetch refspecs bring image branches and tags; push
+keeping its veto. Fetch refspecs bring image branches and tags into
+``refs/pf/remotes/<r>/`` only, so a plain ``git fetch`` never moves a local
+branch or tag (``git pf fetch`` then creates the tags the repository lacks); an
+older install's forced ``+refs/pf/tags/*:refs/pf/tags/*`` is taken out. Push
 refspecs (with ``HEAD`` when the remote had none and HEAD has a commit, so
 a plain ``git push`` still pushes the current branch) send image branches
 and tags. Blame runs (``refs/pf/blame/``) are pushed as they are (never forced) and
@@ -26,6 +29,7 @@ HOOKS = ("pre-push",)
 BLAME_PUSH = "refs/pf/blame/*:refs/pf/blame/*"  # blame runs (docs/blame.md, "Storage"): pushed as they are, never forced
 MARKER = "# git-pf-hook:"
 CHAINED = ".pf-chained"
+FORCED_TAGS = "+refs/pf/tags/*:refs/pf/tags/*"  # written by older installs; taken out
 
 
 def _state_path(repo) -> Path:
@@ -104,12 +108,21 @@ def remote_config(remote: str, had_push: bool, head_born: bool = True) -> list[t
     images) git refuses the whole push over it, so it is added by a later install instead."""
     r = remotes.Remote(remote, "", Path("."))
     out = [(f"remote.{remote}.fetch", spec) for spec in (f"+refs/pf/heads/*:{r.tracking('heads/*')}",
-                                                          "+refs/pf/tags/*:refs/pf/tags/*",
+                                                          f"+refs/pf/tags/*:{r.tracking('tags/*')}",
                                                           f"+refs/pf/blame/*:{r.tracking('blame/*')}")]
     push = ["refs/pf/heads/*:refs/pf/heads/*", "refs/pf/tags/*:refs/pf/tags/*", BLAME_PUSH]
     if not had_push and head_born:
         push.insert(0, "HEAD")
     return out + [(f"remote.{remote}.push", spec) for spec in push]
+
+
+def _drop_forced_tags(repo, remote: str, state: dict, changed: dict) -> None:
+    """Take out the forced tag refspec an older install added (it let a fetch move local tags)."""
+    entry = [f"remote.{remote}.fetch", FORCED_TAGS]
+    if entry in state["config"]:
+        gitcmd.run(repo.git_dir, ["config", "--unset-all", "--fixed-value", *entry], check=False)
+        state["config"].remove(entry)
+        changed["dropped"].append(f"{entry[0]}={entry[1]}")
 
 
 def install(repo, remote: str | None = None) -> dict:
@@ -120,11 +133,12 @@ def install(repo, remote: str | None = None) -> dict:
         raise UsageError(f"no such remote '{remote}'")
     targets = [remote] if remote else (["origin"] if "origin" in known else known)
     directory = hooks_dir(repo)
-    changed = {"hooks": [], "config": [], "remotes": targets, "hooks_dir": str(directory)}
+    changed = {"hooks": [], "config": [], "dropped": [], "remotes": targets, "hooks_dir": str(directory)}
     for name in HOOKS:
         if _install_hook(directory, name, state):
             changed["hooks"].append(name)
     for r in targets:
+        _drop_forced_tags(repo, r, state, changed)
         ours = {v for k, v in state["config"] if k == f"remote.{r}.push"}
         had_push = any(v not in ours for v in _config_values(repo, f"remote.{r}.push"))
         for key, value in remote_config(r, had_push, not repo.git.head_is_unborn):

@@ -2,7 +2,8 @@
 
 ``endpoint`` finds the LFS URL as git-lfs does: ``lfs:<url>``, else
 ``remote.<name>.lfsurl``, else ``lfs.url``, else the remote's URL with
-``.git/info/lfs`` (ssh and scp-like URLs map to https on the same host).
+``.git/info/lfs`` (ssh and scp-like URLs map to https on the same host); a
+plain ``http://`` one is refused unless loopback or allowed (``remotes.check_http``).
 ``Session`` asks ``git credential fill`` for a login when the server answers
 401, and tells git ``approve`` / ``reject`` afterwards, as git-lfs does; it
 keeps one connection a thread. Reads config and runs git's credential command;
@@ -20,7 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 from .. import config
 from ..errors import TransferFailed, UsageError
 from . import gitcmd, httpbody
-from .remotes import Remote
+from .remotes import Remote, check_http
 
 LFS_JSON = "application/vnd.git-lfs+json"
 _SCP = re.compile(r"^(?:[^@/]+@)?([^:/]+):(.+)$")
@@ -38,6 +39,7 @@ def endpoint(repo, remote: Remote, explicit: str | None) -> str:
     if not found or urlsplit(found).scheme not in ("http", "https") or not urlsplit(found).hostname:
         raise UsageError(f"remote '{remote.arg}' has no Git LFS endpoint (its URL is not http(s) or ssh); "
                          f"set one: git pf remote-store {remote.name or 'REMOTE'} lfs:<url>")
+    check_http(repo, remote, found, "the lfs endpoint")
     return found.rstrip("/")
 
 

@@ -13,10 +13,10 @@ is re-hashed before it enters the local store (``CorruptObject`` otherwise,
 and nothing is stored). A few threads move objects in parallel
 (``lfs.concurrenttransfers``, as git-lfs). LFS servers want each object's size
 to serve it, so the sizes of what was uploaded, and which bundle holds what,
-are kept in the remote's store record (``storerecord``); that record is also
-what ``has`` reads. Nothing is kept locally but the side store; logins come
-from git's credential helpers (``lfsauth``). Touches the server and the local
-store only.
+are kept in the remote's store record (``storerecord``); that record, when it
+names this endpoint, is also what ``has`` reads. Nothing is kept locally but the side store; logins come
+from git's credential helpers (``lfsauth``). Touches the server, the local
+store and the remembered record ref (``storerecord.listings_for``) only.
 """
 from __future__ import annotations
 
@@ -76,7 +76,12 @@ class LfsAdapter:
         self._learn(storerecord.tracked(self.repo, self.remote))
 
     def _learn(self, record: str | None) -> None:
-        self.sizes, self.bundles = storerecord.read_listings(self.repo.git, record, self._where())
+        """What the record lists, when it names this endpoint; else what the last record that
+        named it listed (``storerecord.listings_for``)."""
+        def ours(kind: str, url: str | None) -> bool:
+            return kind == "lfs" and (url or lfsauth.derive(self.remote.url) or "").rstrip("/") == self.url
+
+        self.sizes, self.bundles = storerecord.listings_for(self.repo, self.remote, record, ours, self._where())
         self._members: dict[str, list[tuple[str, int]]] | None = None
 
     @property

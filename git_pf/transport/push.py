@@ -4,7 +4,9 @@ The plan is every object the pushed images (and their ancestors) reach
 minus what the remote's objects index already lists.
 Objects go first and refs last, so a remote never shows an image whose
 objects it lacks (a configured adapter is recorded there too, ``storerecord``,
-before the refs); a push killed half way leaves only unreferenced objects,
+before the refs). Objects go only to the store pinned in local config
+(``adapters.choice``), never to one that only the remote's record names, and
+the result says where they went; a push killed half way leaves only unreferenced objects,
 and re-running it sends what is still missing. Used by ``git pf push`` and
 by the pre-push hook.
 """
@@ -25,10 +27,11 @@ class UploadResult:
     objects: int = 0
     sent_objects: int = 0
     sent_bytes: int = 0
+    destination: str = ""  # where the objects went, in words (adapters.describe)
 
     def to_json(self) -> dict:
         return {"images": self.images, "objects": self.objects, "sent_objects": self.sent_objects,
-                "sent_bytes": self.sent_bytes}
+                "sent_bytes": self.sent_bytes, "destination": self.destination}
 
 
 @dataclass
@@ -46,11 +49,11 @@ def upload_objects(repo, remote: Remote, tips: list[str], progress: Progress) ->
 
     The remote's refs are not trusted to imply its objects (a push with
     GIT_PF_SKIP_PUSH, or by plain git, sends refs alone): its index decides."""
+    chosen = adapters.choice(repo, remote)  # the pin; never a store only the remote's record names
+    adapter = adapters.make(repo, remote, chosen)
     images = reach.walk_images(repo.git, tips)
     reached = reach.reach(repo.git, images)
     needed = reach.objects_of(repo.store, reached)
-    chosen = adapters.choice(repo, remote)
-    adapter = adapters.make(repo, remote, chosen)
     adapter.refresh()
     have = adapter.has(needed)
     todo = [o for o in needed if o not in have]
@@ -61,7 +64,7 @@ def upload_objects(repo, remote: Remote, tips: list[str], progress: Progress) ->
     if chosen.kind in storerecord.RECORDED and (chosen.source == "config" or sizes):
         storerecord.publish(repo, remote, chosen.kind, getattr(adapter, "record_url", chosen.url), sizes,
                             bundles)  # before any image ref moves
-    return UploadResult(len(images), len(needed), len(todo), sent)
+    return UploadResult(len(images), len(needed), len(todo), sent, adapters.describe(repo, remote, chosen))
 
 
 def _check_local(repo, todo: list[str], needed: dict) -> None:

@@ -4,17 +4,21 @@ Tracking refs live under ``refs/pf/remotes/<key>/`` where ``key`` is the
 remote's name (or ``url-<hash>`` for a bare URL): ``heads/*`` mirror the
 remote's image branches, ``objects`` its objects index, ``meta/store`` the
 adapter it recorded. ``pf.remote.<name>.store`` is read here; ``adapters``
-decides what it means.
+decides what it means. ``check_http`` refuses a plain ``http://`` object store
+unless its host is loopback or ``pf.remote.<name>.allowHttp`` is set.
 Reads config; writes nothing.
 """
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote, urlparse, urlsplit
+
+import pygit2
 
 from .. import config
 from ..errors import UsageError
@@ -96,3 +100,36 @@ def file_root(repo, remote: Remote, setting: str) -> Path:
         raise UsageError(f"pf.remote.{remote.name}.store=file needs a local remote or file:<directory>")
     git_dir = path / ".git" if (path / ".git").is_dir() else path
     return git_dir / "pf" / "objects"
+
+
+def _loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_http(repo, remote: Remote, url: str, what: str) -> None:
+    """Refuse ``url`` (an object store's endpoint) when it is plain ``http://`` to a host that
+    is not loopback and ``pf.remote.<name>.allowHttp`` is not set: one clear UsageError line."""
+    parts = urlsplit(url)
+    if parts.scheme != "http" or _loopback(parts.hostname or ""):
+        return
+    if remote.name:
+        try:
+            if repo.git.config.get_bool(f"pf.remote.{remote.name}.allowHttp"):
+                return
+        except KeyError:
+            pass
+        except (ValueError, pygit2.GitError):
+            raise UsageError(f"pf.remote.{remote.name}.allowHttp must be a boolean (true/false)") from None
+    allow = f"git config pf.remote.{remote.name}.allowHttp true" if remote.name else \
+        "add the remote by name (git remote add) and set pf.remote.<name>.allowHttp"
+    try:
+        where = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
+    except ValueError:  # a port that is not a number
+        where = parts.hostname or ""
+    raise UsageError(f"remote '{remote.arg}': {what} http://{where}{parts.path} is plain http "
+                     f"(objects and logins would travel unencrypted); use https, or allow it: {allow}")

@@ -26,7 +26,7 @@ from ..limits import active as active_limits
 from ..store.sidestore import SideStore
 from . import s3multipart as mp
 from .progress import Progress
-from .remotes import Remote
+from .remotes import Remote, check_http
 
 MULTIPART_THRESHOLD = 64 << 20
 PART_SIZE = 16 << 20
@@ -66,6 +66,8 @@ def _settings(repo, remote: Remote) -> dict:
     git = repo.git
     endpoint = (config.get_str(git, f"pf.remote.{remote.name}.s3Endpoint") if remote.name else None) \
         or config.get_str(git, "pf.s3.endpoint")
+    if endpoint:
+        check_http(repo, remote, endpoint, "the s3 endpoint")
     jobs = config.get_size(git, "pf.s3.jobs", JOBS)
     return {"endpoint": endpoint or None, "region": config.get_str(git, "pf.s3.region") or None,
             "threshold": config.get_size(git, "pf.s3.multipartThreshold", MULTIPART_THRESHOLD),

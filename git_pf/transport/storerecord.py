@@ -16,8 +16,12 @@ ref, merged with what another push added meanwhile); ``git pf fetch`` brings
 it to ``refs/pf/remotes/<r>/meta/store``. What a remote recorded is
 untrusted: read back only through ``decode``, ``decode_sizes`` and
 ``decode_bundles``, which refuse anything but that shape (a bundle line must
-name an object the sizes list, inside its bundle, with one size per bundle).
-Writes only the record commit, its tracking ref and the remote's record ref.
+name an object the sizes list, inside its bundle, with one size per bundle),
+and it never chooses where objects go: ``adapters`` uses the store pinned in
+local config; a record naming another store lists nothing, and the listings
+of the last record that named the store in use are kept for it
+(``listings_for``, ``refs/pf/remotes/<r>/meta/pinned``).
+Writes only the record commit, its tracking refs and the remote's record ref.
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ from .remotes import Remote
 
 REF = "refs/pf/meta/store"
 TRACKING = "meta/store"
+PINNED = "meta/pinned"  # local only (fetch never brings a remote's ref there): the last record naming our store
 FILE = "store.json"
 MAX_BYTES = 4096
 RECORDED = ("git", "lfs", "s3")
@@ -83,7 +88,8 @@ def decode(data: bytes, where: str) -> tuple[str, str | None]:
     kind, url = doc["adapter"], doc["url"]
     if kind not in RECORDED:
         raise DataError(f"{bad} (unknown adapter {str(kind)[:40]!r})")
-    if url is not None and (not isinstance(url, str) or len(url) > 2048 or any(ord(c) < 33 or c == "\x7f" for c in url)):
+    if url is not None and (not isinstance(url, str) or len(url) > 2048
+                            or any(c == " " or not c.isprintable() for c in url)):
         raise DataError(f"{bad} (bad url)")
     if kind == "git" and url is not None:
         raise DataError(f"{bad} (the git adapter takes no url)")
@@ -185,6 +191,28 @@ def read_listings(git: pygit2.Repository, oid: str | None, where: str) -> tuple[
     return sizes, bundles
 
 
+def listings_for(repo, remote: Remote, oid: str | None, names_ours, where: str) -> tuple[dict[str, int], dict]:
+    """``(sizes, bundles)`` of the record commit ``oid`` when it is valid and
+    ``names_ours(adapter, url)`` (it is then remembered as ``refs/pf/remotes/<r>/meta/pinned``);
+    else of the record last remembered so; else both empty. A record naming another store, or
+    one that is not valid, lists nothing of the store in use, and takes nothing away from it."""
+    pinned_ref = remote.tracking(PINNED)
+    pinned = repo.git.references.get(pinned_ref)
+    for candidate in (oid, str(pinned.target) if pinned is not None else None):
+        if candidate is None:
+            continue
+        try:
+            if not names_ours(*_read_commit(repo.git, candidate, where)):
+                continue
+            found = read_listings(repo.git, candidate, where)
+        except DataError:
+            continue
+        if pinned is None or str(pinned.target) != candidate:
+            repo.git.references.create(pinned_ref, pygit2.Oid(hex=candidate), force=True)
+        return found
+    return {}, {}
+
+
 def recorded(repo, remote: Remote) -> tuple[str, str | None] | None:
     """What ``remote`` recorded, as last fetched; None when it recorded nothing."""
     ref = repo.git.references.get(remote.tracking(TRACKING))
@@ -245,8 +273,8 @@ def publish(repo, remote: Remote, kind: str, url: str | None, sizes: dict[str, i
     where = f"the store record of remote '{remote.arg}'"
     for _ in range(_RETRIES):
         theirs = refresh(repo, remote)
-        their_sizes, their_bundles = read_listings(repo.git, theirs, where) if theirs and sizes is not None \
-            else ({}, {})
+        their_sizes, their_bundles = listings_for(repo, remote, theirs, lambda k, u: (k, u) == (kind, url), where) \
+            if sizes is not None else ({}, {})
         merged_sizes = {**their_sizes, **(sizes or {})}
         merged_bundles = {**their_bundles, **(bundles or {})}
         commit = write_commit(repo.git, kind, url, merged_sizes, merged_bundles)
