@@ -23,6 +23,7 @@ from .layers import registry
 from .layers.world.capture import Capture, CaptureStats, capture
 from .layers.world.env import Env
 from .layers.world.statcache import StatCache
+from .store.packfile import COMMIT, commit_bytes, packing
 
 
 class LayerInput(Protocol):
@@ -194,8 +195,19 @@ def take(repo, req: SnapshotRequest) -> SnapshotResult:
         refs.update_ref(git, full, new, old, log, what)
         if not req.ref:  # an image on a full ref (a blame trial) leaves HEAD alone
             _follow(git, branch, req.switch)
-    with repo.store.batch():  # one filesystem sync for every side-store object, before any ref moves
-        cap, tree, agent, layer_trailers = _write_tree(repo, req, world, parent)
+    # every git object of the image (its commit too) goes into one pack, written before the ref
+    # moves: no loose object, so a gc at the same time has nothing of ours to pull away
+    with packing(git) as pack:
+        with repo.store.batch():  # one filesystem sync for every side-store object, before any ref moves
+            cap, tree, agent, layer_trailers = _write_tree(repo, req, world, parent)
+        if parent is None or tree != parent.tree or req.allow_empty:
+            trailers = [("Pf-Agent", agent.label())] if agent.kind else []
+            trailers += layer_trailers + list(req.trailers)
+            message = img.format_message(req.message or f"snapshot of {world.name}", trailers)
+            sig = config.signature(git)
+            raw = commit_bytes(sig, sig, message, tree, [parent.id] if parent else [])
+            commit = pack.add(COMMIT, raw).hex()
+        pack.flush()
 
     if parent is not None and tree == parent.tree and not req.allow_empty:
         world.done(cap)
@@ -205,12 +217,7 @@ def take(repo, req: SnapshotRequest) -> SnapshotResult:
             _follow(git, branch, req.switch)
         return SnapshotResult(parent, branch, True, cap.stats)
 
-    trailers = [("Pf-Agent", agent.label())] if agent.kind else []
-    trailers += layer_trailers + list(req.trailers)
-    message = img.format_message(req.message or f"snapshot of {world.name}", trailers)
-    sig = config.signature(git)
-    commit = git.create_commit(None, sig, sig, message, tree, [parent.id] if parent else [])
-    move(str(commit), tip, f"pf snapshot: {message.splitlines()[0]}")
+    move(commit, tip, f"pf snapshot: {message.splitlines()[0]}")
     world.done(cap)
     maintenance.auto_gc(git)
     return SnapshotResult(img.read_image(git, str(commit)), branch, False, cap.stats)

@@ -38,6 +38,7 @@ def match_rules(ignore_field, mask, profile):
 def _finish_run(result, as_json: bool, verb: str) -> None:
     """Print a record or run result; exit with the agent's code, or 1 when the run could not finish."""
     problem = result.upstream_error or (f"internal proxy error: {result.failures[0]}" if result.failures else None)
+    problem = problem or result.write_problem()
     emit(as_json, result.to_json(), lambda: problem or say(f"{verb} {result.steps} steps on '{result.branch}' "
                                                             f"(tip {(result.tip or '')[:7]}); the agent exited {result.exit}"))
     if problem:

@@ -141,10 +141,20 @@ class RunResult:
     exit: int
     upstream_error: str | None = None
     failures: list[str] = field(default_factory=list)
+    write_failures: list[str] = field(default_factory=list)  # StepWriter.failures: storage trouble
+    steps_lost: int = 0
 
     def to_json(self) -> dict:
         return {"branch": self.branch, "tip": self.tip, "steps": self.steps, "exit": self.exit,
-                "upstream_error": self.upstream_error, "failures": self.failures}
+                "upstream_error": self.upstream_error, "failures": self.failures + self.write_failures,
+                "steps_lost": self.steps_lost}
+
+    def write_problem(self) -> str | None:
+        """One line when steps or the world could not be written (the agent's run went on)."""
+        if not self.write_failures:
+            return None
+        return (f"{self.steps_lost} step images lost of {self.steps} exchanges recorded "
+                f"({self.write_failures[0]}); the agent exited {self.exit}")
 
 
 def default_branch(git) -> str:
@@ -198,4 +208,5 @@ def record(repo, cmd: list[str], *, name: str | None = None, fs_root: Path | Non
         info = writer.finish(code)
     finally:
         writer.close()
-    return RunResult(branch, info.id, recorder.steps, code, recorder.failure(), list(proxy.failures))
+    return RunResult(branch, info.id, recorder.steps, code, recorder.failure(), list(proxy.failures),
+                     list(writer.failures), writer.lost)

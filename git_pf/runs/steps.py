@@ -9,24 +9,34 @@ writes them from the long-lived recording process (the repository stays
 open, the sandbox's stat cache stays in memory); ``at_step`` / ``resolve_step``
 find a step on a branch; ``run_plan`` is what replay and run read from a
 branch (``runplan``). Writes images and moves only the run's branch.
+
+A run's objects go through one ``RunPackWriter``: a pack per step (written
+before the branch moves), merged as the run goes and made one at its end,
+never a loose object (docs/record.md, "Storage failures"). Storage trouble
+never reaches the agent: a step that cannot be written is tried again, then
+counted as lost (``failures``), and the final image says how many with
+``Pf-Steps-Lost``; the branch only ever moves to complete images.
 """
 from __future__ import annotations
 
 import itertools
 import json
 import os
+import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pygit2
 
 from .. import image as img, refs, secrets
-from ..errors import InputFormatError, UnknownRevision, UsageError
+from ..errors import InputFormatError, UnknownRevision, UsageError, WriteFailed
 from ..layers.effects import ledger as effects_mod
 from ..layers.trace import exchange, tape as tape_mod, wire
 from ..gittree import MODE_FILE, TreeWriter
 from ..snapshot import SnapshotRequest, take
+from ..store.packfile import RunPackWriter, packing
 from . import channel
 from .channel import ChannelReader
 from .stepworld import Given, LiveWorld, inherited
@@ -34,6 +44,9 @@ from .stepworld import Given, LiveWorld, inherited
 STEP_TRAILER = "Pf-Step"
 RUN_END_TRAILER = "Pf-Run-Exit"
 FORKED_TRAILER = "Pf-Forked-From"
+LOST_TRAILER = "Pf-Steps-Lost"
+RETRY_S = (0.05, 0.25)  # the pauses before a step write is tried again
+STORAGE_ERRORS = (WriteFailed, OSError, pygit2.GitError)
 MAX_STEP = 10**9
 _runs = itertools.count(1)
 
@@ -169,11 +182,15 @@ class StepWriter:
         self.branch = check_target(branch)
         self.keep = frozenset(no_redact)
         self._lock = threading.Lock()
+        self._packs = RunPackWriter(repo.git)
+        self.failures: list[str] = []  # one line per step (or world) that could not be written
+        self.lost = 0  # step images that could not be written
         self._tip = parent
         self._parent_image = img.read_image(repo.git, parent) if parent else None
         self._world = LiveWorld(repo, Path(fs_root), tuple(ignore)) if fs_root is not None else None
         self._name = self._world.name if self._world else branch
         self._fixed = None if self._world else inherited(repo, self._parent_image)
+        self._last_world = self._fixed
         self.step = start_step
         self._tape = _StepTape(repo.git)
         for name, data in tape_mod.encode(list(tape), self.keep) if tape else []:
@@ -206,7 +223,12 @@ class StepWriter:
             draws, effects = self._events()
             self._pending.append((arrival, effects))
             self._flight.add(arrival)
-            return StepToken(arrival, self._capture(), draws, effects)
+            try:
+                world = self._capture()
+            except STORAGE_ERRORS as e:  # the step keeps the world captured before
+                self._failed(f"world at request {arrival} not captured: {_reason(e)}")
+                world = self._last_world
+            return StepToken(arrival, world, draws, effects)
 
     def failed(self, token: StepToken) -> None:
         """Request ``token.arrival`` got no response (its upstream is down): no step, but the draws
@@ -235,7 +257,7 @@ class StepWriter:
             self._messages = wire.messages(stored) or self._messages
             self._take_effects(token.arrival)
             subject = f"step {self.step}: {entry.get('api', 'other')} {entry.get('response', {}).get('status', '')}"
-            return self._write(token.world, subject, [(STEP_TRAILER, str(self.step))])
+            return self._write_step(token.world, subject, [(STEP_TRAILER, str(self.step))], f"step {self.step}")
 
     def finish(self, exit_code: int) -> img.ImageInfo:
         """The child ended: the ``end`` entry (the draws and effects after the last request) and the final image."""
@@ -245,22 +267,56 @@ class StepWriter:
             self._pending.append((MAX_STEP, effects))
             self._take_effects(MAX_STEP)
             self._append({"v": 2, "kind": "end", "step": self.step, "draws": draws, "exit": exit_code})
-            return self._write(self._capture(), f"run end: exit {exit_code}",
-                               [(STEP_TRAILER, str(self.step)), (RUN_END_TRAILER, str(exit_code))])
+            try:
+                world = self._capture()
+            except STORAGE_ERRORS as e:
+                self._failed(f"world at the end not captured: {_reason(e)}")
+                world = self._last_world
+            trailers = [(STEP_TRAILER, str(self.step)), (RUN_END_TRAILER, str(exit_code))]
+            lost = self.lost  # the end image counts the steps lost before it
+            trailers += [(LOST_TRAILER, str(lost))] if lost else []
+            info = self._write_step(world, f"run end: exit {exit_code}", trailers, "the run's end image")
+            with packing(self.repo.git, self._packs):
+                self._packs.consolidate()
+            return info if info is not None else img.read_image(self.repo.git, self._tip)
 
     def close(self) -> None:
         """Remove the channel file and keep the sandbox's stat cache for the next snapshot."""
         self.channel.unlink(missing_ok=True)
         if self._world is not None:
-            self._world.save()
+            try:
+                self._world.save()
+            except OSError as e:  # only the next snapshot's speed depends on it
+                self._failed(f"stat cache not saved: {_reason(e)}")
 
     # -- helpers ----------------------------------------------------------
     def _capture(self):
         if self._world is None:
             return self._fixed
-        cap = self._world.capture(self.repo, None)
+        with packing(self.repo.git, self._packs):  # written with the next step's pack
+            cap = self._world.capture(self.repo, None)
         self._world.done(cap)
+        self._last_world = cap
         return cap
+
+    def _write_step(self, cap, subject: str, trailers: list[tuple[str, str]], what: str) -> img.ImageInfo | None:
+        """``_write``, tried again after a storage failure; None (and one line in ``failures``) when
+        it could not be written: the branch stays at the last image written."""
+        for pause in (*RETRY_S, None):
+            try:
+                return self._write(cap, subject, trailers)
+            except STORAGE_ERRORS as e:
+                if pause is None:
+                    self._failed(f"{what} not written: {_reason(e)}")
+                    self.lost += 1
+                    return None
+                time.sleep(pause)
+
+    def _failed(self, line: str) -> None:
+        """Note a storage failure: one line on stderr (the first only: a full disk fails every step)."""
+        if not self.failures:
+            sys.stderr.write(f"git pf: warning: {line} (the agent goes on; see the run's report)\n")
+        self.failures.append(line)
 
     def _events(self) -> tuple[list[dict], list[dict]]:
         """The draws and effects the child wrote to the channel since the last call."""
@@ -287,6 +343,11 @@ class StepWriter:
         req = SnapshotRequest(Path("."), branch=None if full else self.branch, ref=full, messages=list(self._messages),
                               effects=list(self._ledger), message=subject, allow_empty=True, layers=(self._tape,),
                               world=Given(cap, self._name), parent=self._tip, trailers=tuple(trailers))
-        result = take(self.repo, req)
+        with packing(self.repo.git, self._packs):
+            result = take(self.repo, req)
         self._tip = result.image.id
         return result.image
+
+
+def _reason(e: Exception) -> str:
+    return str(e) if isinstance(e, WriteFailed) else f"{type(e).__name__}: {getattr(e, 'strerror', None) or e}"

@@ -1,10 +1,20 @@
-"""git's pack format: writing many new objects as one pack + version-2 index.
+"""git's pack format: writing new objects as packs + version-2 indexes, and nothing else.
 
 A snapshot of thousands of files would otherwise cost one loose-object file
 (create, write, rename) per blob and tree. ``PackWriter`` buffers new
 objects, zlib-compressed, and writes them as ``objects/pack/pack-<sha>.pack``
 + ``.idx`` in one go, the pack before its index so readers never see a
-partial pack. Knows only git's object and pack formats; no refs, no images.
+partial pack. Both are staged under names unique to the writer
+(``tmp_pack_*``, ``tmp_idx_*``, as git names its own), so two writers of
+byte-identical packs never collide, and a pack that already exists counts as
+written. ``packing`` makes every ``TreeWriter`` of a thread queue into one
+writer (a snapshot is one pack, its commit included); ``RunPackWriter`` is
+the writer of a long run: a pack per flush, merged geometrically so a run of
+any length leaves a handful of packs. git-pf writes no loose objects on
+these paths, so a ``git gc`` running at the same time (which removes empty
+``objects/xx`` directories and the loose objects it packed) has nothing of
+ours to pull away (docs/format.md, "Writing objects"). Knows only git's
+object and pack formats; no refs, no images.
 """
 from __future__ import annotations
 
@@ -12,7 +22,9 @@ import hashlib
 import os
 import struct
 import tempfile
+import threading
 import zlib
+from contextlib import contextmanager
 from pathlib import Path
 
 import pygit2
@@ -20,9 +32,14 @@ import pygit2
 from ..errors import WriteFailed
 
 KIND_NAMES = {1: b"commit", 2: b"tree", 3: b"blob", 4: b"tag"}
-BLOB, TREE = 3, 2
+COMMIT, BLOB, TREE = 1, 3, 2
 _FLUSH_BYTES = 256 * 1024 * 1024  # start another pack past this much compressed data
 _LOOKAHEAD = 262  # zlib's MIN_LOOKAHEAD: a window of 2**wbits reaches back 2**wbits - 262 bytes
+_COPY = 1 << 20  # a merge copies entries in pieces of at most this many bytes
+FAILPOINT_ENV = "GIT_PF_FAIL_PACK_WRITE"  # "N": the N-th pack write of this process and every one after it fail
+STOP_ENV = "GIT_PF_STOP_PACK_WRITE"  # "N:FIFO": the N-th pack write stops between its pack and its index
+_scope = threading.local()
+_writes = [0]  # pack writes this process attempted (for the failpoint)
 
 
 def object_id(kind: int, data) -> bytes:
@@ -36,6 +53,18 @@ def deflate(data: bytes) -> bytes:
     """zlib level 1 with a window no larger than the data needs: the same output size as
     the full 32 KiB window, but small objects (trees) set up 2-3x faster."""
     return zlib.compress(data, 1, min(15, max(9, (len(data) + _LOOKAHEAD).bit_length())))
+
+
+def commit_bytes(author: pygit2.Signature, committer: pygit2.Signature, message: str, tree: str,
+                 parents: list) -> bytes:
+    """A commit object's bytes, as ``git commit-tree`` writes them (no encoding header: UTF-8)."""
+    def who(sig: pygit2.Signature) -> bytes:
+        off = sig.offset
+        sign, off = ("-", -off) if off < 0 else ("+", off)
+        return b"%s <%s> %d %s%02d%02d" % (sig.raw_name, sig.raw_email, sig.time, sign.encode(), off // 60, off % 60)
+    head = [b"tree " + str(tree).encode()] + [b"parent " + str(p).encode() for p in parents]
+    head += [b"author " + who(author), b"committer " + who(committer)]
+    return b"\n".join(head) + b"\n\n" + message.encode()
 
 
 def entry_header(kind: int, size: int) -> bytes:
@@ -100,39 +129,218 @@ class PackWriter:
             self.flush()
         return oid
 
-    def flush(self) -> None:
-        """Write what is queued as one pack and its index (nothing when the queue is empty)."""
+    def has(self, oid: bytes) -> bool:
+        """Whether object ``oid`` (raw) is queued here or in the repository."""
+        return oid in self._objects or pygit2.Oid(raw=oid) in self.repo.odb
+
+    def flush(self) -> Path | None:
+        """Write what is queued as one pack and its index; the pack's path without suffix (None:
+        nothing was queued). On failure (WriteFailed) the queue is kept, so a later flush retries it."""
         if not self._objects:
-            return
-        objects, self._objects, self._bytes = self._objects, {}, 0
+            return None
         try:
-            self._write(objects)
+            _failpoint()
+            stem = self._write(self._objects)
         except OSError as e:
             raise WriteFailed(f"cannot write to the git object database: {e.strerror or e}") from None
+        self._objects, self._bytes = {}, 0
+        return stem
 
-    def _write(self, objects: dict[bytes, tuple[int, bytes]]) -> None:
-        self.pack_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.pack_dir, prefix="tmp_pack_")
+    def _write(self, objects: dict[bytes, tuple[int, bytes]]) -> Path:
+        return write_pack(self.pack_dir, ((oid, entry) for oid, (_, entry) in objects.items()), len(objects))
+
+
+def _failpoint() -> None:
+    """A pack write that fails on purpose (``GIT_PF_FAIL_PACK_WRITE=N``: the N-th and later): tests
+    and the soak harness make storage trouble at a known point with it."""
+    _writes[0] += 1
+    at = os.environ.get(FAILPOINT_ENV, "")
+    if at.isdigit() and _writes[0] >= int(at) > 0:
+        raise OSError(28, "No space left on device (GIT_PF_FAIL_PACK_WRITE)")
+
+
+def _stop_point() -> None:
+    """``GIT_PF_STOP_PACK_WRITE=N:FIFO``: at the N-th pack write, write this process's id into the
+    FIFO (blocking until a reader opens it) and wait there for good: a kill test stops the writer
+    at exactly this point, with its pack in place and its index not yet."""
+    at, _, fifo = os.environ.get(STOP_ENV, "").partition(":")
+    if fifo and at.isdigit() and _writes[0] == int(at):
+        with open(fifo, "w") as f:
+            f.write(f"{os.getpid()}\n")
+        threading.Event().wait()
+
+
+def write_pack(pack_dir: Path, entries, count: int) -> Path:
+    """Write ``count`` ``(raw oid, pack entry bytes)`` as a pack + index under ``pack_dir``; the
+    pack's path without suffix. Staged under names unique to this call and renamed pack first,
+    index last; where the index is there already (a writer of the same pack was first) the
+    pack is taken as written."""
+    pack_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=pack_dir, prefix="tmp_pack_")
+    idx_tmp = None
+    try:
+        index, offset = [], 12
+        digest = hashlib.sha1()
+        with os.fdopen(fd, "wb") as f:
+            head = b"PACK" + struct.pack(">II", 2, count)
+            f.write(head)
+            digest.update(head)
+            for oid, entry in entries:
+                crc = 0
+                for piece in entry if isinstance(entry, list) else (entry,):
+                    f.write(piece)
+                    digest.update(piece)
+                    crc = zlib.crc32(piece, crc)
+                index.append((oid, crc, offset))
+                offset += sum(map(len, entry)) if isinstance(entry, list) else len(entry)
+            pack_sum = digest.digest()
+            f.write(pack_sum)
+        stem = pack_dir / f"pack-{pack_sum.hex()}"
+        idx = stem.with_suffix(".idx")
+        if idx.exists():  # the same objects in the same order: another writer wrote this pack
+            return stem
+        fd, idx_tmp = tempfile.mkstemp(dir=pack_dir, prefix="tmp_idx_")
+        with os.fdopen(fd, "wb") as f:
+            f.write(idx_bytes(index, pack_sum))
+        os.chmod(tmp, 0o444)
+        os.chmod(idx_tmp, 0o444)
+        os.replace(tmp, stem.with_suffix(".pack"))
+        _stop_point()
+        os.replace(idx_tmp, idx)
+        return stem
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+        if idx_tmp is not None:
+            Path(idx_tmp).unlink(missing_ok=True)
+
+
+def read_index(data: bytes) -> list[tuple[int, bytes, int]]:
+    """``(offset, raw oid, crc32)`` of every entry of a version-2 pack index, by offset;
+    ValueError when ``data`` is no such index."""
+    if len(data) < 8 + 1024 + 40 or data[:8] != b"\xfftOc\x00\x00\x00\x02":
+        raise ValueError("not a version-2 pack index")
+    n = struct.unpack_from(">I", data, 8 + 255 * 4)[0]
+    oids_at = 8 + 1024
+    crcs_at = oids_at + 20 * n
+    offs_at = crcs_at + 4 * n
+    large_at = offs_at + 4 * n
+    if len(data) < large_at + 40:
+        raise ValueError("pack index is truncated")
+    out = []
+    for i in range(n):
+        off = struct.unpack_from(">I", data, offs_at + 4 * i)[0]
+        if off & 0x80000000:
+            off = struct.unpack_from(">Q", data, large_at + 8 * (off & 0x7FFFFFFF))[0]
+        out.append((off, data[oids_at + 20 * i: oids_at + 20 * i + 20], struct.unpack_from(">I", data, crcs_at + 4 * i)[0]))
+    out.sort()
+    return out
+
+
+class RunPackWriter(PackWriter):
+    """The writer of a long run (a recording's steps): every ``flush`` writes a pack, so what it
+    queued is durable before the caller moves a ref; then the packs this writer wrote are merged
+    geometrically (the newest two while the older is less than twice the newer's size), so a
+    run of N flushes leaves about log2(N) packs, and ``consolidate`` makes them one at the
+    run's end. A merge copies the entries as they are (no inflate, no deflate) into a new pack,
+    then removes the packs it merged; one that ``git gc`` already took is left out (its objects
+    are in gc's pack)."""
+
+    def __init__(self, repo: pygit2.Repository):
+        super().__init__(repo)
+        self.packs: list[tuple[Path, int]] = []  # (pack path without suffix, bytes), oldest first
+
+    def flush(self) -> Path | None:
+        stem = super().flush()
+        if stem is not None:
+            self.packs.append((stem, _size(stem)))
+            while len(self.packs) >= 2 and self.packs[-2][1] < 2 * self.packs[-1][1]:
+                self._merge(2)
+        return stem
+
+    def consolidate(self) -> None:
+        """Merge every pack this writer wrote into one (best effort: a failure leaves them as they are;
+        objects still queued stay queued)."""
         try:
-            index, offset = [], 12
-            digest = hashlib.sha1()
-            with os.fdopen(fd, "wb") as f:
-                head = b"PACK" + struct.pack(">II", 2, len(objects))
-                f.write(head)
-                digest.update(head)
-                for oid, (_, entry) in objects.items():
-                    f.write(entry)
-                    digest.update(entry)
-                    index.append((oid, zlib.crc32(entry), offset))
-                    offset += len(entry)
-                pack_sum = digest.digest()
-                f.write(pack_sum)
-            name = self.pack_dir / f"pack-{pack_sum.hex()}"
-            os.chmod(tmp, 0o444)
-            os.replace(tmp, name.with_suffix(".pack"))
-            idx_tmp = name.with_suffix(".idx.tmp")
-            idx_tmp.write_bytes(idx_bytes(index, pack_sum))
-            os.chmod(idx_tmp, 0o444)
-            os.replace(idx_tmp, name.with_suffix(".idx"))
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+            self.flush()
+        except WriteFailed:
+            pass
+        if len(self.packs) >= 2:
+            self._merge(len(self.packs))
+
+    def _merge(self, k: int) -> None:
+        olds = self.packs[-k:]
+        try:
+            stem = merge_packs(self.pack_dir, [s for s, _ in olds])
+        except (OSError, ValueError):
+            return  # the packs stay as they are: still a complete object database, only more packs
+        self.packs[-k:] = [(stem, _size(stem))] if stem is not None else []
+
+
+def _size(stem: Path) -> int:
+    try:
+        return stem.with_suffix(".pack").stat().st_size
+    except OSError:
+        return 0
+
+
+def merge_packs(pack_dir: Path, stems: list[Path]) -> Path | None:
+    """Copy the entries of the packs ``stems`` (ones written by ``write_pack``: whole objects, no
+    deltas) into one new pack, then remove them; the new pack (None: none of them was left).
+    A pack gone already (taken by a gc) is skipped; one opened is read to the end even if
+    removed meanwhile."""
+    fds, plan, seen = [], [], set()
+    try:
+        for stem in stems:
+            try:
+                idx_fd = os.open(stem.with_suffix(".idx"), os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            with os.fdopen(idx_fd, "rb") as f:
+                try:
+                    pack_fd = os.open(stem.with_suffix(".pack"), os.O_RDONLY)
+                except FileNotFoundError:
+                    continue
+                fds.append(pack_fd)
+                index = read_index(f.read())
+            end = os.fstat(pack_fd).st_size - 20
+            for i, (off, oid, _) in enumerate(index):
+                if oid not in seen:
+                    seen.add(oid)
+                    plan.append((pack_fd, off, (index[i + 1][0] if i + 1 < len(index) else end) - off, oid))
+        if not plan:
+            return None
+
+        def pieces():
+            for fd, off, length, oid in plan:
+                yield oid, [os.pread(fd, min(_COPY, length - at), off + at) for at in range(0, length, _COPY)]
+        stem = write_pack(pack_dir, pieces(), len(plan))
+    finally:
+        for fd in fds:
+            os.close(fd)
+    for old in stems:
+        if old != stem:
+            for suffix in (".pack", ".idx"):  # git's order: an index left alone is garbage gc removes
+                old.with_suffix(suffix).unlink(missing_ok=True)
+    return stem
+
+
+@contextmanager
+def packing(repo: pygit2.Repository, writer: PackWriter | None = None):
+    """Within, every ``TreeWriter`` of ``repo`` in this thread queues into one writer (``writer``, or
+    a new ``PackWriter``), which the caller flushes before anything outside reads the objects
+    (before a ref moves). Nested: the outer writer goes on."""
+    outer = getattr(_scope, "writer", None)
+    if outer is not None and outer.repo.path == repo.path:
+        yield outer
+        return
+    _scope.writer = writer if writer is not None else PackWriter(repo)
+    try:
+        yield _scope.writer
+    finally:
+        _scope.writer = outer
+
+
+def current(repo: pygit2.Repository) -> PackWriter | None:
+    """The writer ``packing`` set for ``repo`` in this thread, if any."""
+    writer = getattr(_scope, "writer", None)
+    return writer if writer is not None and writer.repo.path == repo.path else None

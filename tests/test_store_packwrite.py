@@ -1,0 +1,143 @@
+"""Writing objects as packs: concurrent writers of the same objects, a long run's pack count,
+storage failures (the failpoint) and a git gc running while objects are written."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import threading
+from pathlib import Path
+
+import pygit2
+import pytest
+
+from conftest import git_fsck_clean
+from git_pf.errors import WriteFailed
+from git_pf.store.packfile import BLOB, FAILPOINT_ENV, PackWriter, RunPackWriter, read_index
+
+ROUNDS = 200  # the race this guards against hit about one round in 30 with two threads
+
+
+def _packs(git_dir: Path) -> list[Path]:
+    return sorted((git_dir / "objects" / "pack").glob("*.pack"))
+
+
+def _round_objects(k: int) -> list[bytes]:
+    return [b"round %d object %d\n" % (k, i) * 20 for i in range(30)]
+
+
+def _flush_same(git_dir: str, k: int, barrier) -> None:
+    """Queue round k's objects, wait for the other writer, flush: both write byte-identical packs."""
+    writer = PackWriter(pygit2.Repository(git_dir))
+    for data in _round_objects(k):
+        writer.add(BLOB, data)
+    barrier.wait()
+    writer.flush()
+
+
+def _check_round(git: pygit2.Repository, k: int) -> None:
+    for data in _round_objects(k):
+        oid = pygit2.hash(data)
+        assert git.odb.read(oid)[1] == data
+
+
+def test_two_threads_writing_the_same_new_objects_both_succeed(repo):
+    git_dir = str(repo.git_dir)
+    errors = []
+    for k in range(ROUNDS):
+        barrier = threading.Barrier(2)
+
+        def one():
+            try:
+                _flush_same(git_dir, k, barrier)
+            except Exception as e:  # noqa: BLE001 - what the other thread must not see
+                errors.append(e)
+        threads = [threading.Thread(target=one) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == []
+    git = pygit2.Repository(git_dir)
+    for k in range(ROUNDS):
+        _check_round(git, k)
+    assert not [p for p in (repo.git_dir / "objects" / "pack").iterdir() if p.name.startswith("tmp_")]
+
+
+def _process_rounds(git_dir: str, barrier, failed) -> None:
+    for k in range(ROUNDS):
+        try:
+            _flush_same(git_dir, k, barrier)
+        except WriteFailed:
+            failed.value += 1
+            barrier.wait()  # nothing else waits for this round's writer: keep in step
+
+
+def test_two_processes_writing_the_same_new_objects_both_succeed(repo):
+    ctx = multiprocessing.get_context("fork")
+    barrier, failed = ctx.Barrier(2), ctx.Value("i", 0)
+    procs = [ctx.Process(target=_process_rounds, args=(str(repo.git_dir), barrier, failed)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    assert failed.value == 0
+    git = pygit2.Repository(str(repo.git_dir))
+    for k in range(ROUNDS):
+        _check_round(git, k)
+
+
+def test_a_run_of_many_flushes_leaves_a_few_packs_and_every_object(repo):
+    writer = RunPackWriter(repo.git)
+    written = []
+    for step in range(300):
+        data = b"step %d\n" % step * 40
+        written.append((writer.add(BLOB, data), data))
+        writer.flush()
+        assert len(_packs(repo.git_dir)) <= 12  # about log2(steps), never one per step
+    writer.consolidate()
+    assert len(_packs(repo.git_dir)) == 1
+    fresh = pygit2.Repository(str(repo.git_dir))
+    for oid, data in written:
+        assert fresh.odb.read(pygit2.Oid(raw=oid))[1] == data
+    (idx,) = (repo.git_dir / "objects" / "pack").glob("*.idx")
+    assert len(read_index(idx.read_bytes())) == 300
+
+
+def test_a_merge_skips_packs_a_gc_took_and_keeps_the_objects(repo):
+    writer = RunPackWriter(repo.git)
+    blobs = [writer.add(BLOB, b"before gc %d\n" % i) for i in range(5)]
+    writer.flush()
+    first = list(writer.packs)
+    subprocess.run(["git", "--git-dir", str(repo.git_dir), "gc", "-q"], check=True)  # keeps what is recent
+    blobs.append(writer.add(BLOB, b"after gc\n"))
+    writer.flush()
+    writer.consolidate()
+    assert not first[0][0].with_suffix(".pack").exists()
+    fresh = pygit2.Repository(str(repo.git_dir))
+    assert all(pygit2.Oid(raw=b) in fresh.odb for b in blobs)
+
+
+def test_a_failed_write_keeps_the_queue_for_the_next_flush(repo, monkeypatch):
+    writer = PackWriter(repo.git)
+    oid = writer.add(BLOB, b"kept across a failure\n")
+    monkeypatch.setenv(FAILPOINT_ENV, "1")
+    with pytest.raises(WriteFailed, match="No space left"):
+        writer.flush()
+    assert pygit2.Oid(raw=oid) not in repo.git.odb
+    monkeypatch.delenv(FAILPOINT_ENV)
+    writer.flush()
+    assert repo.git.odb.read(pygit2.Oid(raw=oid))[1] == b"kept across a failure\n"
+
+
+def test_snapshots_write_no_loose_objects(repo, tmp_path, run_pf):
+    world = tmp_path / "world"
+    world.mkdir()
+    for i in range(5):
+        (world / f"f{i}").write_text(f"file {i}\n")
+        run_pf("snapshot", "--fs-root", world, cwd=tmp_path / "repo")
+    loose = [p for p in (repo.git_dir / "objects").iterdir() if len(p.name) == 2]
+    assert loose == []
+    assert len(_packs(repo.git_dir)) == 5
+    git_fsck_clean(tmp_path / "repo")
