@@ -164,3 +164,16 @@ def test_validate_says_bad_input_in_one_line(run_pf, tmp_path):
         proc = run_pf("blame", "--validate", *args, check=False)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and words in proc.stderr, (args, proc.stderr)
         assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("seed,case", [(1, 2), (2, 3)], ids=["seed1-wrong_instruction-at-1", "seed2-dropped-at-1"])
+def test_validation_holds_over_other_seeds_with_a_fault_at_step_1(seed, case):
+    """Seed 1's third case deletes the index at step 1 of 7; with tools that are not idempotent (the
+    index is appended to) every trial must start in step 0's world for the later steps to grade."""
+    from git_pf.blame.validate import run_case
+
+    plan = case_plan(seed, case)
+    assert plan.step == 1
+    row = run_case(plan, k=3, jobs=2, perturb="resample", seed=seed)
+    assert row["blamed"] == 1 and row["control_decisive"] is None
+    assert {int(s): v for s, v in row["rates"].items()} == {s: float(s == 1) for s in range(1, plan.steps + 1)}

@@ -185,12 +185,13 @@ def _inside(world: Path, rel: str) -> Path | None:
 
 
 class Worker:
-    """Does what the replies say in ``world``. It keeps the index in memory and writes it whole, so
-    doing the same replies again over a world they already made leaves it as it was (a run on from a
-    fork re-runs the steps before the fork in that step's world)."""
+    """Does what the replies say in ``world``. Its tools are not idempotent, as a real agent's are
+    not: each write appends the record's key to the index, and a delete says whether there was
+    anything to delete. Doing the same replies again over a world they already made would index
+    the records twice; a run on from a fork starts in step 0's world and does each step once."""
 
     def __init__(self, world: Path):
-        self.world, self.index = world, []
+        self.world = world
 
     def act(self, text: str) -> str:
         """Do what a reply says; what happened, in one line (the next request says it)."""
@@ -204,8 +205,6 @@ class Worker:
         if target is None:
             return f"refused: path {action.get('path')!r} is outside the world"
         if action.get("op") == "delete":
-            if target == self.world / INDEX:
-                self.index = []
             if not target.is_file():
                 return f"nothing to delete at {action['path']}"
             target.unlink()
@@ -215,8 +214,9 @@ class Worker:
         found = action.get("retrieved") if isinstance(action.get("retrieved"), dict) else {}
         line = f"{found.get('key')} {found.get('label')} {action.get('tool_output')}\n"
         self._write(target, line)
-        self.index.append(str(found.get("key")))
-        self._write(self.world / INDEX, "".join(f"{k}\n" for k in self.index))
+        (self.world / INDEX).parent.mkdir(parents=True, exist_ok=True)
+        with open(self.world / INDEX, "a", encoding="utf-8") as index:  # appended: not idempotent
+            index.write(f"{found.get('key')}\n")
         return f"wrote {action['path']} ({len(line.encode())} bytes) and indexed {found.get('key')}"
 
     @staticmethod
