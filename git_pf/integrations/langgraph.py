@@ -3,8 +3,11 @@
 ``graph = builder.compile(checkpointer=PfSaver(repo))``: each thread's namespace is a branch
 (``lg/<thread>``), each checkpoint an image whose parent is its parent checkpoint's image, so
 ``get_state_history`` walks git history and a fork (``update_state`` on an older checkpoint)
-is a git fork. Values go through LangGraph's own serializer (``self.serde``) and are kept as
-its ``(type, bytes)`` pairs (``langgraph_store``). With ``fs_root``, the sandbox directory is
+is a git fork. Values go through a serializer (``self.serde``) and are kept as its
+``(type, bytes)`` pairs (``langgraph_store``). A checkpoint may come from a remote, so the default
+serializer (``langgraph_serde.StrictSerializer``) decodes only plain data, LangGraph's strict
+allow-list and the types given as ``allowed_types``; a value it refuses is a ``DataError`` naming
+the image, the thread and the value, and nothing named in it is imported or called. With ``fs_root``, the sandbox directory is
 captured into each checkpoint's image (the world layer). Needs the ``langgraph`` extra;
 writes git objects, side-store objects (the world) and refs under ``refs/pf/heads/lg/`` only.
 """
@@ -12,12 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import pygit2
 
 try:
     from langgraph.checkpoint.base import (WRITES_IDX_MAP, BaseCheckpointSaver, ChannelVersions, Checkpoint,
@@ -27,12 +33,13 @@ except ImportError as e:  # pragma: no cover - the extra is missing
     raise ImportError("git_pf.integrations.langgraph needs LangGraph: pip install 'git-pf[langgraph]'") from e
 
 from .. import canonjson, config as pf_config, image as img
-from ..errors import UsageError
+from ..errors import DataError, UsageError, WriteFailed
 from ..gittree import TreeWriter
 from ..layers import registry
 from ..repo import Repo
 from ..snapshot import DirWorld, SnapshotRequest, SnapshotWrite
-from . import langgraph_store as st
+from ..store.packfile import COMMIT, commit_bytes, packing
+from . import langgraph_serde, langgraph_store as st
 
 AGENT = img.Agent("langgraph")
 _RECORDS = 256  # records kept decoded per saver (an image never changes)
@@ -56,10 +63,20 @@ def _config(key: st.Key, checkpoint_id: str) -> dict:
 
 class PfSaver(BaseCheckpointSaver[int]):
     """A ``BaseCheckpointSaver`` on a git-pf repository (a ``git_pf.Repo`` or a path, made a
-    repository when it is not one). One saver may be shared by threads and coroutines."""
+    repository when it is not one). One saver may be shared by threads and coroutines.
+
+    Values are decoded by ``StrictSerializer`` (plain data, LangGraph's message and state types,
+    and ``allowed_types``: classes or ``(module, name)`` pairs); ``serde=`` replaces it whole."""
 
     def __init__(self, repo: Repo | str | os.PathLike, *, fs_root: str | os.PathLike | None = None,
-                 serde=None) -> None:
+                 serde=None, allowed_types=()) -> None:
+        if serde is not None and allowed_types:
+            raise UsageError("allowed_types applies to PfSaver's own serializer: give serde= or allowed_types, not both")
+        if serde is None:
+            try:
+                serde = langgraph_serde.StrictSerializer(allowed_types)
+            except ValueError as e:
+                raise UsageError(str(e), param="allowed_types") from None
         super().__init__(serde=serde)
         self.repo = repo if isinstance(repo, Repo) else Repo.init(repo)[0]
         self.git = self.repo.git
@@ -98,21 +115,37 @@ class PfSaver(BaseCheckpointSaver[int]):
                 self._records.popitem(last=False)
         return rec
 
-    def _loads(self, typed) -> Any:
-        return self.serde.loads_typed(st.load(self.git, typed))
+    def _loads(self, typed, key: st.Key, image: st.Image, what: str) -> Any:
+        """The value ``typed`` (``what``: which one, in ``image``) decoded by ``self.serde``; one
+        ``DataError`` naming the image, the thread and the value when it is refused or malformed."""
+        where = f"image {image.oid[:12]} of thread {key.thread!r}{f' (namespace {key.ns!r})' if key.ns else ''}: {what}"
+        data = st.load(self.git, typed, where)
+        try:
+            return self.serde.loads_typed(data)
+        except langgraph_serde.Refused as e:
+            raise DataError(f"{where} holds {e.what}, which PfSaver does not decode "
+                            "(register a type with PfSaver(allowed_types=[...]))") from None
+        except Exception as e:  # noqa: BLE001  (the serializer's failure on untrusted bytes, as one line)
+            detail = " ".join(str(e).split())[:200] or type(e).__name__
+            raise DataError(f"{where} cannot be decoded ({detail})") from None
 
     def _tuple(self, key: st.Key, image: st.Image) -> CheckpointTuple:
         rec = self._record(image.oid)
         if rec.checkpoint_id != image.checkpoint_id:
             raise UsageError(f"image {image.oid[:12]} holds checkpoint {rec.checkpoint_id!r}, "
                              f"its commit names {image.checkpoint_id!r}")
-        checkpoint = self._loads(rec.checkpoint)
-        checkpoint["channel_values"] = {ch: self._loads(v) for ch, (_, v) in rec.channels.items()}
-        writes = sorted(rec.writes, key=lambda w: writes_sort_key(w[3], w[0], w[2]))
+        checkpoint = self._loads(rec.checkpoint, key, image, "langgraph/checkpoint")
+        checkpoint["channel_values"] = {
+            ch: self._loads(v, key, image, f"channel {ch!r} (langgraph/values/{st.encode(ch)})")
+            for ch, (_, v) in rec.channels.items()}
+        writes = sorted(enumerate(rec.writes), key=lambda nw: writes_sort_key(nw[1][3], nw[1][0], nw[1][2]))
         return CheckpointTuple(
-            config=_config(key, rec.checkpoint_id), checkpoint=checkpoint, metadata=self._loads(rec.metadata),
+            config=_config(key, rec.checkpoint_id), checkpoint=checkpoint,
+            metadata=self._loads(rec.metadata, key, image, "langgraph/metadata"),
             parent_config=_config(key, rec.parent_id) if rec.parent_id else None,
-            pending_writes=[(task, ch, self._loads(v)) for task, ch, _, _, v in writes])
+            pending_writes=[(task, ch, self._loads(v, key, image, f"write of task {task!r} to channel {ch!r} "
+                                                                  f"(langgraph/writes/{n})"))
+                            for n, (task, ch, _, _, v) in writes])
 
     def get_tuple(self, config) -> CheckpointTuple | None:
         key, wanted = _key(config), _configurable(config).get("checkpoint_id")
@@ -137,7 +170,7 @@ class PfSaver(BaseCheckpointSaver[int]):
             if limit is not None and limit <= 0:
                 return
             with self._lock:
-                if filter and not all(self._loads(self._record(image.oid).metadata).get(k) == v
+                if filter and not all(self._loads(self._record(image.oid).metadata, key, image, "langgraph/metadata").get(k) == v
                                       for k, v in filter.items()):
                     continue
                 tup = self._tuple(key, image)
@@ -167,8 +200,10 @@ class PfSaver(BaseCheckpointSaver[int]):
         edit.put_file(img.MANIFEST, canonjson.encode(img.make_manifest(AGENT, "", layers)))
         trailers = [("Pf-Agent", AGENT.label()), (st.TRAILER_ID, st.encode(rec.checkpoint_id)), (st.TRAILER_REV, str(rev))]
         sig = pf_config.signature(git)
-        oid = str(git.create_commit(None, sig, sig, img.format_message(subject, trailers), edit.write(),
-                                    [parent.oid] if parent is not None else []))
+        with packing(git) as pack:  # one pack with what put queued, never a loose object (docs/format.md)
+            oid = pack.add(COMMIT, commit_bytes(sig, sig, img.format_message(subject, trailers), edit.write(),
+                                                [parent.oid] if parent is not None else [])).hex()
+            pack.flush()
         image = st.Image(oid, rec.checkpoint_id, rev)
         self._records[oid] = rec
         wanted = st.desired_heads(thread, image, parent.oid if parent is not None else None)
@@ -180,6 +215,10 @@ class PfSaver(BaseCheckpointSaver[int]):
 
     def put(self, config, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> dict:
+        self._stored(lambda: self._put(config, checkpoint, metadata, new_versions), f"checkpoint {checkpoint['id']}")
+        return _config(_key(config), checkpoint["id"])
+
+    def _put(self, config, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions) -> None:
         key, conf = _key(config), _configurable(config)
         saved = dict(checkpoint)
         values = saved.pop("channel_values", {}) or {}
@@ -207,7 +246,15 @@ class PfSaver(BaseCheckpointSaver[int]):
             old = thread.images.get(checkpoint["id"])
             subject = f"langgraph: {meta.get('source', 'checkpoint')} step {meta.get('step', '?')}"
             self._commit(thread, rec, parent, old.rev + 1 if old else 1, subject, world=True)
-        return _config(key, checkpoint["id"])
+
+    def _stored(self, write, what: str) -> None:
+        """Run ``write`` in one pack; storage trouble is one line on stderr, never the graph's failure
+        (the checkpoint is not kept: the graph goes on from the one before)."""
+        try:
+            with packing(self.git):
+                write()
+        except (WriteFailed, OSError, pygit2.GitError) as e:
+            sys.stderr.write(f"git pf: langgraph: {what} not written: {e} (the graph goes on)\n")
 
     def _merged_writes(self, old: list, writes, task_id: str, task_path: str) -> list:
         """``old`` with ``writes`` added as LangGraph's savers do: a (task, index) already there is
@@ -230,6 +277,9 @@ class PfSaver(BaseCheckpointSaver[int]):
     def put_writes(self, config, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
         """Writes to a checkpoint make a child image of it. LangGraph may send them before the
         checkpoint itself (its puts run in the background): they wait for its ``put``."""
+        self._stored(lambda: self._put_writes(config, writes, task_id, task_path), f"writes of task {task_id}")
+
+    def _put_writes(self, config, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str) -> None:
         key, cid = _key(config), _configurable(config).get("checkpoint_id")
         with self._lock:
             thread = self._thread(key)
@@ -293,7 +343,7 @@ class PfSaver(BaseCheckpointSaver[int]):
         runs = set(run_ids)
         with self._lock:
             self._rewrite(self._keys(None), lambda key, image: self._loads(
-                self._record(image.oid).metadata).get("run_id") in runs)
+                self._record(image.oid).metadata, key, image, "langgraph/metadata").get("run_id") in runs)
 
     # -- async twins --------------------------------------------------------
     async def aget_tuple(self, config) -> CheckpointTuple | None:

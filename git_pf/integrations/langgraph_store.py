@@ -8,7 +8,9 @@ tree holds one checkpoint (``checkpoint.json`` names the ids, the parent, the ty
 serialised value, the channel versions and the pending writes; each value is a blob of its
 own); its commit parent is the image of the parent checkpoint. Writes added to a checkpoint
 later make a child image of the same checkpoint (``Pf-LangGraph-Rev``), so history only grows.
-Image data is untrusted: a malformed ``checkpoint.json`` is a ``DataError``. Knows nothing of
+Image data is untrusted: a malformed ``checkpoint.json`` is a ``DataError``, and each blob under
+``langgraph/`` is size-checked (its object header, against ``pf.maxJsonLine``) before it is
+read. Knows nothing of
 LangGraph's types (it keeps ``(type, bytes)`` pairs); writes git objects and moves refs under
 ``refs/pf/heads/lg/`` only.
 """
@@ -20,7 +22,7 @@ from urllib.parse import unquote_to_bytes
 
 import pygit2
 
-from .. import canonjson, image as img, jsonl, refs
+from .. import canonjson, image as img, jsonl, limits, refs
 from ..errors import DataError
 from ..gittree import MODE_FILE, MODE_TREE, TreeWriter, lookup, read_blob, read_tree
 
@@ -151,7 +153,7 @@ def read_record(git: pygit2.Repository, tree_hex: str) -> Record:
             raise DataError(f"langgraph/{name.decode()} is not a tree")
         return {n: (m, o) for n, m, o in read_tree(git, entry[1])}
 
-    doc = jsonl.loads(read_blob(git, blob(INDEX)), "langgraph/checkpoint.json")
+    doc = jsonl.loads(read_bounded(git, blob(INDEX), "langgraph/checkpoint.json"), "langgraph/checkpoint.json")
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise DataError("langgraph/checkpoint.json: not a schema 1 object")
     parent = doc.get("parent_checkpoint_id")
@@ -178,9 +180,22 @@ def read_record(git: pygit2.Repository, tree_hex: str) -> Record:
     return rec
 
 
-def load(git: pygit2.Repository, typed: tuple[str, bytes]) -> Typed:
-    """A stored value's ``(type, bytes)``."""
-    return typed[0], read_blob(git, typed[1])
+def read_bounded(git: pygit2.Repository, raw_oid: bytes, what: str) -> bytes:
+    """The blob ``raw_oid`` (``what`` names it), its size checked against ``pf.maxJsonLine``
+    from its object header first: an oversized blob is a DataError and is never read."""
+    limit = limits.active().max_json_line
+    try:
+        _, size = git.odb.read_header(pygit2.Oid(raw=raw_oid))
+    except KeyError:
+        raise DataError(f"{what}: object {raw_oid.hex()[:12]} is missing") from None
+    if size > limit:
+        raise DataError(f"{what}: {size} bytes, over pf.maxJsonLine ({limit} bytes)")
+    return read_blob(git, raw_oid)
+
+
+def load(git: pygit2.Repository, typed: tuple[str, bytes], what: str) -> Typed:
+    """A stored value's ``(type, bytes)`` (``what``: its path under ``langgraph/``), size-checked."""
+    return typed[0], read_bounded(git, typed[1], what)
 
 
 @dataclass
