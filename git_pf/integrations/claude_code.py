@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,7 @@ from ..layers.trace import messages as messages_mod
 from ..runs.steps import RUN_END_TRAILER, STEP_TRAILER, step_of
 from ..snapshot import DirWorld, SnapshotRequest, take
 from .claude_code_effects import DEFAULT_CLASSES
-from .claude_code_hook import state_dir
+from .claude_code_hook import log_line, state_dir
 
 BRANCH_PREFIX = "cc/"
 SESSION_TRAILER = "Pf-Claude-Session"
@@ -48,6 +49,7 @@ PENDING_TRAILER = "Pf-Claude-Pending"  # tool calls whose trace came from the ev
 # Claude Code's own settings (git-pf's hooks among them) are never part of a session's world
 WORLD_IGNORE = ("/.claude/settings.json", "/.claude/settings.local.json")
 TRANSCRIPT_WAIT_S = 0.2  # how long a step waits for the transcript line naming its tool call
+MAX_TRANSCRIPT = 256 << 20  # a larger transcript is skipped (a long session's is a few MiB to tens of MiB)
 ERROR_KEPT_CHARS = 4000
 CHECK_EVENT = "PfCheck"  # the test event of 'git pf install --claude-code --check'; writes nothing
 RESULT_KEPT_BYTES = 16 * 1024  # a larger tool response is kept in the ledger by its hash only
@@ -146,23 +148,39 @@ def turn_of(image: img.ImageInfo | None) -> int:
 
 
 class Transcript:
-    """A session's transcript JSONL, read incrementally: only the bytes appended since the last read."""
+    """A session's transcript JSONL, read incrementally: only the bytes appended since the last read.
+
+    The path comes from the event, so it is opened without blocking (a FIFO or a device there
+    never waits for a writer) and read only when it is a regular file of at most
+    ``MAX_TRANSCRIPT`` bytes; otherwise ``skipped`` says why and nothing is read."""
 
     def __init__(self, path: Path):
         self.path, self.offset, self.ident = path, 0, None
         self.messages: list[dict] = []
+        self.skipped: str | None = None
         self._tail = b""
 
     def read(self) -> list[dict]:
+        self.skipped = None
         try:
-            with open(self.path, "rb") as f:
-                st = os.fstat(f.fileno())
-                if (st.st_dev, st.st_ino) != self.ident or st.st_size < self.offset:
-                    self.ident, self.offset, self.messages, self._tail = (st.st_dev, st.st_ino), 0, [], b""
-                f.seek(self.offset)
-                data = f.read()
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
         except FileNotFoundError:
             return self.messages
+        except OSError as e:
+            self.skipped = f"cannot be opened ({e.strerror})"
+            return self.messages
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                self.skipped = "is not a regular file"
+            elif st.st_size > MAX_TRANSCRIPT:
+                self.skipped = f"is {st.st_size} bytes, over {MAX_TRANSCRIPT}"
+            if self.skipped:
+                return self.messages
+            if (st.st_dev, st.st_ino) != self.ident or st.st_size < self.offset:
+                self.ident, self.offset, self.messages, self._tail = (st.st_dev, st.st_ino), 0, [], b""
+            f.seek(self.offset)
+            data = f.read(st.st_size - self.offset)  # what is there now; a line appended since waits
         self.offset += len(data)
         lines = (self._tail + data).split(b"\n")
         self._tail = lines.pop()  # an unfinished last line waits for the next read
@@ -432,9 +450,13 @@ class Sessions:
 
         deadline = time.monotonic() + TRANSCRIPT_WAIT_S
         found = reader.read()
-        while not arrived(found) and time.monotonic() < deadline:
+        while not reader.skipped and not arrived(found) and time.monotonic() < deadline:
             time.sleep(0.01)
             found = reader.read()
+        if reader.skipped:  # the trace stays the parent's; the step is written all the same
+            log_line(str(self.repo.git_dir), f"{event.get('hook_event_name')} {event.get('session_id')}",
+                     f"transcript skipped: {path[:300]!r} {reader.skipped}")
+            return None, []
         messages = [dict(m) for m in found]
         pending = complete_calls(messages, calls)
         if final is not None and _last_text(messages) != final:

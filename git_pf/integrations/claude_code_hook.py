@@ -136,22 +136,30 @@ def _version() -> str:
     return __version__
 
 
+def log_line(git_dir: str, what: str, message: str) -> str | None:
+    """Append one line to ``$GIT_DIR/pf/claude-code/hook.log`` (``what``: the event); its path,
+    or None when it cannot be written."""
+    try:
+        log = os.path.join(state_dir(git_dir), "hook.log")
+        os.makedirs(os.path.dirname(log), exist_ok=True)
+        line = " ".join(f"{str(what)[:200]}: {message}".split())
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {line}\n")
+        return log
+    except OSError:
+        return None
+
+
 def _fail(git_dir: str | None, message: str, data: bytes) -> None:
     where = ""
     if git_dir is not None:
         try:
-            log = os.path.join(state_dir(git_dir), "hook.log")
-            os.makedirs(os.path.dirname(log), exist_ok=True)
-            try:
-                event = json.loads(data)
-                what = f"{event.get('hook_event_name')} {event.get('session_id')}" if isinstance(event, dict) else "?"
-            except ValueError:
-                what = "?"
-            with open(log, "a", encoding="utf-8") as f:
-                f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {str(what)[:200]}: {message}\n")
-            where = f" (logged in {log})"
-        except OSError:
-            pass
+            event = json.loads(data)
+            what = f"{event.get('hook_event_name')} {event.get('session_id')}" if isinstance(event, dict) else "?"
+        except ValueError:
+            what = "?"
+        log = log_line(git_dir, what, message)
+        where = f" (logged in {log})" if log else ""
     sys.stderr.write(f"git pf: claude-code hook: {message}{where}\n")
 
 
