@@ -11,12 +11,15 @@ clean branch into it, ``merge --checkout`` of a conflicting pair and ``merge --c
 outside the target may change (every path, kind, mode, content and xattr of the target's parent and of
 the victim directory, read with lstat) and each command either works or exits 3 with one line.
 
-Derandomized, so a run is reproducible; ``PF_HOSTILE_EXAMPLES`` draws more examples than the default.
+Each run draws new examples from a fresh seed and prints it (``hostile-world seed: N``);
+``PF_PROPERTY_SEED=N`` reruns that draw. ``PF_PROPERTY_EXAMPLES`` sets how many examples a run draws
+(default 10: a quick test run; ``make soak`` draws 2000).
 """
 from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import stat
 import tempfile
@@ -24,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pygit2
-from hypothesis import HealthCheck, event, given, settings, strategies as st
+import pytest
+from hypothesis import HealthCheck, event, given, seed, settings, strategies as st
 
 from git_pf import Repo
 
@@ -43,7 +47,8 @@ MODES = [None, "0700", "0777", "4755"]
 rarely = st.sampled_from([False, False, False, True])
 TAPE_NAMES = [b"00000001-0123456789abcdef.json", b"..", b"../../x.json", b".pf", b"a/b"]
 SHARED = b"shared.txt"  # a file every side holds: the hostile side changes it against the rival's change
-EXAMPLES = int(os.environ.get("PF_HOSTILE_EXAMPLES", "25"))
+EXAMPLES = int(os.environ.get("PF_PROPERTY_EXAMPLES") or 10)
+SEED = int(os.environ.get("PF_PROPERTY_SEED") or random.SystemRandom().randrange(1 << 32))
 
 
 @dataclass(frozen=True)
@@ -240,7 +245,21 @@ def exercise(root: Path, drawn, run_pf) -> None:
         assert not (area / "mrg").exists()
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+@pytest.fixture(autouse=True, scope="module")
+def _print_seed(request):
+    """The seed on the terminal (not captured), so any run can be drawn again."""
+    line = f"hostile-world seed: {SEED} (rerun with PF_PROPERTY_SEED={SEED}), {EXAMPLES} examples"
+    plugins = request.config.pluginmanager
+    reporter, capture = plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager")
+    if reporter is None or capture is None:
+        print(line)
+        return
+    with capture.global_and_fixture_disabled():
+        reporter.write_line(line)
+
+
+@seed(SEED)
+@settings(max_examples=EXAMPLES, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                  HealthCheck.data_too_large])
 @given(drawn=hostile_images())
