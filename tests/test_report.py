@@ -205,15 +205,17 @@ def _commit(root, tree: str, parent: str, message: str) -> str:
                                                       "PATH": "/usr/bin:/bin"}).stdout.strip()
 
 
-def write_blame(root, run: str, outcomes: dict[int, list[str]]) -> None:
-    """A finished blame run of branch ``run`` as refs, laid out as the blame storage says."""
+def write_blame(root, run: str, outcomes: dict[int, list[str]], name: str | None = None) -> None:
+    """A finished blame run (``name``, default the branch's) of branch ``run`` as refs, laid out as
+    the blame storage says."""
     tip = git(root, "rev-parse", f"refs/pf/heads/{run}").strip()
     ids = step_ids(root, run)
-    meta = {"v": 1, "run": run, "rev": tip, "k": 5, "steps": [min(outcomes), max(outcomes)], "perturb": "text",
+    run_name = name or run
+    meta = {"v": 1, "run": run_name, "rev": tip, "k": 5, "steps": [min(outcomes), max(outcomes)], "perturb": "text",
             "grade": {"oracle": "true"}, "baseline": {"grade": "fail", "detail": "x"}, "null_rate": 0.1,
             "alpha": 0.05, "seed": 0}
     meta_tree = _blob_tree(root, "blame.json", json.dumps(meta, sort_keys=True, separators=(",", ":")).encode())
-    git(root, "update-ref", f"refs/pf/blame/{run}/meta", _commit(root, meta_tree, tip, "blame meta"))
+    git(root, "update-ref", f"refs/pf/blame/{run_name}/meta", _commit(root, meta_tree, tip, "blame meta"))
     for step, found in outcomes.items():
         for k, outcome in enumerate(found, 1):
             image = git(root, "rev-parse", f"{ids[step]}^{{tree}}").strip()
@@ -221,7 +223,7 @@ def write_blame(root, run: str, outcomes: dict[int, list[str]]) -> None:
             verdict = _commit(root, image, trial, f"blame verdict\n\nPf-Blame-Step: {step}\nPf-Blame-Trial: {k}\n"
                                                   f"Pf-Blame-Outcome: {outcome}\nPf-Blame-Reason: graded\n"
                                                   f"Pf-Blame-Cost-USD: 0.000000")
-            git(root, "update-ref", f"refs/pf/blame/{run}/step-{step}/{k}", verdict)
+            git(root, "update-ref", f"refs/pf/blame/{run_name}/step-{step}/{k}", verdict)
 
 
 def test_the_blame_chart_and_a_replay_divergence(runs, tmp_path):

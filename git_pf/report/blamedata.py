@@ -5,6 +5,7 @@
 the chart draws, checked as numbers and strings, since the refs are data like any other.
 A blame run is drawn only when the revision it blamed (its ``rev``) is a commit of the
 report's run line: a run of the same name that blamed another revision is not this run's.
+``views`` gives every such run, so the page can show them one at a time.
 Read-only.
 """
 from __future__ import annotations
@@ -23,6 +24,19 @@ def default_run(repo, rev: str) -> str | None:
         return store.default_run(repo.git, rev)
     except UsageError:
         return None
+
+
+def views(repo, line: set[str], chosen: dict | None) -> list[dict]:
+    """Every blame run of the report's run (``chosen``, the one the chart opens with, first), for the
+    page to show one at a time."""
+    out = [chosen] if chosen is not None else []
+    for name in store.runs(repo):
+        if chosen is not None and name == chosen["run"]:
+            continue
+        found = view(repo, name, line=line, required=False)
+        if found is not None:
+            out.append(found)
+    return out
 
 
 def _num(value, default=None):

@@ -29,7 +29,7 @@ def _tips(git) -> list[tuple[str, str]]:
 
 
 def _node(image: img.ImageInfo, row: int, lane: int) -> dict:
-    return {"id": image.id, "step": step_of(image), "row": row, "lane": lane, "branches": [],
+    return {"id": image.id, "step": step_of(image), "row": row, "lane": lane, "branches": [], "blame": None,
             "final": bool(image.trailer(RUN_END_TRAILER)), "subject": image.subject[:120],
             "outcome": (image.trailer("Pf-Blame-Outcome") or [None])[-1]}
 
@@ -57,9 +57,11 @@ def graph(git, line: list[img.ImageInfo], branch: str | None) -> dict:
             cut = True
             break
         row = nodes[oid]["row"]
+        trial_of = label[len("blame:"):].split("/", 1)[0] if label.startswith("blame:") else None
         for image in reversed(path):
             row += 1
             nodes[image.id] = _node(image, row, lanes)
+            nodes[image.id]["blame"] = trial_of  # the blame run a trial's commits belong to (None: a branch)
             edges.append([oid, image.id])
             oid = image.id
         lanes += 1 if path else 0

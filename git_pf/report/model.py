@@ -4,12 +4,15 @@
 step, its exchange (request and response as pretty JSON, a streamed reply reassembled by
 ``layers.trace.wire``), its world diff against the step before (file lists and unified patches
 from ``worldpatch``) and the size of its effects ledger; then the tip's ledger, the fork graph
-(``forkgraph``), the blame summary (``blamedata``) and a replay report's divergence. Everything
+(``forkgraph``), the blame runs of the run (``blamedata``), the tool calls the tape shows (each
+matched to a ledger entry, or not on the ledger) and a replay report's divergence, where a long
+string that differs is shown as a line diff. Everything
 read from an image is untrusted and only ever becomes JSON strings and numbers, cut at the
 limits below so that a long run stays a file a browser opens quickly. Read-only.
 """
 from __future__ import annotations
 
+import difflib
 import json
 import os
 
@@ -149,6 +152,36 @@ def _value(entry: dict, key: str) -> str | None:
     return cut(pretty(entry[key]), VALUE_CHARS) if key in entry else None
 
 
+def tape_tools(entries: list[dict], ledger: list[dict]) -> list[dict]:
+    """Every tool call the recorded replies asked for, in step order: ``{"step", "tool", "ledger"}``,
+    ``ledger`` the number of the ledger entry of that tool it is matched to (in order, each entry
+    once), or None when the ledger holds no call of it (a tool that is no ``git_pf.tool``)."""
+    unused: dict[str, list[int]] = {}
+    for n, e in enumerate(ledger, 1):
+        unused.setdefault(str(e.get("tool")), []).append(n)
+    out = []
+    for entry in sorted(entries, key=lambda e: e["step"]):
+        for name in _tools(_reply(entry), []):
+            matched = unused.get(name) or []
+            out.append({"step": entry["step"], "tool": name, "ledger": matched.pop(0) if matched else None})
+    return out
+
+
+def line_diff(recorded: str, live: str) -> str:
+    """A unified line diff of two strings (two lines of context), cut at ``PATCH_CHARS``."""
+    lines = difflib.unified_diff(recorded.splitlines(), live.splitlines(), "recorded", "live", n=2, lineterm="")
+    return cut("\n".join(lines), PATCH_CHARS)
+
+
+def _diff_row(r: dict) -> dict:
+    row = {"path": str(r.get("path")), "missing": r.get("missing"),
+           "recorded": cut(pretty(r.get("recorded")), VALUE_CHARS), "live": cut(pretty(r.get("live")), VALUE_CHARS)}
+    a, b = r.get("recorded"), r.get("live")
+    if isinstance(a, str) and isinstance(b, str) and (max(len(a), len(b)) > VALUE_CHARS // 4 or "\n" in a + b):
+        row["lines"] = line_diff(a, b)  # the page shows this instead of two cut values
+    return row
+
+
 def ledger_view(entries: list[dict]) -> list[dict]:
     return [{"n": i, "tool": str(e.get("tool")), "class": str(e.get("side_effect_class")),
              "key": str(e.get("idempotency_key")), "ts": e.get("ts"), "args": _value(e, "args"),
@@ -188,9 +221,7 @@ def replay_view(report) -> dict:
                 mismatch=None if mismatch is None else {
                     "step": mismatch.get("step") if type(mismatch.get("step")) is int else None,
                     "line": str(mismatch.get("line") or ""),
-                    "diff": [{"path": str(r.get("path")), "missing": r.get("missing"),
-                              "recorded": cut(pretty(r.get("recorded")), VALUE_CHARS),
-                              "live": cut(pretty(r.get("live")), VALUE_CHARS)} for r in rows if isinstance(r, dict)]})
+                    "diff": [_diff_row(r) for r in rows if isinstance(r, dict)]})
 
 
 def read_replay(data: bytes) -> dict:
@@ -226,8 +257,10 @@ def report_data(repo, rev: str, *, blame=None, replay: dict | None = None) -> di
                           "exchange": exchange_view(entry) if entry else None, "world": world})
         before = image
     branch = branch_of(git, rev, plan.tip)
+    ids = {image.id for image in line}
+    chosen = blamedata.view(repo, blame if blame is not None else blamedata.default_run(repo, rev), line=ids,
+                            required=blame is not None)
     return {"v": 1, "rev": rev, "branch": branch, "tip": plan.tip, "steps": steps, "end": end,
-            "ledger": ledger_view(plan.ledger), "fork_graph": forkgraph.graph(git, line, branch),
-            "blame": blamedata.view(repo, blame if blame is not None else blamedata.default_run(repo, rev),
-                                    line={image.id for image in line}, required=blame is not None),
-            "replay": replayed, "limits": LIMITS}
+            "ledger": ledger_view(plan.ledger), "tape_tools": tape_tools(plan.entries, plan.ledger),
+            "fork_graph": forkgraph.graph(git, line, branch), "blame": chosen,
+            "blame_runs": blamedata.views(repo, ids, chosen), "replay": replayed, "limits": LIMITS}

@@ -42,7 +42,9 @@ style-src 'unsafe-inline'; connect-src {connect}; form-action 'none'; base-uri '
 </div>
 <section id="ledger-section"><h2>Effects ledger</h2><div id="ledger"></div></section>
 <section id="fork-section"><h2>Fork graph</h2>
+<ul id="fork-legend" aria-label="what the colours say"></ul>
 <div id="fork-graph"><svg id="fork-svg" role="img" aria-label="fork graph"></svg></div>
+<p id="fork-trials"></p>
 <p id="fork-detail"></p></section>
 <section id="blame-slot"></section>
 <noscript><p>This report needs JavaScript to draw its data.</p></noscript>
