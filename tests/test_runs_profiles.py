@@ -107,3 +107,23 @@ def test_masks_reach_strings_at_any_depth_below_their_path():
     [d] = diff_requests({"method": "POST", "path": "/p", "body": a}, {"method": "POST", "path": "/p", "body": b},
                         Rules((), ("$.system=Today.s date is [0-9-]+",)))
     assert d["recorded"] == "cwd: /a/b\n<masked>." and d["live"] == "cwd: /c\n<masked>."
+
+
+def test_a_fork_runs_on_with_the_runs_stored_masks(repo, run_pf, tmp_path):
+    root = repo.git_dir.parent
+    (tmp_path / "reply.txt").write_text("Changed.")
+    for name, env in (("cc", dict(DAY1, **CLAUDE_UA)), ("plain", DAY1)):
+        _record(run_pf, root, name, env)
+        run_pf("fork", name, "--at-step", "1", "--response", tmp_path / "reply.txt", "--name", f"{name}-fork", cwd=root)
+    with FakeLLM(["live"]) as fake:
+        # the next day: the prefix (step 1, changed) still matches under the masks the recording stored
+        ran = run_pf("run", "cc-fork", "--upstream", fake.url, "--", sys.executable, "-c", AGENT, cwd=root,
+                     env=dict(DAY2, **CLAUDE_UA), check=False)
+        assert ran.returncode == 0 and "reply Changed." in ran.stdout, ran.stderr
+        ran = run_pf("run", "plain-fork", "--upstream", fake.url, "--", sys.executable, "-c", AGENT, cwd=root,
+                     env=DAY2, check=False)
+        assert ran.returncode == 1 and "mismatch" in ran.stderr and "$.metadata.user_id" in ran.stderr
+        ran = run_pf("run", "plain-fork", "--upstream", fake.url, "--profile", "claude-code", "--", sys.executable,
+                     "-c", AGENT, cwd=root, env=DAY2, check=False)
+        assert ran.returncode == 0 and "reply Changed." in ran.stdout, ran.stderr
+        assert fake.requests == []  # every answer came from the tape
