@@ -16,7 +16,14 @@ kinds of rule (docs/security.md, "Secrets"):
   URL, secret-named URL query parameters, Slack / Discord webhook paths, and
   ``"api_key": "..."`` pairs of JSON embedded in text. A string that is
   itself a JSON document is parsed, redacted the same way, and written back
-  as canonical JSON (only when something was redacted).
+  as canonical JSON (only when something was redacted);
+- shell syntax, as a coding agent's commands carry credentials: assignments
+  to secret-named variables (``export DB_PASSWORD=…``, ``TOKEN=… cmd``),
+  secret-named long options (``--password=…``, ``--api-key …``), curl's
+  ``-u user:pass``, the attached ``-p<password>`` of the MySQL / MariaDB
+  clients (``sshpass -p``, ``redis-cli -a``), and secret headers given with
+  ``-H`` / ``--header`` (``Authorization: Bearer …``); the command stays
+  readable (``curl -u admin:<redacted> …``).
 
 Every replacement is the fixed marker ``REDACTED``, so the same input always
 gives the same output (two recordings of one request still compare equal)
@@ -74,13 +81,36 @@ _BEARER = re.compile(r"\b(bearer\s+)([A-Za-z0-9\-._~+/]+=*)", re.IGNORECASE)
 _BASIC = re.compile(r"\b(basic\s+)([A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])", re.IGNORECASE)
 _AUTH_VALUE = re.compile(r"^\s*(bearer|basic|token)\s+[A-Za-z0-9\-._~+/]{8,}=*\s*$", re.IGNORECASE)
 _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s\"'<>`\\]+")
-_USERINFO = re.compile(r"^([^:/]+://[^/?#:@]*):([^/?#@]+)@")
+_USERINFO = re.compile(r"^([^:/]+://[^/?#:@]*):([^/?#]+)@")  # up to the last @: a password may hold one
 _WEBHOOK = re.compile(r"^(https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)/"
                       r"|(?:[a-z]+\.)?discord(?:app)?\.com/api/webhooks/))[A-Za-z0-9/_\-]+", re.IGNORECASE)
 _PARAM = re.compile(r"([?&;])([^=&;#?]+)=([^&;#]*)")
 _FORM_PAIR = r"[A-Za-z0-9_.\-%\[\]]+=[^&\s]*"
 _FORM = re.compile(rf"^{_FORM_PAIR}(?:&{_FORM_PAIR})*$")  # a whole form body: a=1&b=2
 _JSON_PAIR = re.compile(r'"((?:[^"\\]|\\.){1,100})"(\s*:\s*)"((?:[^"\\]|\\.)*)"')
+
+# Shell syntax. A word's value: quoted ("…" or '…') or bare up to a shell metacharacter.
+_SH_VALUE = r"""("(?:[^"\\\n]|\\.)*"|'[^'\n]*'|[^\s;&|<>()`'"]+)"""
+# NAME=value (bare names only when upper case: ``key=value`` in prose is not a credential).
+_ASSIGN = re.compile(r"(?<![\w$./:-])(export\s+|declare\s+-x\s+)?([A-Za-z_][A-Za-z0-9_]*)=" + _SH_VALUE)
+_SHELL_NAME = re.compile(r"SECRET|PASSWORD|PASSWD|CREDENTIAL|KEY$|(?:^|_)TOKEN$|_(?:PASS|PWD|AUTH)$", re.IGNORECASE)
+_LONG_OPTION = re.compile(r"(?<!\S)--([A-Za-z][A-Za-z0-9_-]*)(=|\s+)(?!-)" + _SH_VALUE)
+_NOT_A_VALUE_OPTION = re.compile(r"[-_](stdin|file|path|env|id|cmd|command|name|length|prompt|type|url)$", re.IGNORECASE)
+_HEADER_ARG = re.compile(r"""(?<!\S)(-H|--header)(\s+|=)(?:(['"])([A-Za-z0-9_-]+)(\s*:\s*)([^'"\n]*)\3"""
+                         r"|([A-Za-z0-9_-]+)(:)(\S+))")
+_SECRET_WORD = re.compile(r"key|token|secret|passw|pass\b|_pwd|credential|auth|cookie", re.IGNORECASE)
+_AUTH_SCHEME = re.compile(r"^((?:bearer|basic|token|digest|bot|apikey|key|sso-key)\s+)\S", re.IGNORECASE)
+# A command whose arguments hold a password in a short option, and the rest of its command
+# (up to ``;``, ``|``, ``&&``, ``||`` or the end of the line).
+_MYSQL = r"mysql|mysqladmin|mysqldump|mysqlimport|mysqlshow|mysqlcheck|mysqlpump|mysqlsh|mariadb(?:-[a-z]+)?"
+_COMMAND = re.compile(rf"(?<![\w./-])(curl|{_MYSQL}|sshpass|redis-cli)(?![\w-])((?:(?!&&|\|\|)[^\n;|])*)")
+_COMMAND_WORDS = ("curl", "mysql", "mariadb", "sshpass", "redis-cli")
+_SHORT_SECRET = {  # command -> its option that carries a password (``-pS3cret``: attached only for mysql)
+    "curl": re.compile(r"""(\s(?:-u|--user|-U|--proxy-user)(?:\s+|=)?)(['"]?)([^\s:'"]*):([^\s'"]+)\2"""),
+    "mysql": re.compile(r"(\s-p)" + _SH_VALUE),
+    "sshpass": re.compile(r"(\s-p\s*)" + _SH_VALUE),
+    "redis-cli": re.compile(r"(\s-a\s+)" + _SH_VALUE),
+}
 
 
 def env_name_is_secret(name: str) -> bool:
@@ -117,6 +147,7 @@ def redact_text(text: str, keep: frozenset[str] = frozenset()) -> str:
         return text if redacted == parsed else canonjson.dumps(redacted)
     if _FORM.match(text):
         text = _redact_params(text, keep, form=True)
+    text = redact_shell(text, keep)
     # Each pass runs only where a cheap substring test says it can match (text can be megabytes).
     if "PRIVATE KEY" in text:
         text = _PEM.sub(lambda m: m.group(1) + REDACTED + m.group(2), text)
@@ -132,6 +163,70 @@ def redact_text(text: str, keep: frozenset[str] = frozenset()) -> str:
     if '"' in text:
         text = _JSON_PAIR.sub(lambda m: _json_pair(m, keep), text)
     return text
+
+
+def redact_shell(text: str, keep: frozenset[str] = frozenset()) -> str:
+    """``text`` with the credentials of shell syntax in it replaced, the command kept readable:
+    ``export DB_PASSWORD=<redacted>``, ``curl -u admin:<redacted> -H 'Authorization: Bearer
+    <redacted>'``, ``mysql -uroot -p<redacted>``; names in ``keep`` are never judged secret."""
+    if _SECRET_WORD.search(text):  # each of these needs a secret-looking name
+        if "=" in text:
+            text = _ASSIGN.sub(lambda m: _assignment(m, keep), text)
+        if "--" in text:
+            text = _LONG_OPTION.sub(lambda m: _long_option(m, keep), text)
+        if "-H" in text or "--header" in text:
+            text = _HEADER_ARG.sub(lambda m: _header_arg(m, keep), text)
+    if any(word in text for word in _COMMAND_WORDS):
+        text = _COMMAND.sub(_command, text)
+    return text
+
+
+def _secret_value(value: str) -> str | None:
+    """A shell word's value redacted (its quotes kept); None for one that holds no secret: empty,
+    a ``$`` reference, or redacted already."""
+    quote = value[0] if value[:1] in ("'", '"') and len(value) >= 2 and value[-1] == value[0] else ""
+    inner = value[len(quote):len(value) - len(quote)]
+    if not inner or inner.startswith("$") or inner == REDACTED:
+        return None
+    return f"{quote}{REDACTED}{quote}"
+
+
+def _assignment(m: re.Match, keep: frozenset[str]) -> str:
+    export, name, value = m.group(1), m.group(2), m.group(3)
+    if name in keep or not _SHELL_NAME.search(name) or (not export and not name.isupper()):
+        return m.group(0)
+    new = _secret_value(value)
+    return m.group(0) if new is None else f"{export or ''}{name}={new}"
+
+
+def _long_option(m: re.Match, keep: frozenset[str]) -> str:
+    name, sep, value = m.group(1), m.group(2), m.group(3)
+    if name in keep or not field_is_secret(name) or _NOT_A_VALUE_OPTION.search(name):
+        return m.group(0)
+    new = _secret_value(value)
+    return m.group(0) if new is None else f"--{name}{sep}{new}"
+
+
+def _header_arg(m: re.Match, keep: frozenset[str]) -> str:
+    quoted = m.group(3) is not None
+    name, colon, value = (m.group(4), m.group(5), m.group(6)) if quoted else (m.group(7), m.group(8), m.group(9))
+    if name in keep or not field_is_secret(name) or not value.strip() or value.endswith(REDACTED):
+        return m.group(0)
+    scheme = _AUTH_SCHEME.match(value)
+    value = (scheme.group(1) if scheme else "") + REDACTED
+    quote = m.group(3) or ""
+    return f"{m.group(1)}{m.group(2)}{quote}{name}{colon}{value}{quote}"
+
+
+def _command(m: re.Match) -> str:
+    command, args = m.group(1), m.group(2)
+    rule = _SHORT_SECRET["mysql" if command.startswith(("mysql", "mariadb")) else command]
+    if command == "curl":
+        args = rule.sub(lambda a: a.group(0) if a.group(4) == REDACTED else
+                        f"{a.group(1)}{a.group(2)}{a.group(3)}:{REDACTED}{a.group(2)}", args)
+    else:
+        args = rule.sub(lambda a: a.group(1) + (_secret_value(a.group(2)) or a.group(2)), args)
+    return command + args
 
 
 def redact_json(value, keep: frozenset[str] = frozenset(), key: str | None = None):

@@ -1,15 +1,20 @@
 """Secrets never reach the repository: every way a credential shows up in a recorded LLM
 exchange (header lists, JSON-in-string bodies, URLs, keys inside message text, webhooks)
 is redacted on the way in by the real ``git pf snapshot --tape``, and the secret's bytes
-are then nowhere in the repository. The detector finds each vendor key shape and leaves
-look-alikes (hashes, uuids, base64, prose, code) alone. A stored tape is untrusted data:
-a malformed entry is refused with one line and exit 3."""
+are then nowhere in the repository. Credentials in shell commands (``export X_PASSWORD=``,
+``TOKEN=… cmd``, ``curl -u``, ``mysql -p…``, ``-H 'Authorization: …'``, ``user:pass@``) are
+redacted, the command kept readable, in the trace messages, the effects ledger and the tape,
+through the real Claude Code hook and ``git pf snapshot --tape``. The detector finds each
+vendor key shape, drawn by hypothesis from the vendor's alphabet and length (one character
+short is no key), and leaves look-alikes (hashes, uuids, base64, prose, code) alone. A stored
+tape is untrusted data: a malformed entry is refused with one line and exit 3."""
 from __future__ import annotations
 
 import base64
 import hashlib
 import json
 import os
+import string
 import subprocess
 import sys
 import uuid
@@ -17,6 +22,7 @@ from pathlib import Path
 
 import pygit2
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from git_pf import Repo
 from git_pf.layers.trace import tape
@@ -57,13 +63,59 @@ NOT_SECRETS = {
     "plain-url": "see https://example.com/search?q=python&page=2#top",
     "assignment": "key=value",
     "tokenizer": '{"eos_token": "</s>", "max_tokens": 64}',
+    "docker-user-group": "docker run -u 1000:1000 -p 8080:80 img",
+    "mysql-prompts": "mysql -h db -u root -p shop",
+    "env-reference": 'echo "$GITHUB_TOKEN" && GITHUB_TOKEN=$(cat ~/.tok) gh pr list',
+    "count-named-like-a-token": "MAX_TOKENS=64 PWD=/srv ./bench --num-tokens 8",
+    "password-from-stdin": "docker login --password-stdin -u bot < token.txt",
+    "sort-unique": "sort -u names.txt | curl -s https://example.com/x -d @-",
+}
+
+# Vendor key shapes: prefix, the alphabet of the rest, and the lengths of the rest (the least
+# one that is a key, as docs/security.md documents it, and the longest drawn).
+ALNUM = string.ascii_letters + string.digits
+URLSAFE = ALNUM + "_-"
+SHAPES = {
+    "anthropic": (st.sampled_from(["sk-ant-api03-", "sk-ant-admin01-"]), URLSAFE, 32, 95),
+    "openai-user": (st.just("sk-"), ALNUM, 32, 48),
+    "openai-project": (st.sampled_from(["sk-proj-", "sk-svcacct-", "sk-admin-"]), URLSAFE, 32, 164),
+    "stripe": (st.sampled_from(["sk_live_", "sk_test_", "rk_live_", "rk_test_"]), ALNUM, 24, 99),
+    "github-classic": (st.sampled_from(["ghp_", "gho_", "ghu_", "ghs_", "ghr_"]), ALNUM, 36, 36),
+    "github-fine-grained": (st.just("github_pat_"), ALNUM + "_", 50, 82),
+    "gitlab": (st.just("glpat-"), URLSAFE, 20, 20),
+    "aws": (st.sampled_from(["AKIA", "ASIA"]), string.ascii_uppercase + string.digits, 16, 16),
+    "slack": (st.sampled_from(["xoxb-", "xoxp-", "xoxa-", "xoxr-", "xapp-1-"]), ALNUM + "-", 10, 80),
+    "google": (st.just("AIza"), URLSAFE, 35, 35),
+    "hugging-face": (st.just("hf_"), string.ascii_letters, 30, 34),
+    "jwt": (st.builds(lambda h, p: f"eyJ{h}.eyJ{p}.", st.text(URLSAFE, min_size=10, max_size=40),
+                      st.text(URLSAFE, min_size=10, max_size=60)), URLSAFE, 0, 43),
 }
 
 
-def test_each_vendor_key_shape_is_replaced_where_it_stands():
-    for name, key in KEYS.items():
-        assert redact_text(f"use {key}, then stop") == f"use {REDACTED}, then stop", name
-        assert redact_text(key) == REDACTED, name
+@pytest.mark.parametrize("vendor", list(SHAPES))
+@settings(max_examples=40, deadline=None, database=None)
+@given(data=st.data())
+def test_each_vendor_key_shape_drawn_from_its_alphabet_is_replaced_where_it_stands(vendor, data):
+    prefix, alphabet, least, most = SHAPES[vendor]
+    key = data.draw(prefix) + data.draw(st.text(alphabet, min_size=least, max_size=most))
+    assert redact_text(f"use {key}, then stop") == f"use {REDACTED}, then stop", key
+    assert redact_text(key) == REDACTED and looks_secret("NOTE", f"k={key}")
+
+
+@pytest.mark.parametrize("vendor", [v for v in SHAPES if SHAPES[v][2] > 0])
+@settings(max_examples=40, deadline=None, database=None)
+@given(data=st.data())
+def test_a_vendor_key_one_character_short_is_not_a_key(vendor, data):
+    prefix, alphabet, least, _ = SHAPES[vendor]
+    short = data.draw(prefix) + data.draw(st.text(alphabet, min_size=least - 1, max_size=least - 1))
+    assert redact_text(f"use {short}, then stop") == f"use {short}, then stop"
+
+
+@settings(max_examples=40, deadline=None, database=None)
+@given(header=st.text(URLSAFE, min_size=9, max_size=9), payload=st.text(URLSAFE, min_size=10, max_size=60))
+def test_a_jwt_one_character_short_is_not_a_key(header, payload):
+    short = f"eyJ{header}.eyJ{payload}.sig"
+    assert redact_text(short) == short
 
 
 def test_look_alikes_of_keys_are_not_redacted():
@@ -206,6 +258,86 @@ def test_no_redact_keeps_a_named_key_in_header_lists_bodies_and_urls(tmp_path):
     text = json.dumps(stored)
     assert all(k in text for k in ("kept-1", "kept-2", "kept-3"))
     assert not any(g in text for g in ("gone-123456789", "gone-2", "gone-3"))
+
+
+# --- credentials in shell commands ------------------------------------------------------
+
+SHELL = {  # case -> (a command an agent runs, its secret, the command as stored)
+    "export": ("export DB_PASSWORD=S3cret-export && ./migrate", "S3cret-export",
+               f"export DB_PASSWORD={REDACTED} && ./migrate"),
+    "inline-assignment": ("TOKEN=S3cret-inline ./deploy.sh --prod", "S3cret-inline", f"TOKEN={REDACTED} ./deploy.sh --prod"),
+    "quoted-assignment": ("export X_API_KEY='S3cret quoted'; make", "S3cret quoted", f"export X_API_KEY='{REDACTED}'; make"),
+    "curl-user": ("curl -u admin:S3cretPass https://api.example.com/v1", "S3cretPass",
+                  f"curl -u admin:{REDACTED} https://api.example.com/v1"),
+    "mysql-password": ("mysql -h db -uroot -pS3cret-mysql shop < dump.sql", "S3cret-mysql",
+                       f"mysql -h db -uroot -p{REDACTED} shop < dump.sql"),
+    "mysqldump-password": ("mysqldump -uroot -p'S3cret dump' shop | gzip", "S3cret dump",
+                           f"mysqldump -uroot -p'{REDACTED}' shop | gzip"),
+    "curl-authorization": ("curl -sS -H 'Authorization: token S3cret-hdr' https://api.example.com", "S3cret-hdr",
+                           f"curl -sS -H 'Authorization: token {REDACTED}' https://api.example.com"),
+    "curl-api-key-header": ('curl -H "X-Api-Key: S3cret-xak" https://api.example.com', "S3cret-xak",
+                            f'curl -H "X-Api-Key: {REDACTED}" https://api.example.com'),
+    "long-option": ("wget --user=bot --password=S3cret-wget https://files.example.com/a", "S3cret-wget",
+                    f"wget --user=bot --password={REDACTED} https://files.example.com/a"),
+    "url-userinfo": ("git clone https://deploy:S3cret-u@rl@git.example.com/app.git", "S3cret-u@rl",
+                     f"git clone https://deploy:{REDACTED}@git.example.com/app.git"),
+}
+
+
+def test_each_shell_credential_form_is_redacted_and_the_command_stays_readable():
+    for case, (command, secret, stored) in SHELL.items():
+        assert redact_text(command) == stored, case
+        assert redact_text(stored) == stored, case  # idempotent
+        assert redact_json({"command": command}) == {"command": stored}, case
+
+
+def _all_objects(repo_dir: Path) -> bytes:
+    return subprocess.run(["git", "cat-file", "--batch-all-objects", "--batch"], cwd=repo_dir,
+                          capture_output=True, check=True).stdout
+
+
+def test_shell_credentials_are_redacted_in_the_tape_as_stored(tmp_path):
+    exchange = {"request": {"url": "https://api.anthropic.com/v1/messages", "body": json.dumps({"messages": [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": f"toolu_{n}", "name": "Bash",
+                                           "input": {"command": command}}]}
+        for n, (command, _, _) in enumerate(SHELL.values())]})}}
+    repo_dir = _image_with_tape(tmp_path, [exchange])
+    repo = Repo.open(repo_dir)
+    [stored] = tape.read(repo.git, repo.resolve("main").tree)
+    body = json.loads(stored["request"]["body"])
+    commands = [m["content"][0]["input"]["command"] for m in body["messages"]]
+    assert commands == [stored for _, _, stored in SHELL.values()]
+    objects = _all_objects(repo_dir)
+    assert not [secret for _, secret, _ in SHELL.values() if secret.encode() in objects]
+
+
+def test_shell_credentials_are_redacted_in_messages_and_ledger_through_the_claude_code_hook(tmp_path):
+    from test_integrations_claude_code import SID, Claude
+
+    project = tmp_path / "project"
+    project.mkdir()
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+               CLAUDE_PROJECT_DIR=str(project), HOME=str(tmp_path / "home"))
+    env.pop("GIT_PF_REPO", None)
+    subprocess.run(["git", "pf", "init"], cwd=project, env=env, check=True, capture_output=True)
+    subprocess.run(["git", "config", "pf.claudeCode.server", "false"], cwd=project, check=True)
+    claude = Claude(project, tmp_path / "transcript.jsonl", env)
+    claude.line(type="user", message={"role": "user", "content": "deploy it"})
+    claude.hook("SessionStart", source="startup")
+    for command, _, _ in SHELL.values():
+        claude.tool("Bash", {"command": command}, {"stdout": "ok", "stderr": "", "interrupted": False})
+
+    repo = Repo.open(project)
+    branch = f"cc/{SID}"
+    ledger_entries = [json.loads(l) for l in repo.read_layer(branch, "effects/ledger.jsonl").splitlines()]
+    assert [e["args"]["command"] for e in ledger_entries] == [stored for _, _, stored in SHELL.values()]
+    messages = [json.loads(l) for l in repo.read_layer(branch, "trace/messages.jsonl").splitlines()]
+    used = [b["input"]["command"] for m in messages if isinstance(m["content"], list)
+            for b in m["content"] if b.get("type") == "tool_use"]
+    assert used == [stored for _, _, stored in SHELL.values()]
+    objects = _all_objects(project)
+    assert not [secret for _, secret, _ in SHELL.values() if secret.encode() in objects]
 
 
 def test_env_capture_redacts_by_the_same_rules_as_the_tape(run_pf, tmp_path):
