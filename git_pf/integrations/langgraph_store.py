@@ -24,7 +24,7 @@ import pygit2
 
 from .. import canonjson, image as img, jsonl, limits, refs
 from ..errors import DataError
-from ..gittree import MODE_FILE, MODE_TREE, TreeWriter, lookup, read_blob, read_tree
+from ..gittree import MODE_FILE, MODE_TREE, TreeWriter, blob_size, lookup, over_limit, read_blob, read_tree
 
 ROOT = b"langgraph"
 INDEX = b"checkpoint.json"
@@ -184,13 +184,10 @@ def read_bounded(git: pygit2.Repository, raw_oid: bytes, what: str) -> bytes:
     """The blob ``raw_oid`` (``what`` names it), its size checked against ``pf.maxJsonLine``
     from its object header first: an oversized blob is a DataError and is never read."""
     limit = limits.active().max_json_line
-    try:
-        _, size = git.odb.read_header(pygit2.Oid(raw=raw_oid))
-    except KeyError:
-        raise DataError(f"{what}: object {raw_oid.hex()[:12]} is missing") from None
-    if size > limit:
-        raise DataError(f"{what}: {size} bytes, over pf.maxJsonLine ({limit} bytes)")
-    return read_blob(git, raw_oid)
+    problem = over_limit(blob_size(git, raw_oid), limit, "pf.maxJsonLine")
+    if problem:
+        raise DataError(f"{what}: {problem}")
+    return read_blob(git, raw_oid, limit, "pf.maxJsonLine")
 
 
 def load(git: pygit2.Repository, typed: tuple[str, bytes], what: str) -> Typed:
