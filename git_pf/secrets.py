@@ -1,7 +1,8 @@
 """Secret detection and redaction: which names, values and pieces of text are credentials.
 
 One rule set for everything git-pf stores from an agent: the environment
-(``world/env.json``) and the recorded LLM exchanges (``trace/tape/``). Three
+(``world/env.json``), the recorded LLM exchanges (``trace/tape/``), and the
+trace messages and effects ledger that runs and integrations write. Four
 kinds of rule (docs/security.md, "Secrets"):
 
 - names: an environment variable, JSON key, header name or query / form
