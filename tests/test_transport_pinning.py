@@ -115,6 +115,8 @@ def test_a_record_no_one_confirmed_is_not_used_until_accepted(tmp_path):
         refused = pf("push", "origin", "mine", cwd=c, check=False)
         assert refused.returncode == 2 and "git pf remote-store origin --accept" in _one_line(refused.stderr)
         assert lfs.objects == before and "refs/pf/heads/mine" not in sh("git", "for-each-ref", cwd=remote).stdout
+        lazy = pf("checkout", "main", "--into", tmp_path / "out", cwd=c, check=False)  # nor read from
+        assert lazy.returncode != 0 and "--accept" in _one_line(lazy.stderr) and lfs.gets == []
         accepted = pf("remote-store", "origin", "--accept", "--json", cwd=c)
         assert json.loads(accepted.stdout)["source"] == "config" and accepted.stderr == ""
         assert sh("git", "config", "pf.remote.origin.store", cwd=c).stdout == f"lfs:{lfs.endpoint}\n"
