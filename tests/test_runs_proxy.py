@@ -41,6 +41,8 @@ def test_each_api_reaches_its_own_upstream_and_a_preconnect_is_no_step(repo, run
     assert report(proc.stdout)["steps"] == 2 and sorted(step_ids(root, "r")) == [0, 1, 2]
     entries = [e for e in tape(root, "refs/pf/heads/r") if e.get("kind") == "exchange"]
     assert [e["request"]["family"] for e in entries] == ["anthropic", "openai"]
+    # the paths are the API's own, as tapes recorded before the routes hold them: those still match
+    assert [e["request"]["path"] for e in entries] == ["/v1/messages", "/v1/chat/completions"]
     # on replay the preconnects are answered again, and are no step the tape must hold
     played = run_pf("replay", "r", "--json", "--", sys.executable, "-c", BOTH_APIS, cwd=root)
     assert report(played.stdout)["bit_exact"] is True and "preconnect 200" in played.stdout
