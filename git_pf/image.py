@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pygit2
 
-from . import jsonl
+from . import jsonl, limits
 from .errors import DataError, UsageError
 from .gittree import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, TreeWriter, blob_size, edit, lookup, over_limit
 
@@ -183,15 +183,18 @@ def _manifest_problem(manifest: dict) -> str | None:
 
 def read_file(repo: pygit2.Repository, tree: str | bytes, path: bytes) -> bytes | None:
     """The bytes of the blob at ``path`` in an image tree, or None when absent (or a tree).
-    A submodule entry there is damaged data: a layer file is a blob. One larger than
-    ``pf.maxBlobSize`` is refused (a DataError naming the path) before it is read."""
+    A submodule entry there is damaged data: a layer file is a blob. One larger than its
+    limit is refused (a DataError naming the path) before it is read: ``pf.maxJsonLine`` for
+    a ``.json`` file (one JSON document), else ``pf.maxBlobSize``."""
     raw = bytes.fromhex(tree) if isinstance(tree, str) else tree
     found = lookup(repo, raw, path)
     if found is None or found[0] == MODE_TREE:
         return None
     if found[0] not in (MODE_FILE, MODE_EXEC, MODE_LINK):
         raise DataError(f"{os.fsdecode(path)} is not a file (mode {found[0]:06o})")
-    problem = over_limit(blob_size(repo, found[1]))
+    size = blob_size(repo, found[1])
+    problem = over_limit(size, limits.active().max_json_line, "pf.maxJsonLine") if path.endswith(b".json") \
+        else over_limit(size)
     if problem:
         raise DataError(f"{os.fsdecode(path)}: {problem}")
     return repo.odb.read(pygit2.Oid(raw=found[1]))[1]

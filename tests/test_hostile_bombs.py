@@ -229,6 +229,7 @@ def test_a_jsonl_line_over_the_configured_limit_is_refused_with_one_line(pf):
 
 ZEROS = 512 << 20  # the zero blob's size: 512 MiB (over pf.maxBlobSize), about 512 KiB as a git object
 ZERO_SAMPLES = 16  # 1 MiB windows of a checked-out copy compared with zeros
+LAYER_BOMBS = {"messages": "trace/messages.jsonl", "env": "world/env.json"}  # layer files replaced by it
 
 
 @pytest.fixture(scope="module")
@@ -246,8 +247,9 @@ def zero_pack(tmp_path_factory) -> tuple[str, list[Path]]:
 
 @pytest.fixture
 def zero_images(pf, zero_pack):
-    """Images on main, as pushed by an attacker: ``a`` and ``b`` normal, ``world`` (b plus
-    world/fs/big.bin) and ``messages`` (b with trace/messages.jsonl) holding the zero blob."""
+    """Images as pushed by an attacker: ``a`` and ``b`` normal (on main), and on a branch of
+    each name, b with the zero blob as ``world`` world/fs/big.bin, as ``messages``
+    trace/messages.jsonl, as ``env`` world/env.json."""
     oid, files = zero_pack
     for f in files:
         (pf.repo / ".git" / "objects" / "pack" / f.name).write_bytes(f.read_bytes())
@@ -257,8 +259,10 @@ def zero_images(pf, zero_pack):
     b = image_of(pf, {"a.txt": b"b"})
     zero = pygit2.Oid(hex=oid)
     world = with_blobs(pf, {"world/fs/big.bin": zero}, base="main", branch="bomb-world")
-    messages = with_blobs(pf, {"trace/messages.jsonl": zero}, base="main", branch="bomb-messages")
-    return {"a": a, "b": b, "world": world, "messages": messages}
+    out = {"a": a, "b": b, "world": world}
+    for name, path in LAYER_BOMBS.items():
+        out[name] = with_blobs(pf, {path: zero}, base="main", branch=f"bomb-{name}")
+    return out
 
 
 def test_a_huge_blob_in_a_world_is_shown_diffed_checked_out_and_merged_in_bounded_memory(pf, zero_images):
@@ -300,16 +304,18 @@ def test_a_huge_blob_in_a_world_is_shown_diffed_checked_out_and_merged_in_bounde
     assert peak - base < EXTRA_RSS, (peak, base)
 
 
-def test_a_huge_messages_file_is_refused_with_one_line_before_it_is_read(pf, zero_images):
+@pytest.mark.parametrize("name, layer, limit", [("messages", "trace", "pf.maxBlobSize"),
+                                               ("env", "env", "pf.maxJsonLine")])
+def test_a_huge_layer_file_is_refused_with_one_line_before_it_is_read(pf, zero_images, name, layer, limit):
     im = zero_images
     ok, base = measured(pf, "show", im["b"])
     assert ok.returncode == 0, ok.stderr
-    for args in (("show", im["messages"]), ("diff", "-p", im["b"], im["messages"]),
-                 ("checkout", im["messages"], "--layers", "trace", "--into", str(pf.root / "out")),
-                 ("merge", "bomb-messages")):
+    for args in (("show", im[name]), ("diff", "-p", im["b"], im[name]),
+                 ("checkout", im[name], "--layers", layer, "--into", str(pf.root / "out")),
+                 ("merge", f"bomb-{name}")):
         proc, peak = measured(pf, *args)
         line = one_line(proc)
-        assert proc.returncode == 3 and "trace/messages.jsonl" in line and "over pf.maxBlobSize" in line, args
+        assert proc.returncode == 3 and LAYER_BOMBS[name] in line and f"over {limit}" in line, (args, line)
         assert peak - base < EXTRA_RSS, (args, peak, base)
     assert not (pf.root / "out").exists()
 
