@@ -12,6 +12,14 @@ median CPU time (user + sys) of the hook's processes beside them (the
 server's own is not in it), for the warm path (the repository's hook server running) and for the same events handled
 in the hook's own process (``pf.claudeCode.server=false``), against
 ``python -c pass``. Goal: at most 150 ms per call.
+
+With the real Claude Code CLI (``make claude-code``; skipped when it is not
+installed), the same scripted session (Write, a failing Bash, Edit, a final
+answer, from the tests' scripted Anthropic server) is run with ``claude -p`` on
+the same project, without and with git-pf's hooks installed (warm: the hook
+server running), ``--cli-runs`` times each; the difference of the medians per
+tool call is what the hooks add (every event of the session counted in it).
+Goal: at most 100 ms per tool call.
 """
 from __future__ import annotations
 
@@ -28,6 +36,7 @@ from .bench_snapshot import make_tree
 from .common import git_env, report, sh, verdict, workdir
 
 GOAL = 0.150
+CLI_GOAL = 0.100
 
 
 def _transcript_lines(i: int) -> list[dict]:
@@ -106,15 +115,55 @@ def bench(base: Path, runs: int, files: int, changed: int) -> list:
     return rows
 
 
+def bench_cli(base: Path, runs: int, files: int) -> list:
+    """The real CLI's wall time for one scripted session, without and with the hooks."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the scripted Anthropic server
+    import claude_cli_helpers as cli
+
+    if cli.missing():
+        return [("real CLI", "skipped", cli.missing())]
+    project = base / "cli-project"
+    make_tree(project, files, files * 1000)
+    sh("git", "init", "-q", project)
+    bin_dir = str(Path(sys.executable).parent)
+    env = dict(git_env(), PATH=f"{bin_dir}:{os.environ.get('PATH', '')}")
+    sh("git", "pf", "init", cwd=project, env=env)
+    samples: dict[bool, list[float]] = {False: [], True: []}
+    with cli.ScriptedAnthropic(cli.session(project)) as server:
+        cenv = cli.claude_env(env, server.url, base / "claude-config")
+        for n in range(runs + 1):  # the first round is untimed: caches, and the hook server's start
+            for hooks in (False, True):  # interleaved, so a busy moment of the machine hits both alike
+                sh("git", "pf", "install" if hooks else "uninstall", "--claude-code", cwd=project, env=env)
+                for name in ("hello.py", "made.txt"):
+                    (project / name).unlink(missing_ok=True)
+                t0 = time.perf_counter()
+                cli.run_claude(project, cenv, "make hello.py")
+                if n:
+                    samples[hooks].append(time.perf_counter() - t0)
+        sh("git", "pf", "uninstall", "--claude-code", cwd=project, env=env)
+        subprocess.run(["git", "pf", "hook", "claude-code", "--stop-server"], cwd=project, env=env,
+                       stdout=subprocess.DEVNULL)
+    medians = {k: sorted(v)[len(v) // 2] for k, v in samples.items()}
+    rows = [(f"claude -p, 3 tool calls, {label}", f"{medians[k] * 1000:.0f} ms", "")
+            for k, label in ((False, "without hooks"), (True, "with hooks (warm)"))]
+    per_call = (medians[True] - medians[False]) / 3
+    rows.append(("added per tool call", f"{per_call * 1000:.0f} ms",
+                 f"goal <= {CLI_GOAL * 1000:.0f} ms  {verdict(per_call <= CLI_GOAL)}"))
+    return rows
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--cli-runs", type=int, default=5)
     ap.add_argument("--files", type=int, default=5000)
     ap.add_argument("--changed", type=int, default=3)
     args = ap.parse_args(argv)
     with workdir("claude-hook") as base:
         report(f"Claude Code PostToolUse hook, {args.files} files, {args.changed} changed per call",
                bench(base, args.runs, args.files, args.changed))
+        report(f"The real Claude Code CLI, one scripted session, {args.files} files", bench_cli(base, args.cli_runs,
+                                                                                              args.files))
 
 
 if __name__ == "__main__":

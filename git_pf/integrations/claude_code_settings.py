@@ -36,7 +36,10 @@ EVENTS = ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Post
 MATCHED = ("PreToolUse", "PostToolUse", "PostToolUseFailure")  # the events whose groups take a tool-name matcher
 SCOPES = ("project", "user")
 CHECK_TIMEOUT_S = 60.0
-_OURS = re.compile(r"^(git pf|\S*git-pf'?|\S+ -m git_pf) hook claude-code$")
+# PreToolUse only matters inside a recorded run: a shell test spares Claude Code a Python process per call
+RUN_GUARD = '[ -z "$GIT_PF_CHANNEL" ] || '
+GUARDED = ("PreToolUse",)
+_OURS = re.compile(r"^(\[ -z \"\$GIT_PF_CHANNEL\" \] \|\| )?(git pf|\S*git-pf'?|\S+ -m git_pf) hook claude-code$")
 
 
 def hook_command() -> str:
@@ -148,12 +151,13 @@ def install(repo, scope: str = "project", command: str | None = None) -> dict:
     for event in EVENTS:
         groups = hooks.setdefault(event, [])
         ours = [h for g in groups if isinstance(g, dict) for h in g.get("hooks") or [] if _is_ours(h)]
-        if any(h["command"] == command for h in ours):
+        wanted = RUN_GUARD + command if event in GUARDED else command
+        if any(h["command"] == wanted for h in ours):
             continue
         if ours:
-            ours[0]["command"] = command
+            ours[0]["command"] = wanted
         else:
-            groups.append(_group(event, command))
+            groups.append(_group(event, wanted))
         added.append(event)
     result = {"path": str(path), "scope": scope, "added": added, "command": command,
               "problem": command_problem(command)}
@@ -253,6 +257,8 @@ def check(repo, scope: str = "project") -> dict:
     env = dict(os.environ, CLAUDE_PROJECT_DIR=str(root))
     results = []
     for command in installed_commands(settings):
+        if command.startswith(RUN_GUARD):
+            continue  # runs only inside a recorded run; its program is the one checked beside it
         try:
             proc = subprocess.run(["sh", "-c", command], input=event, cwd=root, env=env, capture_output=True,
                                   timeout=CHECK_TIMEOUT_S)
