@@ -45,6 +45,10 @@ def test_the_profile_picked_from_the_user_agent_is_stored_and_replay_uses_it_wit
     _record(run_pf, root, "cc", dict(DAY1, **CLAUDE_UA))
     [entry] = [e for e in tape(root, "refs/pf/heads/cc") if e.get("kind") == "exchange"]
     assert entry["match"]["profile"] == "claude-code" and "$.metadata.user_id" in entry["match"]["ignore"]
+    from test_report import parse  # the report shows the rules the run stored
+
+    shown = parse(run_pf("report", "cc", "-o", "-", cwd=root).stdout)[1]["match"]
+    assert shown["profiles"] == ["claude-code"] and shown["ignore"] == ["$.metadata.user_id"] and len(shown["mask"]) > 5
     # the next day, another session: only the date and the session id differ, and they are masked
     proc, out = _replay(run_pf, root, "cc", dict(DAY2, **CLAUDE_UA))
     assert proc.returncode == 0 and out["bit_exact"] is True, proc.stderr

@@ -21,7 +21,7 @@ from ..errors import DataError, UsageError
 from ..gittree import diff_trees
 from ..layercheck import load
 from ..layers.effects import ledger as ledger_mod
-from ..layers.trace import exchange as exchange_mod, wire
+from ..layers.trace import exchange as exchange_mod, matching, wire
 from ..layers.world.diff import diff_world
 from ..layers.world.names import real_path
 from ..runs.steps import FORKED_TRAILER, RUN_END_TRAILER, run_plan, step_of
@@ -167,6 +167,13 @@ def tape_tools(entries: list[dict], ledger: list[dict]) -> list[dict]:
     return out
 
 
+def match_view(entries: list[dict]) -> dict:
+    """The matching rules stored with the run (docs/record.md, "Profiles and masks") and its profiles."""
+    profiles = sorted({str(e["match"].get("profile")) for e in entries
+                       if isinstance(e.get("match"), dict) and e["match"].get("profile")})
+    return dict(matching.rules_of(entries).to_json(), profiles=profiles)
+
+
 def line_diff(recorded: str, live: str) -> str:
     """A unified line diff of two strings (two lines of context), cut at ``PATCH_CHARS``."""
     lines = difflib.unified_diff(recorded.splitlines(), live.splitlines(), "recorded", "live", n=2, lineterm="")
@@ -262,5 +269,6 @@ def report_data(repo, rev: str, *, blame=None, replay: dict | None = None) -> di
                             required=blame is not None)
     return {"v": 1, "rev": rev, "branch": branch, "tip": plan.tip, "steps": steps, "end": end,
             "ledger": ledger_view(plan.ledger), "tape_tools": tape_tools(plan.entries, plan.ledger),
+            "match": match_view(plan.entries),
             "fork_graph": forkgraph.graph(git, line, branch), "blame": chosen,
             "blame_runs": blamedata.views(repo, ids, chosen), "replay": replayed, "limits": LIMITS}

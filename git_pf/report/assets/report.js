@@ -46,6 +46,11 @@
     parts.push((data.ledger || []).length + " effects on the ledger");
     var tt = data.tape_tools || [], off = tt.filter(function (t) { return t.ledger === null; }).length;
     parts.push(tt.length + " tool calls in the tape" + (off ? " (" + off + " not on the ledger)" : ""));
+    var mr = data.match || {}, nIgn = (mr.ignore || []).length, nMask = (mr.mask || []).length;
+    if (nIgn || nMask) {
+      parts.push("matched " + ((mr.profiles || []).length ? "with profile " + mr.profiles.join(", ") + ": " : "") +
+        nIgn + " field" + (nIgn === 1 ? "" : "s") + " ignored, " + nMask + " mask" + (nMask === 1 ? "" : "s"));
+    }
     document.getElementById("summary-line").textContent = parts.join(" \u00b7 ");
   })();
 
