@@ -485,3 +485,59 @@ def test_inside_a_run_tool_calls_go_on_its_ledger_and_replay_denies_an_unrecorde
                                        "allow_effects": True}))
     assert play.hook("PreToolUse", tool_name="Bash", tool_input={"command": "rm -rf /tmp/x"},
                      tool_use_id="toolu_d").stdout == b""  # --allow-effects
+
+
+def test_a_step_whose_transcript_lags_still_holds_its_own_call_and_the_next_step_carries_it(claude):
+    claude.hook("SessionStart", source="startup")
+    claude.hook("UserPromptSubmit", prompt="go")
+    claude.line(type="user", message={"role": "user", "content": "go"})
+    bash = {"command": "make", "description": "build"}
+    claude.hook("PostToolUse", tool_name="Bash", tool_input=bash, tool_response={"stdout": "built"},
+                tool_use_id="toolu_late")  # the transcript has not got the call's lines yet
+    repo = Repo.open(claude.project)
+    branch = f"cc/{SID}"
+    first = _messages(repo, branch)
+    assert first[-2]["content"] == [{"type": "tool_use", "id": "toolu_late", "name": "Bash", "input": bash}]
+    assert first[-1]["content"][0]["tool_use_id"] == "toolu_late" and "built" in first[-1]["content"][0]["content"]
+    assert repo.resolve(branch).trailer("Pf-Claude-Pending") == ["toolu_late"]
+    claude.tool("Read", {"file_path": "app.py"}, None, error="File does not exist.")  # still behind for toolu_late
+    second = _messages(repo, branch)
+    uses = [b["id"] for m in second if isinstance(m["content"], list) for b in m["content"] if b["type"] == "tool_use"]
+    read = f"toolu_{claude.n - 2:04d}"
+    assert uses == [read, "toolu_late"]  # the Read's own line, then the late call carried from its event
+    assert repo.resolve(branch).trailer("Pf-Claude-Pending") == [f"toolu_late,{read}"]
+    failed = _ledger(repo, branch)[-1]
+    assert failed["failed"] is True and failed["error"] == "File does not exist." and failed["result"] is None
+    claude.hook("Stop", stop_hook_active=False, last_assistant_message="Could not read it.")
+    final = _messages(repo, branch)  # the final image still carries both, and the answer
+    assert final[-1]["content"] == [{"type": "text", "text": "Could not read it."}]
+    assert {"toolu_late", read} <= {b.get("tool_use_id") for m in final if isinstance(m["content"], list)
+                                    for b in m["content"]}
+
+
+def test_rewind_to_a_turn_and_never_the_settings_files(claude, tmp_path):
+    p = claude.project
+    settings = p / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text('{"model": "opus"}\n')
+    _session(claude)  # turn 1
+    claude.hook("UserPromptSubmit", prompt="again")
+    (p / "turn2.txt").write_text("two\n")
+    claude.tool("Write", {"file_path": str(p / "turn2.txt"), "content": "two\n"}, {"type": "create"})
+    claude.hook("Stop", stop_hook_active=False, last_assistant_message="Second.")
+    repo = Repo.open(p)
+    assert repo.git.references.get(f"refs/pf/tags/cc/{SID}/turn-2") is not None
+    assert ".claude/settings.json" not in _world(repo, f"cc/{SID}")
+    settings.write_text('{"model": "sonnet"}\n')  # changed since: a rewind leaves it as it is now
+    run = lambda *a: subprocess.run(["git", "pf", "rewind", *a], cwd=p, env=claude.env, capture_output=True, text=True)
+    out = run("--to-turn", "1", "--yes", "--json")
+    assert out.returncode == 0, out.stderr
+    assert not (p / "turn2.txt").exists() and (p / "out.txt").exists()
+    assert settings.read_text() == '{"model": "sonnet"}\n'
+    assert run("--to-turn", "3", "--yes").returncode == 2
+    assert run("--to-step", "1", "--to-turn", "1", "--yes").returncode == 2
+    into = tmp_path / "a" / "b"  # checkout makes the missing parents
+    got = subprocess.run(["git", "pf", "checkout", f"cc/{SID}", "--into", str(into)], cwd=p, env=claude.env,
+                         capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr
+    assert (into / "turn2.txt").read_text() == "two\n"
