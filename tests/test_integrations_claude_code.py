@@ -541,3 +541,21 @@ def test_rewind_to_a_turn_and_never_the_settings_files(claude, tmp_path):
                          capture_output=True, text=True)
     assert got.returncode == 0, got.stderr
     assert (into / "turn2.txt").read_text() == "two\n"
+
+
+@pytest.mark.skipif(cli.missing() is not None, reason=str(cli.missing()))
+def test_the_real_cli_recorded_by_git_pf_record_puts_its_tool_calls_on_the_runs_ledger(project, tmp_path):
+    root, env = project
+    assert subprocess.run(["git", "pf", "install", "--claude-code"], cwd=root, env=env).returncode == 0
+    with cli.ScriptedAnthropic(cli.session(root)) as server:
+        cenv = cli.claude_env(env, server.url, tmp_path / "claude-config")
+        del cenv["ANTHROPIC_BASE_URL"]  # the recorder points the CLI at its proxy
+        out = subprocess.run(["git", "pf", "record", "--name", "cc-run", "--fs-root", str(root), "--upstream",
+                              f"anthropic={server.url}", "--json", "--", str(cli.CLAUDE), "-p", "make hello.py",
+                              "--dangerously-skip-permissions", "--output-format", "json"],
+                             cwd=root, env=cenv, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    effects = _ledger(Repo.open(root), "cc-run")
+    assert [(e["tool"], e["side_effect_class"], e.get("error")) for e in effects] == [
+        ("Write", "idempotent", None), ("Bash", "irreversible", "Exit code 3"), ("Edit", "idempotent", None)]
+    assert ledger.verify(effects) == []
