@@ -7,8 +7,8 @@ event (tool, ``tool_input`` as args, the result or error, the class, ``tool_use_
 idempotency key), so the recorded run's ledger lists Claude Code's tools as it lists
 ``git_pf.tool`` calls. On replay and in a run's prefix, ``PreToolUse`` denies an irreversible call
 that the recorded ledger does not hold, or holds with other arguments (unless the run allows
-effects), and the run notes the divergence on the channel: a replay never sends the recorded email
-again. Standard library only (the hook's warm path); reads the replay file, appends to the channel.
+effects), and the run notes the divergence on the channel. A call the ledger holds runs again (a
+hook cannot answer a tool call in Claude Code's place). Standard library only (the hook's warm path); reads the replay file, appends to the channel.
 """
 from __future__ import annotations
 
