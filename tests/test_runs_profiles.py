@@ -131,3 +131,12 @@ def test_a_fork_runs_on_with_the_runs_stored_masks(repo, run_pf, tmp_path):
                      "-c", AGENT, cwd=root, env=DAY2, check=False)
         assert ran.returncode == 0 and "reply Changed." in ran.stdout, ran.stderr
         assert fake.requests == []  # every answer came from the tape
+
+
+def test_a_built_in_profile_is_picked_by_the_user_agent_its_agent_sends():
+    from git_pf.runs.profiles import detect
+
+    assert detect("claude-cli/2.1.332 (external, cli)").name == "claude-code"
+    assert detect("Agents/Python 0.24.0").name == "openai-agents"
+    assert detect("langchain-openai/1.0 OpenAI/Python 2.0").name == "langgraph"
+    assert detect("OpenAI/Python 2.0.0") is None and detect(None) is None
