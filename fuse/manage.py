@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 
-from git_pf import liveness, mounts, refs
+from git_pf import liveness, mounts, refs, verify
 from git_pf.errors import UsageError
 from git_pf.mounts import MountState
 
@@ -79,6 +79,7 @@ def _state_for(repo, mp: str, image: str, mode: str, branch: str | None) -> tupl
 def mount(repo, rev: str, directory, rw: bool = False, foreground: bool = False,
           branch: str | None = None, force: bool = False) -> tuple[MountState, list[str]]:
     image = repo.resolve(rev)
+    verify.check_use(repo.git, image.id, rev)
     branch = branch or branch_of(repo.git, rev, image.id)
     mp = mounts.canonical(directory)
     _check_mountpoint(repo, mp, force)

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import image as img, layercheck, refs, safepath, siblings
+from . import image as img, layercheck, refs, safepath, siblings, verify
 from .layers import registry
 from .layers.trace import tape
 from .errors import DataError, UsageError
@@ -78,6 +78,7 @@ def _prepare_dest(dest: Path, force: bool) -> bool:
 def checkout(repo, rev: str, into: Path, layers=("world",), force: bool = False) -> CheckoutResult:
     git = repo.git
     image = img.read_image(git, refs.resolve(git, rev))
+    verify.check_use(git, image.id, rev)
     layers = parse_layers(layers)
     dest = Path(os.path.abspath(into))
     replace = _prepare_dest(dest, force)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from . import canonjson, config, image as img, refs
+from . import canonjson, config, image as img, refs, signing, verify
 from .errors import UsageError
 
 MAX_FORKS = 100_000
@@ -48,6 +48,7 @@ def _plan(git, rev: str, n: int, prefix: str | None) -> tuple[img.ImageInfo, str
     if not 1 <= n <= MAX_FORKS:
         raise UsageError(f"-n must be between 1 and {MAX_FORKS}")
     source = img.read_image(git, refs.resolve(git, rev))
+    verify.check_use(git, source.id, rev)
     prefix = refs.check_name(prefix or default_prefix(git, rev, source), "fork prefix")
     return source, prefix, _next_index(refs.list_refs(git, refs.HEADS), prefix)
 
@@ -77,7 +78,7 @@ def fork(repo, rev: str, n: int, prefix: str | None = None, explore: str | None 
     for i in range(start, start + n):
         name = _name(prefix, i)
         message = img.format_message(subject, [("Pf-Fork", f"{source.id} {i - start + 1}/{n}")])
-        commit = str(git.create_commit(None, sig, sig, message, tree, [source.id]))
+        commit = signing.write_commit(git, sig, sig, message, tree, [source.id])
         refs.update_branch(git, name, commit, None, f"pf fork: {subject}")
         forks.append(Fork(name, commit, i))
     return forks

@@ -3,7 +3,10 @@
 Snapshots write their new objects as one pack each; like git's porcelain,
 git-pf starts ``git gc --auto`` in the background once the pack count passes
 ``gc.autoPackLimit`` (git's default 50), so lookups stay fast. Never blocks
-the command that triggered it and never touches the side store.
+the command that triggered it and never touches the side store. It may run
+while a recording writes its steps: git-pf writes packs only, never a loose
+object, so nothing a gc removes is something a write depends on
+(docs/format.md, "Writing objects").
 """
 from __future__ import annotations
 

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from . import canonjson, config, image as img, maintenance, refs
+from . import canonjson, config, image as img, maintenance, refs, signing
 from .errors import UsageError
 from .layers import registry
 from .layers.world.capture import Capture, CaptureStats, capture
 from .layers.world.env import Env
 from .layers.world.statcache import StatCache
-from .store.packfile import COMMIT, commit_bytes, packing
+from .store.packfile import packing
 
 
 class LayerInput(Protocol):
@@ -205,8 +205,7 @@ def take(repo, req: SnapshotRequest) -> SnapshotResult:
             trailers += layer_trailers + list(req.trailers)
             message = img.format_message(req.message or f"snapshot of {world.name}", trailers)
             sig = config.signature(git)
-            raw = commit_bytes(sig, sig, message, tree, [parent.id] if parent else [])
-            commit = pack.add(COMMIT, raw).hex()
+            commit = signing.write_commit(git, sig, sig, message, tree, [parent.id] if parent else [], pack)
         pack.flush()
 
     if parent is not None and tree == parent.tree and not req.allow_empty:

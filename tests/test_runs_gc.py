@@ -10,7 +10,7 @@ import sys
 from conftest import git_fsck_clean
 from git_pf.runs.fakellm import FakeLLM
 from git_pf.store.packfile import FAILPOINT_ENV, STOP_ENV
-from runs_helpers import agent_cmd, agent_line, git, record, report, step_ids
+from runs_helpers import agent_cmd, agent_line, git, record, report, step_ids, tape
 
 
 def _git_logging_gc(tmp_path) -> dict:
@@ -43,18 +43,19 @@ def test_a_long_recording_with_auto_gc_running_completes_and_replays_bit_exact(r
 
 def test_a_step_that_cannot_be_written_leaves_the_agent_run_and_is_reported(repo, tmp_path, run_pf):
     repo_dir = repo.git_dir.parent
-    # pack writes 1-2: step 0 and step 1; from the 3rd on every write fails (a full disk)
-    env = {FAILPOINT_ENV: "3"}
+    # pack write 1: step 0; from the 2nd on every write fails (a full disk)
+    env = {FAILPOINT_ENV: "2"}
     with FakeLLM() as fake:
         proc = record(run_pf, repo_dir, fake, "openai.chat", tmp_path / "sandbox", "--steps", "4", env=env, check=False)
     assert agent_line(proc.stdout)["steps"] == 4  # the agent's run went through
     assert proc.returncode == 1  # docs/cli.md: could not finish writing
     rep = report(proc.stdout)
-    assert rep["exit"] == 0 and rep["steps"] == 4 and rep["steps_lost"] == 4  # steps 2-4 and the end image
+    assert rep["exit"] == 0 and rep["steps"] == 4 and rep["steps_lost"] == 5  # steps 1-4 and the end image
     assert any("No space left on device" in f for f in rep["failures"])
     err = [l for l in proc.stderr.splitlines() if l.startswith("git pf:")]
     assert len(err) == 2 and "step images lost" in err[-1]  # the first failure as it came, then the summary
-    assert sorted(step_ids(repo_dir, "run")) == [0, 1]  # the branch is at the last image written whole
+    assert sorted(step_ids(repo_dir, "run")) == [0]  # the branch is at the last image written whole
+    assert "Pf-Run-Exit" not in git(repo_dir, "log", "-1", "--format=%B", "refs/pf/heads/run")
     git_fsck_clean(repo_dir)
 
 
@@ -67,7 +68,7 @@ def test_a_recorder_killed_in_the_middle_of_a_step_write_leaves_the_steps_before
                "--", *agent_cmd("openai.chat", tmp_path / "sandbox", "--steps", "6")]
         (tmp_path / "sandbox").mkdir()
         env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
-                   **{STOP_ENV: f"4:{fifo}"})  # the 4th pack write: step 3's, its pack in place, no index yet
+                   **{STOP_ENV: f"4:{fifo}"})  # the 4th pack write (a step's or a merge's): its pack in place, no index
         victim = subprocess.Popen(cmd, cwd=repo_dir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                   start_new_session=True)
         with open(fifo) as f:
@@ -75,9 +76,22 @@ def test_a_recorder_killed_in_the_middle_of_a_step_write_leaves_the_steps_before
         os.killpg(victim.pid, signal.SIGKILL)
         victim.wait()
         assert pid == victim.pid
-        assert sorted(step_ids(repo_dir, "run")) == [0, 1, 2]  # the branch: only complete images
+        steps = sorted(step_ids(repo_dir, "run"))
+        assert len(steps) >= 2 and steps == list(range(len(steps)))  # every step before the kill, in order
         git_fsck_clean(repo_dir)
         run_pf("fsck", cwd=repo_dir)
         again = record(run_pf, repo_dir, fake, "openai.chat", tmp_path / "sandbox2", "--steps", "3", name="again")
     assert report(again.stdout)["steps"] == 3
     git_fsck_clean(repo_dir)
+
+
+def test_a_step_lost_for_a_while_is_counted_on_the_end_image(repo, tmp_path, run_pf):
+    repo_dir = repo.git_dir.parent
+    env = {FAILPOINT_ENV: "2-4"}  # step 1's write and its two retries fail; the disk has room again after
+    with FakeLLM() as fake:
+        proc = record(run_pf, repo_dir, fake, "openai.chat", tmp_path / "sandbox", "--steps", "3", env=env, check=False)
+    rep = report(proc.stdout)
+    assert proc.returncode == 1 and rep["steps_lost"] == 1 and rep["exit"] == 0
+    assert sorted(step_ids(repo_dir, "run")) == [0, 2, 3]
+    assert "Pf-Steps-Lost: 1" in git(repo_dir, "log", "-1", "--format=%B", "refs/pf/heads/run")
+    assert [e["step"] for e in tape(repo_dir, "refs/pf/heads/run")][:3] == [1, 2, 3]  # exchange 1 is on the tape

@@ -13,6 +13,7 @@ import pytest
 
 from conftest import git_fsck_clean
 from git_pf.errors import WriteFailed
+from git_pf.store import packfile
 from git_pf.store.packfile import BLOB, FAILPOINT_ENV, PackWriter, RunPackWriter, read_index
 
 ROUNDS = 200  # the race this guards against hit about one round in 30 with two threads
@@ -122,7 +123,7 @@ def test_a_merge_skips_packs_a_gc_took_and_keeps_the_objects(repo):
 def test_a_failed_write_keeps_the_queue_for_the_next_flush(repo, monkeypatch):
     writer = PackWriter(repo.git)
     oid = writer.add(BLOB, b"kept across a failure\n")
-    monkeypatch.setenv(FAILPOINT_ENV, "1")
+    monkeypatch.setenv(FAILPOINT_ENV, str(packfile._writes[0] + 1))  # the next pack write fails, and every later one
     with pytest.raises(WriteFailed, match="No space left"):
         writer.flush()
     assert pygit2.Oid(raw=oid) not in repo.git.odb
@@ -141,3 +142,21 @@ def test_snapshots_write_no_loose_objects(repo, tmp_path, run_pf):
     assert loose == []
     assert len(_packs(repo.git_dir)) == 5
     git_fsck_clean(tmp_path / "repo")
+
+
+def test_a_merge_that_cannot_be_written_leaves_the_packs_and_the_run_goes_on(repo, monkeypatch):
+    writer = RunPackWriter(repo.git)
+    monkeypatch.setenv(FAILPOINT_ENV, str(packfile._writes[0] + 3))  # two flushes, then the merge of the two fails
+    first = writer.add(BLOB, b"one\n" * 100)
+    writer.flush()
+    second = writer.add(BLOB, b"two\n" * 100)
+    writer.flush()  # returns: the failed merge leaves both packs
+    assert len(_packs(repo.git_dir)) == 2
+    third = writer.add(BLOB, b"three\n" * 100)
+    with pytest.raises(WriteFailed):
+        writer.flush()
+    monkeypatch.delenv(FAILPOINT_ENV)
+    writer.consolidate()
+    fresh = pygit2.Repository(str(repo.git_dir))
+    assert all(pygit2.Oid(raw=o) in fresh.odb for o in (first, second, third))
+    assert len(_packs(repo.git_dir)) == 1

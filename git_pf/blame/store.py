@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pygit2
 
-from .. import canonjson, config, image as img, refs
+from .. import canonjson, config, image as img, refs, signing
 from ..errors import DataError, UsageError
 from ..gittree import MODE_FILE, TreeWriter
 from . import stats
@@ -142,8 +142,8 @@ def write_meta(git, run: str, meta: dict) -> str:
     tw = TreeWriter(git)
     tree = tw.write([(META_FILE.encode(), MODE_FILE, tw.write_blob(canonjson.encode(meta)))])
     sig = config.signature(git)
-    commit = str(git.create_commit(None, sig, sig, f"blame {run}: settings and baseline\n",
-                                   pygit2.Oid(raw=tree), [meta["rev"]]))
+    commit = signing.write_commit(git, sig, sig, f"blame {run}: settings and baseline\n", pygit2.Oid(raw=tree),
+                                  [meta["rev"]])
     refs.update_ref(git, meta_ref(run), commit, None, f"pf blame: {run}")
     return commit
 
@@ -157,7 +157,7 @@ def write_verdict(git, run: str, step: int, k: int, tip: str, outcome: str, reas
                 (T_REASON, " ".join(reason.split()) or "-"), (T_COST, f"{cost:.6f}")]
     sig = config.signature(git)
     message = img.format_message(f"blame {run}: step {step} trial {k}: {outcome}", trailers)
-    commit = str(git.create_commit(None, sig, sig, message, final.tree_id, [tip]))
+    commit = signing.write_commit(git, sig, sig, message, final.tree_id, [tip])
     full = verdict_ref(run, step, k)
     refs.update_ref(git, full, commit, refs.ref_tip(git, full), f"pf blame: step {step} trial {k}")
     drop_work(git, run, step, k)

@@ -12,12 +12,22 @@ from . import format as fmt
 from .app import JsonOpt, app, emit, open_repo
 
 StepOpt = typer.Option(None, "--step", "--at-step", metavar="N", help="The image of step N of the run REV is on.")
+SigOpt = typer.Option(False, "--show-signature", help="Check each image's signature (docs/security.md); JSON: a 'signature' field.")
+
+
+def _signatures(repo, images, on: bool) -> dict:
+    """{id: Verdict} of ``images`` with --show-signature, else {}."""
+    from ..verify import Verifier
+
+    verifier = Verifier(repo.git) if on else None
+    return {i.id: verifier.trust(i.id) for i in images} if on else {}
 
 
 @app.command()
 def show(
     rev: str = typer.Argument("HEAD", help="The image to show."),
     step: Optional[int] = StepOpt,
+    show_signature: bool = SigOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Show an image: id, parents, agent, subject and a summary of every layer."""
@@ -28,8 +38,12 @@ def show(
     image = resolve_step(repo, rev, step)
     layercheck.check(repo.git, image)  # a summary of an image whose layers do not parse would mislead
 
+    sigs = _signatures(repo, [image], show_signature)
+
     def human() -> None:
         typer.echo(f"image {image.id}")
+        if sigs:
+            typer.echo(f"Signature: {sigs[image.id].describe()}")
         for i, parent in enumerate(image.parents):
             typer.echo(f"{'Parent' if len(image.parents) == 1 else f'Parent {i + 1}'}: {parent}")
         typer.echo(f"Author: {image.author}")
@@ -50,6 +64,7 @@ def show(
 
     details = fmt.layer_details(repo, image)  # what a layer adds to its manifest summary (the cache: sharing)
     extra = {name: d.to_json() for name, d in details.items()}
+    extra.update({"signature": sigs[image.id].to_json()} if sigs else {})
     emit(as_json, dict(image.to_json(), step=step_of(image), **extra), human)
 
 
@@ -60,6 +75,7 @@ def log(
     max_count: Optional[int] = typer.Option(None, "-n", "--max-count", help="Show at most N images."),
     first_parent: bool = typer.Option(False, "--first-parent", help="Follow only the first parent of merges."),
     oneline: bool = typer.Option(False, "--oneline", help="One line per image."),
+    show_signature: bool = SigOpt,
     as_json: bool = JsonOpt,
 ) -> Optional[int]:
     """List the images of a line of history, newest first."""
@@ -80,6 +96,8 @@ def log(
     images = repo.log(rev, max_count, first_parent)
     from ..runs.steps import step_of
 
+    sigs = _signatures(repo, images, show_signature)
+
     def human() -> None:
         for image in images:
             step = step_of(image)
@@ -87,12 +105,15 @@ def log(
                 typer.echo(f"{image.short} {'' if step is None else f'[step {step}] '}{image.subject}")
                 continue
             typer.echo(f"image {image.id}")
+            if sigs:
+                typer.echo(f"Signature: {sigs[image.id].describe()}")
             typer.echo(f"Date:   {fmt.date(image)}")
             if step is not None:
                 typer.echo(f"Step:   {step}")
             typer.echo(f"\n    {image.subject}\n")
 
-    emit(as_json, [dict(i.to_json(), step=step_of(i)) for i in images], human)
+    emit(as_json, [dict(i.to_json(), step=step_of(i), **({"signature": sigs[i.id].to_json()} if sigs else {}))
+                   for i in images], human)
 
 
 class _BareArgsUsage(typer.core.TyperCommand):

@@ -25,13 +25,20 @@ def init(
 @app.command()
 def fsck(as_json: bool = JsonOpt) -> int:
     """Check every image under refs/pf/ and every side-store object; exit 1 on problems."""
-    report = open_repo().fsck()
+    repo = open_repo()
+    report = repo.fsck()
+    from ..verify import untrusted_lines
+
+    pol, untrusted = untrusted_lines(repo.git)  # pf.verify: images not signed by a trusted key
+    report.problems += untrusted if pol == "require" else []
 
     def human() -> None:
+        for line in untrusted if pol != "require" else []:
+            typer.echo(f"warning: {line}")
         for line in report.problems:
             typer.echo(f"error: {line}")
         typer.echo(f"checked {report.images} images, {report.objects} side-store objects: "
                    f"{'ok' if report.ok else f'{len(report.problems)} problems'}")
 
-    emit(as_json, report.to_json(), human)
+    emit(as_json, dict(report.to_json(), signature={"policy": pol, "untrusted": untrusted}), human)
     return 0 if report.ok else EXIT_NEGATIVE

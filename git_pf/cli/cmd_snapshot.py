@@ -40,6 +40,8 @@ def snapshot(
     base_model: Optional[str] = typer.Option(None, "--base-model", help="Base weights the adapter applies to: NAME[@REVISION][:SHA256]."),
     delta: Optional[Path] = typer.Option(None, "--delta", help="A full-weight delta (.safetensors) to store."),
     quiet: bool = typer.Option(False, "-q", "--quiet", help="Print nothing but the image id; no warnings."),
+    sign: bool = typer.Option(False, "-S", help="Sign the image as git commit -S does, with user.signingKey."),
+    gpg_sign: Optional[str] = typer.Option(None, "--gpg-sign", metavar="KEYID", help="Sign the image with KEYID (as git's --gpg-sign=KEYID)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Snapshot the sandbox at --fs-root, or a mount (--mount), and the given layers as a new image; print its id.
@@ -67,6 +69,10 @@ def snapshot(
 
     trace = TraceInput(messages=jsonl.read(messages, "--messages") if messages is not None else None,
                        tape=_tape(tape))
+    if sign or gpg_sign:  # -S / --gpg-sign=KEYID: this command's image is signed
+        from ..signing import sign_from_now
+
+        sign_from_now(gpg_sign or True)
     take = repo.snapshot if mount is None else _mount_snapshot(repo)
     result = take(
         fs_root or mount,

@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import image as img, refs, safepath, siblings
+from .. import image as img, refs, safepath, siblings, verify
 from ..errors import UsageError
 from ..layers.world.restore import iter_world, restore
 from ..layers.effects import ledger as effects_mod
@@ -112,6 +112,7 @@ def plan(repo, session: str | None, step: int | None, into: str | os.PathLike | 
     if refs.branch_tip(git, refs.check_name(branch)) is None:
         raise UsageError(f"no Claude Code session '{sid}' (its branch {branch} does not exist)")
     image = img.read_image(git, at_step(git, branch, step) if turn is None else _at_turn(git, branch, turn))
+    verify.check_use(git, image.id, branch)
     step = step_of(image) or 0
     out = RewindPlan(sid, step, image, Path("."), turn=turn, scope=scope)
     if scope != "code":

@@ -32,13 +32,13 @@ try:
 except ImportError as e:  # pragma: no cover - the extra is missing
     raise ImportError("git_pf.integrations.langgraph needs LangGraph: pip install 'git-pf[langgraph]'") from e
 
-from .. import canonjson, config as pf_config, image as img
+from .. import canonjson, config as pf_config, image as img, signing, verify as signing_verify
 from ..errors import DataError, UsageError, WriteFailed
 from ..gittree import TreeWriter
 from ..layers import registry
 from ..repo import Repo
 from ..snapshot import DirWorld, SnapshotRequest, SnapshotWrite
-from ..store.packfile import COMMIT, commit_bytes, packing
+from ..store.packfile import packing
 from . import langgraph_serde, langgraph_store as st
 
 AGENT = img.Agent("langgraph")
@@ -110,6 +110,7 @@ class PfSaver(BaseCheckpointSaver[int]):
     def _record(self, oid: str) -> st.Record:
         rec = self._records.get(oid)
         if rec is None:
+            signing_verify.check_use(self.git, oid)  # pf.verify: an untrusted checkpoint is never decoded
             rec = self._records[oid] = st.read_record(self.git, str(self.git[oid].tree_id))
             if len(self._records) > _RECORDS:
                 self._records.popitem(last=False)
@@ -201,8 +202,8 @@ class PfSaver(BaseCheckpointSaver[int]):
         trailers = [("Pf-Agent", AGENT.label()), (st.TRAILER_ID, st.encode(rec.checkpoint_id)), (st.TRAILER_REV, str(rev))]
         sig = pf_config.signature(git)
         with packing(git) as pack:  # one pack with what put queued, never a loose object (docs/format.md)
-            oid = pack.add(COMMIT, commit_bytes(sig, sig, img.format_message(subject, trailers), edit.write(),
-                                                [parent.oid] if parent is not None else [])).hex()
+            oid = signing.write_commit(git, sig, sig, img.format_message(subject, trailers), edit.write(),
+                                       [parent.oid] if parent is not None else [], pack)
             pack.flush()
         image = st.Image(oid, rec.checkpoint_id, rev)
         self._records[oid] = rec

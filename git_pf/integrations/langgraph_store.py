@@ -22,7 +22,7 @@ from urllib.parse import unquote_to_bytes
 
 import pygit2
 
-from .. import canonjson, image as img, jsonl, limits, refs
+from .. import canonjson, image as img, jsonl, limits, refs, signing
 from ..errors import DataError
 from ..gittree import MODE_FILE, MODE_TREE, TreeWriter, blob_size, lookup, over_limit, read_blob, read_tree
 
@@ -340,8 +340,8 @@ def rewrite(git: pygit2.Repository, thread: Thread, gone: set[str]) -> dict[str,
         elif parent == (parents[0] if parents else None):
             new[oid] = oid
         else:
-            new[oid] = str(git.create_commit(None, commit.author, commit.committer, commit.message, commit.tree_id,
-                                             [pygit2.Oid(hex=parent)] if parent else []))
+            new[oid] = signing.write_commit(git, commit.author, commit.committer, commit.message, commit.tree_id,
+                                            [parent] if parent else [])
             thread.add(Image(new[oid], image.checkpoint_id, image.rev))
     tips = {new[o] for o in thread.heads.values()} - {None}
     tips = {t for t in tips if not any(t != u and git.descendant_of(u, t) for u in tips)}

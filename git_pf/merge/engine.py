@@ -15,7 +15,8 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from .. import canonjson, config, image as img, layercheck, refs, safepath
+from .. import canonjson, config, image as img, layercheck, refs, safepath, signing
+from .. import verify as signing_verify
 from ..errors import DataError, UsageError
 from ..gittree import lookup
 from ..image import ImageInfo
@@ -118,6 +119,8 @@ def start(repo, req: MergeRequest) -> MergeResult | MergeContext:
     branch = _branch(git, req.into)
     ours = img.read_image(git, refs.branch_tip(git, branch))
     theirs = img.read_image(git, refs.resolve(git, req.theirs))
+    for image, rev in ((ours, branch), (theirs, req.theirs)):
+        signing_verify.check_use(git, image.id, rev)
     for image in (ours, theirs):
         _check_world(git, image.tree, f"image {image.short}")
     done = lambda status, image=None: MergeResult(status, branch, ours, theirs, req.theirs, image=image,  # noqa: E731
@@ -257,7 +260,7 @@ def write_image(ctx: MergeContext, results: list[LayerResult], tree: str) -> Ima
     trailers += [("Pf-Merge", r.trailer) for r in results if r.trailer]
     message = img.format_message(f"merge {ctx.theirs_name} into {ctx.ours_name}", trailers)
     sig = config.signature(git)
-    commit = str(git.create_commit(None, sig, sig, message, tree, [ctx.ours.id, ctx.theirs.id]))
+    commit = signing.write_commit(git, sig, sig, message, tree, [ctx.ours.id, ctx.theirs.id])
     refs.update_branch(git, ctx.ours_name, commit, ctx.ours.id, f"pf merge: {message.splitlines()[0]}")
     return img.read_image(git, commit)
 

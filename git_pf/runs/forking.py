@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 from typing import Callable
 
-from .. import canonjson, config, image as img, refs
+from .. import canonjson, config, image as img, refs, signing, verify
 from ..errors import DataError, UsageError
 from ..fork import _next_index
 from ..layers.trace import messages as trace, tape as tape_mod, wire
@@ -40,6 +40,7 @@ def fork_at_step(repo, rev: str, n: int, *, entry_change: Callable[[dict], dict]
     if n < 1:
         raise UsageError("a fork at a step needs a step of 1 or more (step 0 is the world before the run)")
     source = img.read_image(git, at_step(git, rev, n))
+    verify.check_use(git, source.id, rev)
     stored = tape_mod.read(git, source.tree)
     if not any(isinstance(e, dict) and e.get("v") == 2 for e in stored or ()):  # e.g. an agent's own hooks' branch
         raise UsageError(f"'{rev}' is not a recorded run (step {n} has no tape of format v2): "
@@ -74,7 +75,7 @@ def fork_at_step(repo, rev: str, n: int, *, entry_change: Callable[[dict], dict]
     message = img.format_message(f"step {n}: fork of {source.short}",
                                  kept + [(STEP_TRAILER, str(n)), (FORKED_TRAILER, source.id)])
     sig = config.signature(git)
-    commit = str(git.create_commit(None, sig, sig, message, edit.write(), [parent]))
+    commit = signing.write_commit(git, sig, sig, message, edit.write(), [parent])
     if ref is not None:
         refs.update_ref(git, ref, commit, refs.ref_tip(git, ref), f"pf fork: step {n} of {source.short}")
     else:

@@ -301,8 +301,10 @@ class StepWriter:
 
     def _write_step(self, cap, subject: str, trailers: list[tuple[str, str]], what: str) -> img.ImageInfo | None:
         """``_write``, tried again after a storage failure; None (and one line in ``failures``) when
-        it could not be written: the branch stays at the last image written."""
-        for pause in (*RETRY_S, None):
+        it could not be written: the branch stays at the last image written. Once a step was lost
+        each later one is tried once, without pauses (it writes what the lost ones queued too), so a
+        full disk does not slow the agent's exchanges."""
+        for pause in (*(() if self.lost else RETRY_S), None):
             try:
                 return self._write(cap, subject, trailers)
             except STORAGE_ERRORS as e:

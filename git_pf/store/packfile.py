@@ -36,7 +36,7 @@ COMMIT, BLOB, TREE = 1, 3, 2
 _FLUSH_BYTES = 256 * 1024 * 1024  # start another pack past this much compressed data
 _LOOKAHEAD = 262  # zlib's MIN_LOOKAHEAD: a window of 2**wbits reaches back 2**wbits - 262 bytes
 _COPY = 1 << 20  # a merge copies entries in pieces of at most this many bytes
-FAILPOINT_ENV = "GIT_PF_FAIL_PACK_WRITE"  # "N": the N-th pack write of this process and every one after it fail
+FAILPOINT_ENV = "GIT_PF_FAIL_PACK_WRITE"  # "N" / "N-M": the N-th pack write (merges count) and later / to the M-th fail
 STOP_ENV = "GIT_PF_STOP_PACK_WRITE"  # "N:FIFO": the N-th pack write stops between its pack and its index
 _scope = threading.local()
 _writes = [0]  # pack writes this process attempted (for the failpoint)
@@ -139,7 +139,6 @@ class PackWriter:
         if not self._objects:
             return None
         try:
-            _failpoint()
             stem = self._write(self._objects)
         except OSError as e:
             raise WriteFailed(f"cannot write to the git object database: {e.strerror or e}") from None
@@ -151,11 +150,12 @@ class PackWriter:
 
 
 def _failpoint() -> None:
-    """A pack write that fails on purpose (``GIT_PF_FAIL_PACK_WRITE=N``: the N-th and later): tests
-    and the soak harness make storage trouble at a known point with it."""
+    """A pack write that fails on purpose (``GIT_PF_FAIL_PACK_WRITE=N``: the N-th and every later
+    one; ``N-M``: the N-th to the M-th): tests and the soak harness make storage trouble at a known
+    point with it."""
     _writes[0] += 1
-    at = os.environ.get(FAILPOINT_ENV, "")
-    if at.isdigit() and _writes[0] >= int(at) > 0:
+    first, _, last = os.environ.get(FAILPOINT_ENV, "").partition("-")
+    if first.isdigit() and (not last or last.isdigit()) and int(first) <= _writes[0] <= int(last or _writes[0]):
         raise OSError(28, "No space left on device (GIT_PF_FAIL_PACK_WRITE)")
 
 
@@ -175,6 +175,7 @@ def write_pack(pack_dir: Path, entries, count: int) -> Path:
     pack's path without suffix. Staged under names unique to this call and renamed pack first,
     index last; where the index is there already (a writer of the same pack was first) the
     pack is taken as written."""
+    _failpoint()
     pack_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=pack_dir, prefix="tmp_pack_")
     idx_tmp = None
@@ -254,7 +255,8 @@ class RunPackWriter(PackWriter):
         if stem is not None:
             self.packs.append((stem, _size(stem)))
             while len(self.packs) >= 2 and self.packs[-2][1] < 2 * self.packs[-1][1]:
-                self._merge(2)
+                if not self._merge(2):
+                    break  # no room for the merged pack (a full disk): the packs stay as they are
         return stem
 
     def consolidate(self) -> None:
@@ -267,13 +269,16 @@ class RunPackWriter(PackWriter):
         if len(self.packs) >= 2:
             self._merge(len(self.packs))
 
-    def _merge(self, k: int) -> None:
+    def _merge(self, k: int) -> bool:
+        """Merge the newest ``k`` packs; False when that failed (they stay as they are: still a
+        complete object database, only more packs)."""
         olds = self.packs[-k:]
         try:
             stem = merge_packs(self.pack_dir, [s for s, _ in olds])
         except (OSError, ValueError):
-            return  # the packs stay as they are: still a complete object database, only more packs
+            return False
         self.packs[-k:] = [(stem, _size(stem))] if stem is not None else []
+        return True
 
 
 def _size(stem: Path) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ... import canonjson, config, image as img, refs
+from ... import canonjson, config, image as img, refs, signing, verify
 from ...errors import UsageError
 from ...gittree import TreeWriter
 from .options import MergeRefused, MergeSpec
@@ -89,6 +89,8 @@ def model_merge(repo, revs: list[str], spec: MergeSpec, name: str, base: str | N
     if refs.branch_tip(repo.git, branch) is not None:
         raise UsageError(f"branch '{branch}' already exists")
     images = [repo.resolve(r) for r in revs]
+    for image, rev in zip(images, revs):  # each side is checked as its own commit
+        verify.check_use(repo.git, image.id, rev)
     spec.check_sides(len(images))
     states = [read_state(repo.git, i.tree) for i in images]
     _check_base_models(states, images)
@@ -111,6 +113,6 @@ def _commit(repo, images, merged: ModelState, spec, report, branch, message) -> 
     trailers = [("Pf-Merge", spec.trailer(rank))] + [("Pf-Model-Source", i.id) for i in images]
     subject = message or f"model-merge of {len(images)} images ({spec.method})"
     sig = config.signature(git)
-    commit = git.create_commit(None, sig, sig, img.format_message(subject, trailers), tree, [first.id])
+    commit = signing.write_commit(git, sig, sig, img.format_message(subject, trailers), tree, [first.id])
     refs.update_branch(git, branch, str(commit), None, f"pf model-merge: {subject}")
     return img.read_image(git, str(commit))

@@ -1,0 +1,221 @@
+"""Signed images and pf.verify (docs/security.md, "Signed images"): keys made here with ssh-keygen,
+commits checked with git's own verify-commit, remotes as real bare repositories."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from git_pf import Repo
+from git_pf.runs.fakellm import FakeLLM
+
+from conftest import git_fsck_clean
+from runs_helpers import SCRIPT, record, report, step_ids
+from test_integrations_claude_code import claude, project  # noqa: F401  (fixtures)
+from transport_helpers import bare, pf, sh
+
+
+def keypair(tmp: Path, name: str) -> tuple[Path, str]:
+    key = tmp / "keys" / name
+    key.parent.mkdir(exist_ok=True)
+    sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", key)
+    kind, blob = (key.parent / f"{name}.pub").read_text().split()[:2]
+    return key, f"{kind} {blob}"
+
+
+def user(tmp: Path, name: str, key: Path, allowed: Path, sign: bool = True) -> Path:
+    """A git-pf repository at tmp/name signing with ``key`` and trusting ``allowed``."""
+    root = tmp / name
+    pf("init", root, cwd=tmp)
+    for k, v in (("user.name", name), ("user.email", f"{name}@example.org"), ("gpg.format", "ssh"),
+                 ("user.signingKey", str(key)), ("gpg.ssh.allowedSignersFile", str(allowed)),
+                 ("pf.sign", "true" if sign else "false")):
+        sh("git", "config", k, v, cwd=root)
+    return root
+
+
+def snap(root: Path, files: dict, *extra: str, name: str = "main") -> str:
+    box = root.parent / f"{root.name}-box"
+    box.mkdir(exist_ok=True)
+    for rel, text in files.items():
+        (box / rel).write_text(text)
+    return pf("snapshot", "--fs-root", box, "--name", name, *extra, cwd=root).stdout.strip()
+
+
+def signed(root: Path, rev: str) -> bool:
+    return sh("git", "verify-commit", rev, cwd=root, check=False).returncode == 0
+
+
+@pytest.fixture
+def keys(tmp_path):
+    alice, alice_pub = keypair(tmp_path, "alice")
+    mallory, mallory_pub = keypair(tmp_path, "mallory")
+    allowed = tmp_path / "allowed_signers"
+    allowed.write_text(f"alice@example.org {alice_pub}\n")
+    return {"alice": alice, "mallory": mallory, "allowed": allowed}
+
+
+def test_a_signed_snapshot_is_accepted_by_git_and_by_git_pf_verify(tmp_path, keys):
+    root = user(tmp_path, "alice", keys["alice"], keys["allowed"], sign=False)
+    plain = snap(root, {"a.txt": "1"})
+    out = pf("verify", "main", cwd=root, check=False)
+    assert out.returncode == 1 and out.stdout == f"{plain[:12]} untrusted: unsigned\n"
+    oid = snap(root, {"a.txt": "2"}, "-S")
+    assert signed(root, oid) and not signed(root, plain)
+    shown = sh("git", "log", "--show-signature", "-1", oid, cwd=root).stdout
+    assert 'Good "git" signature for alice@example.org' in shown
+    out = pf("verify", "main", cwd=root)
+    assert out.stdout.startswith(f"{oid[:12]} trusted: good signature by alice@example.org (ssh)")
+    # the unsigned image below it is covered by its signed descendant on the same line; alone it is not
+    below = json.loads(pf("verify", plain, "--json", cwd=root).stdout)[0]
+    assert below["status"] == "unsigned" and below["trusted"] and below["via"] == oid
+    git_fsck_clean(root)
+
+
+def test_require_refuses_an_image_an_unknown_key_pushed_and_writes_nothing(tmp_path, keys):
+    remote = bare(tmp_path / "shared.git")
+    mallory = user(tmp_path, "mallory", keys["mallory"], keys["allowed"])
+    sh("git", "remote", "add", "origin", remote, cwd=mallory)
+    snap(mallory, {"a.txt": "evil"})
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from git_pf.integrations.langgraph import PfSaver
+
+    PfSaver(Repo.open(mallory)).put({"configurable": {"thread_id": "t1", "checkpoint_ns": ""}},
+                                    empty_checkpoint(), {"source": "input", "step": -1}, {})
+    pf("push", "origin", "--all", "-q", cwd=mallory)
+
+    alice = user(tmp_path, "alice", keys["alice"], keys["allowed"])
+    sh("git", "remote", "add", "origin", remote, cwd=alice)
+    mine = snap(alice, {"a.txt": "good"})
+    sh("git", "config", "pf.verify", "require", cwd=alice)
+    pf("fetch", "origin", cwd=alice)
+    theirs = "remotes/origin/heads/main"
+    before = sh("git", "for-each-ref", "refs/pf/heads", cwd=alice).stdout
+    for args in (("checkout", theirs, "--into", tmp_path / "out"),
+                 ("merge", theirs),
+                 ("mount", theirs, tmp_path / "mnt"),
+                 ("replay", theirs, "--", sys.executable, "-c", "pass"),
+                 ("fork", theirs, "-n", "1")):
+        out = pf(*args, cwd=alice, check=False)
+        assert out.returncode == 3, (args, out.stderr)
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and "is not trusted: unknown key" in lines[0] and "pf.verify=require" in lines[0], args
+    assert not (tmp_path / "out").exists() and not any((tmp_path / "mnt").iterdir() if (tmp_path / "mnt").exists() else [])
+    assert sh("git", "for-each-ref", "refs/pf/heads", cwd=alice).stdout == before
+    assert not list((alice / ".git" / "pf" / "mounts").glob("*")) if (alice / ".git" / "pf" / "mounts").exists() else True
+    # the LangGraph saver never decodes the fetched checkpoint
+    from git_pf.verify import Untrusted
+
+    saver = PfSaver(Repo.open(alice))
+    with pytest.raises(Untrusted, match="unknown key"):
+        saver.get_tuple({"configurable": {"thread_id": "t1", "checkpoint_ns": ""}})
+    assert sh("git", "for-each-ref", "refs/pf/heads", cwd=alice).stdout == before
+    # its own signed image is used as ever; under warn the fetched one is used with one warning line
+    pf("checkout", mine, "--into", tmp_path / "mine", cwd=alice)
+    sh("git", "config", "pf.verify", "warn", cwd=alice)
+    out = pf("checkout", theirs, "--into", tmp_path / "warned", cwd=alice)
+    assert "warning: image" in out.stderr and (tmp_path / "warned" / "a.txt").read_text() == "evil"
+    # per remote: pf.verify off, pf.remote.origin.verify require refuses what origin's refs reach
+    sh("git", "config", "pf.verify", "off", cwd=alice)
+    sh("git", "config", "pf.remote.origin.verify", "require", cwd=alice)
+    assert pf("checkout", theirs, "--into", tmp_path / "o2", cwd=alice, check=False).returncode == 3
+    pf("checkout", mine, "--into", tmp_path / "mine2", cwd=alice)
+
+
+def test_a_signature_copied_onto_a_changed_tree_is_a_bad_signature(tmp_path, keys):
+    root = user(tmp_path, "alice", keys["alice"], keys["allowed"])
+    first = snap(root, {"a.txt": "1"})
+    good = snap(root, {"a.txt": "2"})
+    raw = sh("git", "cat-file", "commit", good, cwd=root).stdout
+    other_tree = sh("git", "rev-parse", f"{first}^{{tree}}", cwd=root).stdout.strip()
+    forged_raw = raw.replace(raw.split("\n", 1)[0], f"tree {other_tree}", 1)
+    forged = sh("git", "hash-object", "-t", "commit", "-w", "--stdin", cwd=root, input=forged_raw).stdout.strip()
+    sh("git", "update-ref", "refs/pf/heads/forged", forged, cwd=root)
+    assert not signed(root, forged)
+    out = pf("verify", "forged", cwd=root, check=False)
+    assert out.returncode == 1 and "untrusted: bad signature by alice@example.org" in out.stdout
+    sh("git", "config", "pf.verify", "require", cwd=root)
+    out = pf("checkout", "forged", "--into", tmp_path / "x", cwd=root, check=False)
+    assert out.returncode == 3 and "bad signature" in out.stderr and not (tmp_path / "x").exists()
+
+
+def test_record_steps_merges_continue_and_blame_verdicts_are_signed(tmp_path, keys):
+    root = user(tmp_path, "alice", keys["alice"], keys["allowed"])
+    with FakeLLM(SCRIPT) as fake:
+        out = record(pf, root, fake, "openai.chat", tmp_path / "sb")
+    assert report(out.stdout)["steps"] == 5
+    steps = step_ids(root, "run")
+    assert sorted(steps) == [0, 1, 2, 3, 4, 5] and all(signed(root, oid) for oid in steps.values())
+    assert signed(root, "refs/pf/heads/run")
+    # a merge, and a conflicted merge finished with --continue
+    base = snap(root, {"a.txt": "base\n"}, name="m")
+    pf("branch", "side", base, cwd=root)
+    snap(root, {"a.txt": "ours\n"}, name="m")
+    snap(root, {"a.txt": "theirs\n"}, name="side")
+    pf("switch", "m", cwd=root)
+    done = pf("merge", "side", "--checkout", tmp_path / "resolve", cwd=root, check=False)
+    assert done.returncode == 1, done.stderr
+    (tmp_path / "resolve" / "a.txt").write_text("both\n")
+    pf("merge", "--continue", tmp_path / "resolve", cwd=root)
+    assert len(Repo.open(root).resolve("m").parents) == 2 and signed(root, "refs/pf/heads/m")
+    snap(root, {"b.txt": "1"}, name="x")
+    pf("branch", "y", "x", cwd=root)
+    snap(root, {"c.txt": "1"}, name="y")
+    pf("merge", "y", "--into", "x", "--no-ff", cwd=root)
+    assert signed(root, "refs/pf/heads/x")
+    # a blame verdict is its own signed commit
+    from git_pf.blame import store
+
+    repo = Repo.open(root)
+    verdict = store.write_verdict(repo.git, "run-1", 2, 0, steps[5], store.OUTCOMES[0], "still failing", 0.0)
+    assert signed(root, verdict)
+
+
+def test_claude_code_hook_steps_are_signed(tmp_path, keys, claude):
+    from test_integrations_claude_code import _session
+
+    for k, v in (("gpg.format", "ssh"), ("user.signingKey", str(keys["alice"])), ("pf.sign", "true"),
+                 ("gpg.ssh.allowedSignersFile", str(keys["allowed"]))):
+        sh("git", "config", k, v, cwd=claude.project)
+    _session(claude)
+    ids = sh("git", "rev-list", "refs/pf/heads/cc/" + claude.sid, cwd=claude.project).stdout.split()
+    assert len(ids) == 6 and all(signed(claude.project, oid) for oid in ids)
+
+
+def test_bad_signing_and_verification_input_is_one_line_and_no_image(tmp_path, keys):
+    root = user(tmp_path, "alice", keys["alice"], keys["allowed"])
+    tip = snap(root, {"a.txt": "1"})
+    for key, value, expected in (("user.signingKey", str(tmp_path / "nokey"), "does not exist"),
+                                 ("gpg.ssh.program", "false", "failed"),
+                                 ("gpg.ssh.program", str(tmp_path / "absent-program"), "not found")):
+        sh("git", "config", key, value, cwd=root)
+        out = pf("snapshot", "--fs-root", tmp_path / "alice-box", "--allow-empty", cwd=root, check=False)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1 and expected in lines[0], out.stderr
+        assert sh("git", "rev-parse", "refs/pf/heads/main", cwd=root).stdout.strip() == tip
+        sh("git", "config", "--unset", key, cwd=root)
+        if key == "user.signingKey":
+            sh("git", "config", key, str(keys["alice"]), cwd=root)
+    keys["allowed"].write_text("alice@example.org not-a-key-type AAAA\n")
+    sh("git", "config", "pf.verify", "require", cwd=root)
+    for args in (("verify", "main"), ("checkout", "main", "--into", tmp_path / "x")):
+        out = pf(*args, cwd=root, check=False)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1 and "line 1 does not parse" in lines[0], out.stderr
+
+
+def test_verified_images_are_cached_under_the_trust_settings(tmp_path, keys):
+    root = user(tmp_path, "alice", keys["alice"], keys["allowed"])
+    oid = snap(root, {"a.txt": "1"})
+    sh("git", "config", "pf.verify", "require", cwd=root)
+    pf("checkout", oid, "--into", tmp_path / "one", cwd=root)
+    cached = list((root / ".git" / "pf" / "verified").iterdir())
+    assert len(cached) == 1 and cached[0].read_text().startswith(oid)
+    # the key is no longer trusted: the cache of the old settings does not count
+    keys["allowed"].write_text("")
+    out = pf("checkout", oid, "--into", tmp_path / "two", cwd=root, check=False)
+    assert out.returncode == 3 and "unknown key" in out.stderr
