@@ -167,11 +167,6 @@ asyncio.run(main())
 """
 
 
-# Replay answers the irreversible call from the ledger without running its body; until it also applies
-# the call's recorded world change (issue "real agents"), the world check would stop at that step.
-WORLD_CHECK = ("--no-world-check",)
-
-
 @pytest.mark.parametrize("mode", ["json", "stream"])
 def test_a_recorded_agent_with_pf_run_hooks_replays_bit_exact_with_its_tools_on_the_ledger(repo, run_pf, tmp_path,
                                                                                             mode):
@@ -191,7 +186,7 @@ def test_a_recorded_agent_with_pf_run_hooks_replays_bit_exact_with_its_tools_on_
         asked = len(fake.requests)
         world = tmp_path / "again"
         world.mkdir()
-        played = run_pf("replay", "oa-rec", "--fs-root", world, "--json", *WORLD_CHECK, "--", sys.executable, script, world, root,
+        played = run_pf("replay", "oa-rec", "--fs-root", world, "--json", "--", sys.executable, script, world, root,
                         mode, cwd=root, env=env, check=False)
         assert len(fake.requests) == asked  # nothing reached the server
     assert played.returncode == 0, played.stderr + played.stdout
@@ -202,4 +197,4 @@ def test_a_recorded_agent_with_pf_run_hooks_replays_bit_exact_with_its_tools_on_
     effects = ledger.decode(repo.read_layer("oa-rec", "effects/ledger.jsonl"))
     assert [(e["tool"], e["side_effect_class"]) for e in effects] == [("append_note", "irreversible"),
                                                                        ("read_notes", "pure")]
-    assert not (world / "notes.txt").exists()  # the irreversible body did not run again
+    assert (world / "notes.txt").read_text() == "alpha\n"  # answered from the ledger, its world change applied
