@@ -263,18 +263,23 @@ class Verifier:
         return h.hexdigest()[:24]
 
     def cached(self, oid: str) -> Verdict | None:
-        """The trusted verdict on ``oid`` found before under the same trust settings, or None."""
+        """The trusted verdict on ``oid`` found before under the same trust settings, or None
+        (one read of the cache file, then a search of its text: no parse of every line)."""
         if self._cached is None:
             self._cached = {}
             try:
-                text = self.cache_file.read_text("utf-8")
+                self._text = "\n" + self.cache_file.read_text("utf-8")
             except (OSError, UnicodeDecodeError):
-                text = ""
-            for line in text.splitlines():
-                f = line.split("\t")
-                if len(f) == 5 and len(f[0]) == 40:
-                    self._cached[f[0]] = Verdict(f[0], f[1], f[2] or None, f[3] or None, True, f[4] or None)
-        return self._cached.get(oid)
+                self._text = "\n"
+        found = self._cached.get(oid)
+        if found is None:
+            at = self._text.find("\n" + oid + "\t") if len(oid) == 40 else -1
+            if at >= 0:
+                end = self._text.find("\n", at + 1)
+                f = self._text[at + 1:end if end >= 0 else None].split("\t")
+                if len(f) == 5:
+                    found = self._cached[oid] = Verdict(oid, f[1], f[2] or None, f[3] or None, True, f[4] or None)
+        return found
 
     def _remember(self, v: Verdict) -> None:
         if self.cached(v.id) is not None:

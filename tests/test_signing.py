@@ -3,7 +3,7 @@ commits checked with git's own verify-commit, remotes as real bare repositories.
 from __future__ import annotations
 
 import json
-import subprocess
+import shutil
 import sys
 from pathlib import Path
 
@@ -216,6 +216,46 @@ def test_verified_images_are_cached_under_the_trust_settings(tmp_path, keys):
     cached = list((root / ".git" / "pf" / "verified").iterdir())
     assert len(cached) == 1 and cached[0].read_text().startswith(oid)
     # the key is no longer trusted: the cache of the old settings does not count
+    pub = keys["allowed"].read_text().split(" ", 1)[1]
     keys["allowed"].write_text("")
     out = pf("checkout", oid, "--into", tmp_path / "two", cwd=root, check=False)
     assert out.returncode == 3 and "unknown key" in out.stderr
+    # a key that stopped being valid before the image was signed: expired
+    keys["allowed"].write_text(f'alice@example.org valid-before="20200101" {pub}')
+    out = pf("checkout", oid, "--into", tmp_path / "three", cwd=root, check=False)
+    assert out.returncode == 3 and "is not trusted: expired by alice@example.org" in out.stderr
+
+
+def gpg_home(tmp: Path, name: str) -> tuple[dict, str]:
+    home = tmp / f"gnupg-{name}"
+    home.mkdir(mode=0o700)
+    env = {"GNUPGHOME": str(home)}
+    sh("gpg", "--batch", "--passphrase", "", "--quick-gen-key", f"{name} <{name}@example.org>", "ed25519", "sign",
+       "never", env=env)
+    return env, f"{name}@example.org"
+
+
+@pytest.mark.skipif(shutil.which("gpg") is None, reason="gpg is not installed (make sysdeps)")
+def test_openpgp_signatures_are_made_and_checked_with_gpg(tmp_path):
+    alice_env, alice = gpg_home(tmp_path, "alice")
+    mallory_env, mallory = gpg_home(tmp_path, "mallory")
+    root = tmp_path / "repo"
+    pf("init", root, cwd=tmp_path)
+    for k, v in (("user.name", "alice"), ("user.email", alice), ("pf.sign", "true")):
+        sh("git", "config", k, v, cwd=root)
+    box = tmp_path / "box"
+    box.mkdir()
+    (box / "a.txt").write_text("1")
+    mine = pf("snapshot", "--fs-root", box, cwd=root, env=alice_env).stdout.strip()
+    assert sh("git", "verify-commit", mine, cwd=root, env=alice_env, check=False).returncode == 0
+    out = pf("verify", mine, cwd=root, env=alice_env)
+    assert "trusted: good signature by alice <alice@example.org> (openpgp)" in out.stdout
+    (box / "a.txt").write_text("2")
+    sh("git", "config", "user.signingKey", mallory, cwd=root)
+    theirs = pf("snapshot", "--fs-root", box, "--name", "other", cwd=root, env=mallory_env).stdout.strip()
+    out = pf("verify", theirs, cwd=root, env=alice_env, check=False)
+    assert out.returncode == 1 and "untrusted: unknown key" in out.stdout
+    sh("git", "config", "pf.verify", "require", cwd=root)
+    out = pf("checkout", theirs, "--into", tmp_path / "x", cwd=root, env=alice_env, check=False)
+    assert out.returncode == 3 and "unknown key" in out.stderr and not (tmp_path / "x").exists()
+    pf("checkout", mine, "--into", tmp_path / "y", cwd=root, env=alice_env)
