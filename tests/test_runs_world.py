@@ -4,6 +4,7 @@ on, replayed, and replayed broken. Real components: the fake LLM server, the pro
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -49,11 +50,11 @@ def test_a_fork_runs_on_from_step_0_and_every_prefix_world_is_the_recordings(rep
         assert now[s] == original[s] or s == 4
     assert git(root, "rev-parse", f"{now[4]}:world/fs") == git(root, "rev-parse", f"{original[4]}:world/fs")
     # --resume-world keeps the old behaviour, for agents that restore their own state: this one redoes
-    # the prefix over step 4's world, so its edit finds its old text gone and it asks otherwise at step 3
+    # the prefix over step 4's world, so it finds a CHANGELOG.md it has not written yet and asks otherwise
     run_pf("fork", "run", "--at-step", "4", "--response", tmp_path / "reply.txt", "--name", "old", cwd=root)
     proc = run_pf("run", "old", "--resume-world", "--fs-root", tmp_path / "w2", "--", *AGENT, cwd=root, check=False)
-    assert proc.returncode == 1 and "mismatch before the fork's step: step 3:" in proc.stderr
-    assert (tmp_path / "w2" / "CHANGELOG.md").read_text() == "add\nadd\n"
+    assert proc.returncode == 1 and "mismatch before the fork's step: step 1:" in proc.stderr
+    assert (tmp_path / "w2" / "CHANGELOG.md").read_text() == "add\n"
 
 
 def test_the_world_check_names_the_step_and_the_file_of_one_extra_byte(repo, run_pf, tmp_path):
@@ -117,3 +118,93 @@ def test_a_tool_subprocess_drawing_uuid4_leaves_the_agents_draws_unchanged(repo,
 def tape_of(root: Path) -> list[dict]:
     from runs_helpers import tape
     return tape(root, "refs/pf/heads/run")
+
+
+def test_a_decorated_tool_answered_from_the_ledger_makes_its_world_change_again(repo, run_pf, tmp_path):
+    """The tool is ``@git_pf.tool``: replay never runs its body, yet the agent reads back what it wrote
+    (CHANGELOG.md's lines in every request) and every step's world is the recording's."""
+    root, decorated = repo.git_dir.parent, {"TOOL_AGENT_DECORATED": "1"}
+    tool_agent.seed(tmp_path / "sb")
+    with FakeLLM(by_step(tool_agent.STEPS)) as fake:
+        run_pf("record", "--name", "run", "--fs-root", tmp_path / "sb", "--upstream", fake.url, "--", *AGENT,
+               cwd=root, env=decorated)
+    ledger = [json.loads(l) for l in git(root, "cat-file", "blob", "refs/pf/heads/run:effects/ledger.jsonl").splitlines()]
+    assert [e["tool"] for e in ledger] == ["act"] * 6
+    assert ledger[0]["world"] == [{"path": "CHANGELOG.md", "blob": git(root, "rev-parse", f"{step_ids(root, 'run')[2]}:world/fs/CHANGELOG.md").strip(), "mode": "100644"}]
+    played = run_pf("replay", "run", "--keep-world", "--json", "--", *AGENT, cwd=root, env=decorated, check=False)
+    out = report(played.stdout)
+    assert played.returncode == 0, played.stderr
+    assert out["bit_exact"] is True and out["effects"] == {"replayed": 6, "of": 6} and out["world_divergence"] is None
+    assert Path(out["world"], "CHANGELOG.md").read_text() == "add\nsub\nmul\n"
+    assert Path(out["world"], "notes.md").read_text() == "done: write the notes\n"
+    shutil.rmtree(out["world"])
+
+
+def files(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_an_agent_writing_by_absolute_path_leaves_the_real_project_byte_identical(repo, run_pf, tmp_path):
+    """The agent writes into the recorded project by its absolute path, not $GIT_PF_WORLD: replay, run and a
+    blame trial show it their world at that path, in a private mount namespace."""
+    root, project = repo.git_dir.parent, tmp_path / "project"
+    by_path = {"TOOL_AGENT_ABS": str(project)}
+    tool_agent.seed(project)
+    with FakeLLM(by_step(tool_agent.STEPS)) as fake:
+        run_pf("record", "--name", "run", "--fs-root", project, "--upstream", fake.url, "--", *AGENT, cwd=root,
+               env=by_path)
+    before = files(project)
+    assert before["CHANGELOG.md"] == b"add\nsub\nmul\n"
+    played = run_pf("replay", "run", "--keep-world", "--json", "--", *AGENT, cwd=root, env=by_path)
+    out = report(played.stdout)
+    assert out["bit_exact"] is True and Path(out["world"], "CHANGELOG.md").read_text() == "add\nsub\nmul\n"
+    shutil.rmtree(out["world"])
+    assert files(project) == before
+    (tmp_path / "reply.txt").write_text("append: div")
+    run_pf("fork", "run", "--at-step", "4", "--response", tmp_path / "reply.txt", "--name", "alt", cwd=root)
+    with FakeLLM(by_step(tool_agent.STEPS)) as live:
+        run_pf("run", "alt", "--upstream", live.url, "--fs-root", tmp_path / "w", "--", *AGENT, cwd=root, env=by_path)
+        assert (tmp_path / "w" / "CHANGELOG.md").read_text() == "add\ndiv\nmul\n"
+        assert files(project) == before
+        proc = run_pf("blame", "run", "--oracle", "grep -q div CHANGELOG.md", "-k", "1", "--steps", "4..4",
+                      "--perturb", "none", "--upstream", live.url, "--no-mount", "--", *AGENT, cwd=root, env=by_path,
+                      check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "step 4 trial 1: no-flip" in proc.stderr
+    assert files(project) == before
+    # without isolation the agent reads the real project by that path (its 3 lines), so it asks otherwise
+    proc = run_pf("replay", "run", "--no-isolate", "--", *AGENT, cwd=root, env=by_path, check=False)
+    assert proc.returncode == 1 and "replay mismatch: step 1:" in proc.stderr
+
+
+def test_a_prefix_problem_says_whether_it_was_before_at_or_after_the_forks_step():
+    from git_pf.runs.runon import prefix_where
+
+    assert [prefix_where(s, 5) for s in (4, 5, 6)] == ["before the fork's step", "at the fork's step",
+                                                       "after the fork's step"]
+
+
+def test_blame_of_the_sdk_agent_names_its_fault_step_and_the_control_names_none(repo, run_pf, tmp_path):
+    """A transient fault at step 3 (the model says to append BUG, once): every trial redoes the prefix
+    from step 0 with tools that are not idempotent, and the oracle runs in the trial's world."""
+    root, asked = repo.git_dir.parent, []
+
+    def model(api, request, n):
+        i = sum(1 for m in request.get("messages", []) if m.get("role") == "user")
+        if i == 3:
+            asked.append(i)
+            if len(asked) == 1:
+                return "append: BUG"
+        return tool_agent.STEPS[i - 1] if 0 < i <= len(tool_agent.STEPS) else "done"
+
+    tool_agent.seed(tmp_path / "sb")
+    with FakeLLM(model) as fake:
+        run_pf("record", "--name", "run", "--fs-root", tmp_path / "sb", "--upstream", fake.url, "--", *AGENT, cwd=root)
+        common = ("--oracle", "! grep -q BUG CHANGELOG.md", "-k", "3", "--steps", "2..4", "--upstream", fake.url,
+                  "--no-mount", "--json")
+        found = json.loads(run_pf("blame", "run", *common, "--perturb", "resample", "--", *AGENT, cwd=root).stdout)
+        control = json.loads(run_pf("blame", "run", *common, "--perturb", "none", "--name", "control", "--", *AGENT,
+                                    cwd=root).stdout)
+    assert found["decisive"] == 3
+    assert {r["step"]: (r["flips"], r["undefined"]) for r in found["steps"]} == {2: (0, 0), 3: (3, 0), 4: (0, 0)}
+    assert control["decisive"] is None and all(r["flips"] == 0 and r["undefined"] == 0 for r in control["steps"])

@@ -4,10 +4,13 @@ CHANGELOG.md), ``replace: OLD => NEW`` (a str_replace edit of notes.md that fail
 ``commit: MSG`` (``git commit`` in a git repository inside the world), ``mkdir: DIR`` (fails when it
 exists) or plain text. Its world is ``$GIT_PF_WORLD``; ``TOOL_AGENT_STEPS`` steps (default 6).
 ``TOOL_AGENT_EXTRA=N`` writes one extra byte to CHANGELOG.md just before request N (a broken agent);
-``TOOL_AGENT_ABS=PATH`` makes every tool write by that absolute path instead of the world's.
+``TOOL_AGENT_ABS=PATH`` makes every tool write by that absolute path instead of the world's;
+``TOOL_AGENT_DECORATED=1`` declares the tool with ``@git_pf.tool`` (replay answers it from the ledger).
+Each request says how many lines CHANGELOG.md holds, read outside the tool.
 Test helper only: runs as a real child process behind the real proxy."""
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -66,11 +69,20 @@ def main() -> int:
     client = openai.OpenAI(api_key="sk-test-tool-agent", max_retries=0)
     messages = [{"role": "system", "content": "You are a test agent with tools."}]
     said = "start"
+    tool = functools.partial(act, world)
+    if os.environ.get("TOOL_AGENT_DECORATED"):
+        import git_pf
+
+        @git_pf.tool(name="act", side_effect="irreversible")
+        def tool(reply):
+            return act(world, reply)
     for i in range(1, int(os.environ.get("TOOL_AGENT_STEPS", "6")) + 1):
         if os.environ.get("TOOL_AGENT_EXTRA") == str(i):
             with open(world / "CHANGELOG.md", "a") as f:
                 f.write("!")
-        messages.append({"role": "user", "content": f"step {i}: {said}"})
+        log = world / "CHANGELOG.md"
+        lines = log.read_text().count("\n") if log.exists() else 0
+        messages.append({"role": "user", "content": f"step {i}: {said}; CHANGELOG.md has {lines} lines"})
         try:
             reply = client.chat.completions.create(model="fake-model", messages=messages).choices[0].message.content
         except openai.APIStatusError:
@@ -78,7 +90,7 @@ def main() -> int:
             return 1
         reply = reply or ""
         messages.append({"role": "assistant", "content": reply})
-        said = act(world, reply)
+        said = tool(reply)
     print(said)
     return 0
 

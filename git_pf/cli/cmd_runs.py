@@ -82,6 +82,7 @@ def replay(
     mount: Optional[str] = typer.Option(None, "--mount", metavar="DIR", help="Mount the first step's world copy-on-write at DIR instead of checking it out (unmounted and discarded afterwards)."),
     keep_world: bool = typer.Option(False, "--keep-world", help="Keep the temporary world the replay checked out (default: removed when the replay ends)."),
     no_world_check: bool = typer.Option(False, "--no-world-check", help="Do not check that the world is each step's as recorded."),
+    no_isolate: bool = typer.Option(False, "--no-isolate", help="Do not show the world at the path the run was recorded in (writes by that path then reach it)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Replay a recorded run to CMD: serve the tape and the draws, check every request, report whether it was bit-exact."""
@@ -95,7 +96,8 @@ def replay(
     repo = open_repo()
     with _mounted(repo, rev, mount, list(cmd)) as world:
         report = do_replay(repo, rev, list(cmd), realtime=realtime, ignore=ignore, allow_effects=allow_effects,
-                           fs_root=fs_root, world=world, keep_world=keep_world, world_check=not no_world_check)
+                           fs_root=fs_root, world=world, keep_world=keep_world, world_check=not no_world_check,
+                           isolate=not no_isolate)
     emit(as_json, report.to_json(), lambda: report.problem() or say(report.summary()))
     if report.problem():
         say(f"error: {report.problem()}")
@@ -133,6 +135,7 @@ def run_cmd(
     fs_root: Optional[Path] = typer.Option(None, "--fs-root", help="Check the run's step 0 world out here (absent or empty; default: a new temporary directory)."),
     resume_world: bool = typer.Option(False, "--resume-world", help="Start in the fork step's world instead of step 0's (for an agent that restores its own state)."),
     no_world_check: bool = typer.Option(False, "--no-world-check", help="Do not check that the world is each prefix step's as recorded."),
+    no_isolate: bool = typer.Option(False, "--no-isolate", help="Do not show the world at the path the run was recorded in (writes by that path then reach it)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Run CMD on from a fork's changed step: the steps before it from the tape, then live, recorded as new steps."""
@@ -140,7 +143,7 @@ def run_cmd(
 
     ignore, _ = match_rules(ignore_field, mask, profile)
     result, prefix = run(open_repo(), branch, list(cmd), upstreams=upstream, fs_root=fs_root, ignore=ignore,
-                         resume_world=resume_world, world_check=not no_world_check)
+                         resume_world=resume_world, world_check=not no_world_check, isolate=not no_isolate)
     if prefix.mismatch is not None or prefix.world is not None:
         problem = prefix.mismatch or prefix.world
         emit(as_json, dict(result.to_json(), mismatch=prefix.mismatch and prefix.mismatch.to_json(),

@@ -98,16 +98,18 @@ def _is_hex(text: str) -> bool:
 
 
 def write_replay_file(path: Path, *, draws: list[dict], effects: list[dict], allow_effects: bool,
-                      mode: str) -> None:
+                      mode: str, blobs: dict[str, str] | None = None) -> None:
     """Write what a replayed (``mode="replay"``) or run-on (``"run"``) child is fed: the draws in
-    order and the effects ledger its tool calls are answered from."""
+    order, the effects ledger its tool calls are answered from and ``blobs`` (blob id -> base64),
+    the files those calls wrote."""
     if mode not in MODES:
         raise UsageError(f"a replay file's mode must be one of {'|'.join(MODES)}, not {mode!r}")
     checked = [check_draw(d, f"draw {i}") for i, d in enumerate(draws, 1)]
     for i, entry in enumerate(effects, 1):
         if not isinstance(entry, dict) or not isinstance(entry.get("tool"), str):
             raise DataError(f"effect {i}: a ledger entry must be an object with a tool name")
-    doc = {"v": 1, "mode": mode, "draws": checked, "effects": list(effects), "allow_effects": bool(allow_effects)}
+    doc = {"v": 1, "mode": mode, "draws": checked, "effects": list(effects), "allow_effects": bool(allow_effects),
+           "blobs": dict(blobs or {})}
     tmp = Path(f"{path}.tmp")
     tmp.write_bytes(canonjson.encode(doc))
     os.replace(tmp, path)

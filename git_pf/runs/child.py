@@ -5,7 +5,11 @@ not executable: 126, as a shell says it). ``wait`` polls the child and a
 stop event (set by the proxy on a replay mismatch, or by the channel
 watcher on a divergence); when it is set the child gets SIGTERM, then
 SIGKILL after a grace period. A child killed by signal S exits 128 + S, as a
-shell reports it. Touches no repository.
+shell reports it. ``isolated`` wraps CMD so that it runs in a private mount
+namespace (util-linux ``unshare``, then ``mount --bind``) where the path a run
+was recorded in shows the replay's world, in the recorded cwd; where
+namespaces are not available it refuses, unless told not to isolate.
+Touches no repository.
 """
 from __future__ import annotations
 
@@ -20,6 +24,9 @@ from ..errors import PfError
 
 GRACE_S = 3.0
 POLL_S = 0.02
+# In the new namespace: the world over the recorded path, the recorded cwd, then the agent (same pid).
+_ENTER = ('mount --bind -- "$1" "$2" || exit 125; [ -z "$3" ] || cd -- "$3" || exit 125; shift 3; exec "$@"')
+_namespaces: dict[str, bool] = {}
 
 
 class ChildNotStarted(PfError):
@@ -79,3 +86,39 @@ def _stop(proc: subprocess.Popen) -> int:
         except subprocess.TimeoutExpired:
             proc.kill()
     return exit_code(proc.wait())
+
+
+def _unshare() -> list[str]:
+    opts = ["unshare", "--mount", "--propagation", "private"]
+    return opts + (["--map-root-user"] if os.geteuid() != 0 else []) + ["--"]
+
+
+def namespaces_available() -> bool:
+    """Whether this process can start a child in a private mount namespace of its own (checked once)."""
+    if "ok" not in _namespaces:
+        try:
+            ok = shutil.which("unshare") is not None and subprocess.run(
+                [*_unshare(), "sh", "-c", 'mount --bind -- / / 2>/dev/null; mount --make-private / 2>/dev/null; true'],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+        _namespaces["ok"] = ok
+    return _namespaces["ok"]
+
+
+def isolated(cmd: list[str], world: Path, root: str | None, cwd: str | None, isolate: bool = True) -> list[str]:
+    """CMD as it must start so that the recorded sandbox path ``root`` shows ``world`` (and its cwd
+    is the recorded one): wrapped in a mount namespace, or as it is when there is nothing to hide
+    (no recorded path, the same path, a recorded path that is gone, ``isolate`` False). Raises
+    PfError (exit 2) when the path must be hidden and no namespace can be had."""
+    if not root or not isolate or not os.path.isdir(root):
+        return list(cmd)
+    if os.path.realpath(root) == os.path.realpath(world):
+        return list(cmd)
+    if not namespaces_available():
+        raise PfError(f"the run was recorded in '{root}', outside this world, and no private mount namespace can "
+                      f"be made here to show the world there (give --no-isolate to run anyway: writes by that "
+                      f"path would reach it)", 2)
+    start_check(cmd, os.environ)
+    here = cwd if cwd and os.path.isdir(cwd) else ""
+    return [*_unshare(), "sh", "-c", _ENTER, "sh", str(world), os.path.realpath(root), here, *cmd]

@@ -188,6 +188,7 @@ def record(repo, cmd: list[str], *, name: str | None = None, fs_root: Path | Non
     first User-Agent a built-in profile knows) are stored with every exchange, for replay to match by."""
     from . import inject as inject_mod
     from .steps import StepWriter
+    from .stepworld import place
 
     git = repo.git
     branch = refs.check_name(name) if name else default_branch(git)
@@ -199,7 +200,7 @@ def record(repo, cmd: list[str], *, name: str | None = None, fs_root: Path | Non
     child.start_check(cmd, os.environ)
     writer = StepWriter(repo, branch, Path(fs_root).resolve() if fs_root is not None else None)
     try:
-        writer.start()
+        writer.start(place(fs_root))
         recorder = Recorder(writer, ups, rules=rules, profile=profile)
         with Proxy(recorder) as proxy:
             env = inject_mod.child_env(world_env(dict(os.environ), proxy, fs_root), mode="record",

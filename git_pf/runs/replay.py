@@ -128,6 +128,8 @@ class Replayer:
                         diff)
 
     def handle(self, request: Request, reply: Reply) -> None:
+        if self.world is not None:  # stopping after a world divergence: a retry is served nothing
+            return reply.error(MISMATCH_STATUS, f"git-pf replay: {self.world.line}", "replay_divergence")
         entry = self.take(request)
         if entry is None:
             return reply.error(MISMATCH_STATUS, f"git-pf replay: {self.mismatch.line}", "replay_mismatch")

@@ -130,6 +130,49 @@ def fresh_world(repo, image: str, into: Path | None) -> Path:
     return Path(into).resolve()
 
 
+MAX_BLOB = 64 << 20  # a file an answered tool call wrote, larger than this, is left to the world check
+
+
+def ledger_blobs(git, ledger: list[dict]) -> dict[str, str]:
+    """The files the ledger's calls wrote (their ``world`` changes), blob id -> base64, for the replay
+    file: a call answered from the ledger makes its change again from them. A blob the repository
+    does not hold (a file rewritten before the next step captured it) is left out, and the world
+    check sees what that leaves different."""
+    import base64
+
+    out: dict[str, str] = {}
+    for entry in ledger:
+        change = entry.get("world")
+        for c in change if isinstance(change, list) else ():
+            oid = c.get("blob") if isinstance(c, dict) else None
+            if not isinstance(oid, str) or oid in out or len(oid) != 40:
+                continue
+            try:
+                obj = git.get(oid)
+            except ValueError:
+                obj = None
+            if obj is not None and obj.type_str == "blob" and obj.size <= MAX_BLOB:
+                out[oid] = base64.b64encode(obj.data).decode()
+    return out
+
+
+def recorded_place(git, first: str) -> tuple[str | None, str | None]:
+    from .stepworld import recorded_place as place
+
+    return place(git, first)
+
+
+def isolated_cmd(cmd: list[str], world: Path, place: tuple, env: dict) -> list[str]:
+    """CMD wrapped to see ``world`` at the recorded path (``child.isolated``); when it is,
+    ``GIT_PF_WORLD`` in ``env`` names that path, as it did when the run was recorded."""
+    from . import child
+
+    wrapped = child.isolated(cmd, world, *place)
+    if wrapped != list(cmd) and "GIT_PF_WORLD" in env:
+        env["GIT_PF_WORLD"] = place[0]
+    return wrapped
+
+
 def plan_of(repo, rev: str):
     from .steps import run_plan
 
@@ -159,22 +202,25 @@ def another_agent(replayer: Replayer, first: dict, rev: str, diverged: dict | No
 
 def replay(repo, rev: str, cmd: list[str], *, realtime: bool = False, ignore: tuple = (),
            allow_effects: bool = False, fs_root: Path | None = None, world: Path | None = None,
-           keep_world: bool = False, world_check: bool = True) -> ReplayReport:
+           keep_world: bool = False, world_check: bool = True, isolate: bool = True) -> ReplayReport:
     """Replay the run REV ends to ``cmd``. The world is checked out into ``fs_root`` (or a temporary
     directory, removed when the replay ends, whatever its outcome, unless ``keep_world``) unless
     ``world`` is given: a directory that already holds step 0's world (a mount). ``world_check``:
-    the world must be each step's as recorded (``--no-world-check`` turns it off)."""
+    the world must be each step's as recorded (``--no-world-check`` turns it off). ``isolate``: the
+    child sees the world at the path the run was recorded in (``child.isolated``)."""
     from . import child
 
     plan = plan_of(repo, rev)
     child.start_check(cmd, os.environ)
+    if isolate:  # refused here, before anything is checked out, when it cannot be had
+        child.isolated(cmd, Path("."), *recorded_place(repo.git, plan.first))
     if world is not None or fs_root is not None:
         world = Path(world).resolve() if world is not None else fresh_world(repo, plan.first, fs_root)
-        return _replay(repo, plan, rev, cmd, world, realtime, ignore, allow_effects, world_check)
+        return _replay(repo, plan, rev, cmd, world, realtime, ignore, allow_effects, world_check, isolate)
     temp = Path(tempfile.mkdtemp(prefix="pf-world-"))
     try:
         report = _replay(repo, plan, rev, cmd, fresh_world(repo, plan.first, temp), realtime, ignore,
-                         allow_effects, world_check)
+                         allow_effects, world_check, isolate)
     finally:
         if not keep_world:
             remove_world(repo, temp, temp)
@@ -218,14 +264,15 @@ def remove_tree(path: Path) -> None:
 
 
 def _replay(repo, plan, rev: str, cmd: list[str], world: Path, realtime: bool, ignore: tuple,
-            allow_effects: bool, world_check: bool) -> ReplayReport:
+            allow_effects: bool, world_check: bool, isolate: bool = True) -> ReplayReport:
     from .stepworld import WorldCheck, world_tree
 
     stop = threading.Event()
     checker = WorldCheck(repo, world, plan.tip) if world_check else None
     replayer = Replayer(plan.entries, ignore, realtime, stop, checker)
     try:
-        code, watcher = _drive(plan, cmd, world, replayer, stop, allow_effects)
+        code, watcher = _drive(plan, cmd, world, replayer, stop, allow_effects, ledger_blobs(repo.git, plan.ledger),
+                               recorded_place(repo.git, plan.first) if isolate else (None, None))
         if checker is not None and plan.end is not None and replayer.world is None and replayer.mismatch is None \
                 and watcher.diverged is None and replayer.served == replayer.total:
             last = plan.end.get("step", 0)
@@ -255,9 +302,10 @@ def _replay(repo, plan, rev: str, cmd: list[str], world: Path, realtime: bool, i
 
 
 def _drive(plan, cmd: list[str], world: Path, replayer: Replayer, stop: threading.Event,
-           allow_effects: bool) -> tuple[int, Watcher]:
-    """Run the child against ``replayer``; its exit code and the channel's watcher."""
-    from . import inject
+           allow_effects: bool, blobs: dict[str, str], place: tuple) -> tuple[int, Watcher]:
+    """Run the child against ``replayer`` (seeing the world at the recorded ``place``, (root, cwd));
+    its exit code and the channel's watcher."""
+    from . import child, inject
     from .channel import write_replay_file
     from .proxy import Proxy
     from .record import drive, world_env
@@ -266,11 +314,11 @@ def _drive(plan, cmd: list[str], world: Path, replayer: Replayer, stop: threadin
         channel, replay_file = Path(tmp) / "channel.jsonl", Path(tmp) / "replay.json"
         channel.touch()
         write_replay_file(replay_file, draws=plan.draws, effects=plan.ledger, allow_effects=allow_effects,
-                          mode="replay")
+                          mode="replay", blobs=blobs)
         watcher = Watcher(channel, stop)
         with Proxy(replayer) as proxy:
             env = inject.child_env(world_env(dict(os.environ), proxy, world), mode="replay", channel=channel,
                                    replay_file=replay_file)
-            code = drive(cmd, env, None, stop, watcher.tick)
+            code = drive(isolated_cmd(cmd, world, place, env), env, None, stop, watcher.tick)
         watcher.tick()
     return code, watcher

@@ -34,6 +34,8 @@ class RunOn:
         self.recorder = recorder
 
     def handle(self, request: Request, reply: Reply) -> None:
+        if self.replayer.mismatch is not None or self.replayer.world is not None:  # stopping: never live
+            return reply.error(MISMATCH_STATUS, "git-pf run: the prefix failed; the run is stopping", "replay_mismatch")
         if self.replayer.exhausted:
             return self.recorder.handle(request, reply)
         self.replayer.handle(request, reply)
@@ -47,7 +49,7 @@ def prefix_where(step: int, fork_step: int) -> str:
 def run(repo, branch: str, cmd: list[str], *, upstreams: list[str] = (), fs_root: Path | None = None,
         inject: bool = True, world: Path | None = None, stop: threading.Event | None = None,
         sticky: list[dict] = (), on_live=None, output=None, resume_world: bool = False,
-        world_check: bool = True, ignore=()) -> tuple[RunResult, object]:
+        world_check: bool = True, ignore=(), isolate: bool = True) -> tuple[RunResult, object]:
     """Run CMD from BRANCH's tip on; the result and the prefix replayer (its ``mismatch``, its
     world divergence ``world`` and the ``fork_step``).
 
@@ -62,7 +64,7 @@ def run(repo, branch: str, cmd: list[str], *, upstreams: list[str] = (), fs_root
     from .channel import write_replay_file
     from .forward import Upstreams
     from ..layers.trace import messages as trace
-    from .replaying import fresh_world, plan_of
+    from .replaying import fresh_world, isolated_cmd, ledger_blobs, plan_of, recorded_place
     from .steps import StepWriter, check_target, target_tip
     from .stepworld import WorldCheck
 
@@ -73,6 +75,8 @@ def run(repo, branch: str, cmd: list[str], *, upstreams: list[str] = (), fs_root
     plan = plan_of(repo, branch)
     ups = Upstreams.from_repo(git, list(upstreams))
     child.start_check(cmd, os.environ)
+    place = recorded_place(git, plan.first) if isolate else (None, None)
+    child.isolated(cmd, Path("."), *place)  # refused here, before anything is written, when it cannot be had
     start = plan.start_image if resume_world else plan.first
     world = Path(world).resolve() if world is not None else fresh_world(repo, start, fs_root)
     last = max(plan.entries, key=lambda e: e["step"])
@@ -89,11 +93,12 @@ def run(repo, branch: str, cmd: list[str], *, upstreams: list[str] = (), fs_root
                             rules=replayer.ignore)
         with tempfile.TemporaryDirectory(prefix="pf-run-") as tmp:
             replay_file = Path(tmp) / "replay.json"
-            write_replay_file(replay_file, draws=plan.draws, effects=plan.ledger, allow_effects=False, mode="run")
+            write_replay_file(replay_file, draws=plan.draws, effects=plan.ledger, allow_effects=False, mode="run",
+                              blobs=ledger_blobs(git, plan.ledger))
             with Proxy(RunOn(replayer, recorder)) as proxy:
                 env = inject_mod.child_env(world_env(dict(os.environ), proxy, world), mode="run",
                                            channel=writer.channel, replay_file=replay_file, inject=inject)
-                code = drive(cmd, env, recorder, stop, output=output)
+                code = drive(isolated_cmd(cmd, world, place, env), env, recorder, stop, output=output)
         failed = (replayer.mismatch is not None or replayer.world is not None) and recorder.steps == 0
         tip = plan.tip if failed else writer.finish(code).id  # a run that never went on writes nothing
     finally:

@@ -208,14 +208,15 @@ class StepWriter:
         self._reader = ChannelReader(self.channel)
 
     # -- the run's images ------------------------------------------------
-    def start(self) -> img.ImageInfo:
-        """Step 0: the world before the child runs (not written for a run going on from a fork)."""
+    def start(self, trailers: tuple = ()) -> img.ImageInfo:
+        """Step 0: the world before the child runs (not written for a run going on from a fork);
+        ``trailers``: more of them (where the sandbox and the child's cwd were, ``stepworld.place``)."""
         with self._lock:
             if self._tip is not None:
                 return self._parent_image
             if target_tip(self.repo.git, self.branch) is not None:
                 raise UsageError(f"branch '{self.branch}' already exists; a recorded run needs a new branch")
-            return self._write(self._capture(), f"run start: {self._name}", [(STEP_TRAILER, "0")])
+            return self._write(self._capture(), f"run start: {self._name}", [(STEP_TRAILER, "0"), *trailers])
 
     def arrived(self, arrival: int) -> StepToken:
         """A request arrived (before it is forwarded): the world now, and the draws and effects since the last one."""
@@ -301,10 +302,8 @@ class StepWriter:
 
     def _write_step(self, cap, subject: str, trailers: list[tuple[str, str]], what: str) -> img.ImageInfo | None:
         """``_write``, tried again after a storage failure; None (and one line in ``failures``) when
-        it could not be written: the branch stays at the last image written. Once a step was lost
-        each later one is tried once, without pauses (it writes what the lost ones queued too), so a
-        full disk does not slow the agent's exchanges."""
-        for pause in (*(() if self.lost else RETRY_S), None):
+        it could not be written: the branch stays at the last image written."""
+        for pause in (*RETRY_S, None):
             try:
                 return self._write(cap, subject, trailers)
             except STORAGE_ERRORS as e:

@@ -27,6 +27,8 @@ from ..snapshot import resolve_fs_root
 from ..store.packfile import current
 from .fswatch import DirWatch, unchanged_test
 
+ROOT_TRAILER = "Pf-Run-Root"  # on step 0: the sandbox's absolute path when it was recorded
+CWD_TRAILER = "Pf-Run-Cwd"  # on step 0: the child's working directory then
 SHOWN_PATHS = 3  # differing paths named in a world divergence's line
 PATCH_LINES = 20  # lines of the short patch a world divergence keeps
 
@@ -205,3 +207,19 @@ class WorldCheck:
 
     def close(self) -> None:
         self.live.watch.close()
+
+
+def place(fs_root: Path | None) -> tuple[tuple[str, str], ...]:
+    """Step 0's trailers saying where a recording ran: the sandbox's absolute path and the child's
+    cwd (none without a sandbox, and none that a trailer cannot hold)."""
+    if fs_root is None:
+        return ()
+    found = ((ROOT_TRAILER, os.path.abspath(fs_root)), (CWD_TRAILER, os.getcwd()))
+    return tuple((k, v) for k, v in found if v.isprintable() and v.strip() == v)
+
+
+def recorded_place(git, first: str) -> tuple[str | None, str | None]:
+    """Where the run whose step 0 is ``first`` was recorded: (sandbox path, cwd), None where unknown."""
+    trailers = dict(img.parse_trailers(git[first].message))
+    root, cwd = trailers.get(ROOT_TRAILER), trailers.get(CWD_TRAILER)
+    return (root if root and os.path.isabs(root) else None, cwd if cwd and os.path.isabs(cwd) else None)

@@ -4,8 +4,13 @@ A decorated function, or a ``with git_pf.tool(...) as call`` block, is one tool 
 its body runs and its args and result go to the run's channel as an ``effect`` event (the
 effects ledger of the step images). Replaying, or in a fork's prefix, the recorded result of the
 next ledger entry of that tool with the same arguments is returned and the body never runs; an
-irreversible call the ledger lacks ends a replay (exit 86) unless effects are allowed. Outside a
-run the body just runs. Runs inside the agent's process: standard library, canonjson and
+irreversible call the ledger lacks ends a replay (exit 86) unless effects are allowed. A call's
+world change goes with its ledger entry (``world``: each path it wrote, as the id of a git blob,
+or deleted; a stat walk of ``$GIT_PF_WORLD`` before and after the body), and a call answered from
+the ledger makes that change again from the blobs in the replay file, so an agent that reads back
+what the tool wrote finds it; a call that ran while another was running cannot be told apart
+(``{"unknown": "concurrent calls"}``) and is left to the world check. Outside a run the body just
+runs. Runs inside the agent's process: standard library, canonjson and
 secrets only (no repository, no pygit2); the run itself is the hook's (``hook.sitecustomize``).
 """
 from __future__ import annotations
@@ -26,6 +31,115 @@ CLASSES = ("pure", "idempotent", "irreversible")
 _MIN_HIDDEN = 4  # a redacted argument shorter than this is not looked for in the result
 _counts: dict[tuple[str, str], int] = {}
 _counts_lock = threading.Lock()
+_flight = {"running": 0, "epoch": 0}  # live tool bodies running now; bumped each time one starts
+_flight_lock = threading.Lock()
+CONCURRENT = {"unknown": "concurrent calls"}
+
+
+def _world_root() -> str | None:
+    root = os.environ.get("GIT_PF_WORLD")
+    return root if root and os.path.isdir(root) else None
+
+
+def _world_state(root: str) -> dict[str, tuple]:
+    """Every path under ``root`` (relative, ``/``-separated) and what its stat says of its content."""
+    out: dict[str, tuple] = {}
+    stack = [""]
+    while stack:
+        rel = stack.pop()
+        try:
+            with os.scandir(os.path.join(root, rel) if rel else root) as it:
+                for e in it:
+                    path = f"{rel}/{e.name}" if rel else e.name
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if e.is_dir(follow_symlinks=False):
+                        out[path] = ("dir",)
+                        stack.append(path)
+                    else:
+                        out[path] = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        except OSError:
+            continue
+    return out
+
+
+def _blob_id(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def world_change(root: str, before: dict, after: dict) -> list[dict]:
+    """What changed under ``root`` between two ``_world_state``s, in path order: ``{"path", "blob",
+    "mode"}`` for a file written (mode ``100644``, ``100755`` or ``120000``, a symlink whose blob is
+    its target), ``{"path", "dir": true}`` for a directory made, ``{"path", "deleted": true}``."""
+    import stat as stat_mod
+
+    changes = []
+    for path in sorted(set(before) | set(after)):
+        old, new = before.get(path), after.get(path)
+        if old == new:
+            continue
+        if new is None:
+            changes.append({"path": path, "deleted": True})
+            continue
+        if new == ("dir",):
+            changes.append({"path": path, "dir": True})
+            continue
+        full = os.path.join(root, path)
+        try:
+            if stat_mod.S_ISLNK(new[0]):
+                data, mode = os.fsencode(os.readlink(full)), "120000"
+            else:
+                with open(full, "rb") as f:
+                    data = f.read()
+                mode = "100755" if new[0] & 0o111 else "100644"
+        except OSError:
+            continue
+        changes.append({"path": path, "blob": _blob_id(data), "mode": mode})
+    return changes
+
+
+def apply_change(root: str, change, blobs: dict) -> bool:
+    """Make a recorded world change again under ``root`` from ``blobs`` (blob id -> base64 bytes);
+    False when it cannot be (unknown, a blob missing, a path outside the world)."""
+    import base64
+
+    if not isinstance(change, list):
+        return False
+    whole = True
+    real = os.path.realpath(root)
+    for c in change:
+        path = c.get("path") if isinstance(c, dict) else None
+        full = os.path.realpath(os.path.join(real, path)) if isinstance(path, str) and path else None
+        if full is None or not full.startswith(real + os.sep):
+            whole = False
+            continue
+        try:
+            if c.get("deleted"):
+                if os.path.isdir(full) and not os.path.islink(full):
+                    import shutil
+                    shutil.rmtree(full)
+                elif os.path.lexists(full):
+                    os.unlink(full)
+            elif c.get("dir"):
+                os.makedirs(full, exist_ok=True)
+            elif c.get("blob") in blobs:
+                data = base64.b64decode(blobs[c["blob"]])
+                os.makedirs(os.path.dirname(full), exist_ok=True)
+                if os.path.lexists(full) and (os.path.islink(full) or c.get("mode") == "120000"):
+                    os.unlink(full)
+                if c.get("mode") == "120000":
+                    os.symlink(os.fsdecode(data), full)
+                else:
+                    with open(full, "wb") as f:
+                        f.write(data)
+                    os.chmod(full, 0o755 if c.get("mode") == "100755" else 0o644)
+            else:
+                whole = False
+        except OSError:
+            whole = False
+    return whole
 
 
 class RecordedToolError(Exception):
@@ -67,6 +181,7 @@ class Call:
         self.args = {k: _jsonable(v)[0] for k, v in args.items()}
         self._key, self._hook, self._token = key, _hook(), None
         self._run = self._hook.run() if self._hook is not None else None
+        self._root, self._before, self._epoch = None, None, None
 
     def start(self) -> Call:
         run = self._run
@@ -84,6 +199,9 @@ class Call:
                             f"the recorded result of tool {self.name!r} was not JSON (only its repr was kept), "
                             "so it cannot be replayed")
             self.replayed, self.result = True, entry.get("result")
+            root = _world_root()
+            if root is not None and "world" in entry:
+                apply_change(root, entry.get("world"), getattr(run, "blobs", {}))
         elif run.mode == "replay" and self.side_effect == "irreversible" and not run.allow_effects:
             pending = [e for i, e in enumerate(run.effects) if i not in run.effects_used]
             run.diverge("effect", index, _brief(pending[0]) if pending else None, self._brief(),
@@ -107,6 +225,14 @@ class Call:
         answers the call from the ledger without running it."""
         if self._run is not None and not self.replayed:
             self._token = self._hook.IN_TOOL.set(True)
+            self._root = _world_root()
+            with _flight_lock:
+                alone = _flight["running"] == 0
+                _flight["running"] += 1
+                _flight["epoch"] += 1
+                self._epoch = _flight["epoch"] if alone else None
+            if self._root is not None:
+                self._before = _world_state(self._root)
 
     def finish(self, error: BaseException | None) -> None:
         """Record the call (live calls inside a run only)."""
@@ -115,6 +241,12 @@ class Call:
             self._token = None
         if self._run is None or self.replayed:
             return
+        world = None
+        with _flight_lock:
+            _flight["running"] -= 1
+            alone = self._epoch is not None and self._epoch == _flight["epoch"]
+        if self._root is not None and self._before is not None:
+            world = world_change(self._root, self._before, _world_state(self._root)) if alone else CONCURRENT
         result, is_json = _jsonable(self.result)
         if is_json and error is None:
             self.result = result  # what replay will return: the agent sees the same value both times
@@ -127,6 +259,8 @@ class Call:
         entry = {"tool": self.name, "args": args, "result": clean(result),
                  "side_effect_class": self.side_effect, "idempotency_key": clean(self._idempotency_key()),
                  "ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_wall_clock()))}
+        if world is not None:
+            entry["world"] = world
         if not is_json:
             entry["result_repr"] = True
         if error is not None:
