@@ -535,6 +535,10 @@ def test_rewind_to_a_turn_and_never_the_settings_files(claude, tmp_path):
     assert not (p / "turn2.txt").exists() and (p / "out.txt").exists()
     assert settings.read_text() == '{"model": "sonnet"}\n'
     assert run("--to-turn", "3", "--yes").returncode == 2
+    kept = claude.transcript.read_bytes()  # a transcript path from an event that is not <session>.jsonl
+    out = run("--to-turn", "1", "--scope", "conversation", "--yes")
+    assert out.returncode == 2 and "is not the transcript of session" in out.stderr
+    assert claude.transcript.read_bytes() == kept
     assert run("--to-step", "1", "--to-turn", "1", "--yes").returncode == 2
     into = tmp_path / "a" / "b"  # checkout makes the missing parents
     got = subprocess.run(["git", "pf", "checkout", f"cc/{SID}", "--into", str(into)], cwd=p, env=claude.env,

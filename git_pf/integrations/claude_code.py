@@ -54,6 +54,7 @@ ERROR_KEPT_CHARS = 4000
 CHECK_EVENT = "PfCheck"  # the test event of 'git pf install --claude-code --check'; writes nothing
 RESULT_KEPT_BYTES = 16 * 1024  # a larger tool response is kept in the ledger by its hash only
 _SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_CALL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")  # what a tool call id may be to go in a trailer
 
 
 @dataclass(frozen=True)
@@ -412,6 +413,7 @@ class Sessions:
         messages, pending = self._messages(event, list(calls), final)
         turn = turn if turn is not None else (record.get("turn") or 0)
         trailers = [(STEP_TRAILER, str(step)), (SESSION_TRAILER, sid), (TURN_TRAILER, str(turn)), *more]
+        pending = [key for key in pending if _CALL_ID.match(key)]  # event data: no odd id reaches a trailer
         if pending:
             trailers.append((PENDING_TRAILER, ",".join(pending)))
         req = SnapshotRequest(root, branch=branch, agent=AGENT, messages=messages, effects=ledger, message=subject,

@@ -177,6 +177,8 @@ def _conversation(repo, sid: str, image, step: int, turn: int | None) -> tuple[P
     if not isinstance(path, str):
         raise UsageError(f"the transcript of session '{sid}' is not known here")
     path = Path(os.path.expanduser(path))
+    if path.name != f"{sid}.jsonl":  # the path came from a hook event: write back nothing but the session's own
+        raise UsageError(f"'{path}' is not the transcript of session '{sid}' (its name is not {sid}.jsonl)")
     key = None
     if turn is None:
         data = img.read_file(repo.git, image.tree, img.EFFECTS_LEDGER)
