@@ -333,3 +333,26 @@ def test_a_huge_blob_read_through_a_mount_is_served_in_ranges_in_bounded_memory(
         assert f.read(1 << 20) == bytes(1 << 20)
     assert vm_hwm(pid) - before < EXTRA_RSS
     pf.run("umount", str(mnt))
+
+
+@pytest.mark.parametrize("listed", ["as-its-blob", "as-small"])
+def test_a_held_object_whose_git_blob_is_huge_is_refused_unread(pf, small_pointer, zero_pack, listed):
+    """A side-store object the default adapter brought as a git blob (listed in
+    refs/pf/objects) whose blob is the zero blob: listed at its true size it is more than a
+    frame of the pointer's 10 bytes can take; listed as small, the blob's header says more."""
+    from git_pf.transport.held import HeldObjects
+    from git_pf.transport.index import Entry
+    image, oid = small_pointer
+    ok, base = measured(pf, "checkout", image, "--into", str(pf.root / "good"))
+    assert ok.returncode == 0, ok.stderr
+    zero, files = zero_pack
+    for f in files:
+        (pf.repo / ".git" / "objects" / "pack" / f.name).write_bytes(f.read_bytes())
+    object_path(pf, oid).unlink()
+    HeldObjects(pygit2.Repository(str(pf.repo))).receive(
+        {oid: Entry(ZEROS if listed == "as-its-blob" else 100, (zero,))}, "origin")
+    proc, peak = measured(pf, "checkout", image, "--into", str(pf.root / "out"))
+    line = one_line(proc)
+    assert proc.returncode == 3 and oid in line and ("refused" in line or "corrupt" in line), line
+    assert peak - base < EXTRA_RSS, (peak, base)
+    assert not (pf.root / "out").exists()

@@ -69,6 +69,13 @@ def _stream(frame, stop: int, sink: Callable | None = None) -> int:
     return min(total, stop + 1)
 
 
+def stored_bound(size: int) -> int:
+    """The most bytes one frame of ``size`` bytes' content can take as stored (zstd's
+    compress bound, with room for the frame's header and checksum): a stored frame larger
+    than that is not that object's, and is refused before it is read."""
+    return size + (size >> 7) + 1024
+
+
 def decoded_size(frame, oid: str, size: int | None = None, at_most: int | None = None) -> int:
     """The bytes ``frame`` (of object ``oid``) decodes to, found before any of them is kept:
     its header's content size, or, for a frame that does not declare one, a count while

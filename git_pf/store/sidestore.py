@@ -26,9 +26,9 @@ from typing import Callable, Hashable, Iterable, Iterator, Protocol
 
 import zstandard
 
-from .. import writeback
+from .. import limits, writeback
 from . import directio
-from .frames import (OID_RE, ZSTD_LEVEL, compress_into_buffer, compressor, decoded_size, decompressor,
+from .frames import (OID_RE, ZSTD_LEVEL, compress_into_buffer, compressor, decoded_size, decompressor, stored_bound,
                      has_checksum, sha256_hex, verify_frame, zstd_problem)
 from .large import LargeContent
 from .objectio import MAP_MIN, frame_writer, read_ahead, read_fd, read_file, sync_files
@@ -59,7 +59,8 @@ class Held(Protocol):
 
     def frame(self, oid: str) -> bytes | None: ...  # the stored zstd frame, unverified (no I/O when not held)
 
-    def read(self, oid: str) -> tuple[bytes, Hashable] | None: ...  # the frame and what it was read from
+    def read(self, oid: str, at_most: int | None = None) -> tuple[bytes, Hashable] | None: ...  # the frame
+    # and what it was read from; CorruptObject, unread, when its listed size is over ``at_most``
 
     def rehashed(self, source: Hashable) -> bool: ...  # a frame read from there was re-hashed, by any process
 
@@ -225,11 +226,15 @@ class SideStore(LargeContent):
         time it is read from where it is held (``held`` keeps that mark, for every process),
         and checked like the directory's after that; ``rehash`` and ``rehash_reads`` re-hash
         every read (docs/sidestore.md)."""
+        # git compresses blobs too: a held frame is read only within what a frame of the
+        # expected content can take (``stored_bound``), checked from its index entry
+        limit = limits.active().max_frame
+        stored = stored_bound(size if size is not None else min(at_most or limit, limit))
         try:
-            frame, source = self._frame(oid, transient=True)
+            frame, source = self._frame(oid, transient=True, at_most=stored)
         except MissingObject:
             self.ensure([oid])  # fetched, else MissingObject
-            frame, source = self._frame(oid, transient=True)
+            frame, source = self._frame(oid, transient=True, at_most=stored)
         held = source is not None
         known = held and self.held.rehashed(source)  # re-hashed from there before
         try:
@@ -257,14 +262,14 @@ class SideStore(LargeContent):
             self.held.mark_rehashed(source)
         return data
 
-    def _frame(self, oid: str, transient: bool = False) -> tuple[bytes, Hashable | None]:
-        """``(stored frame, where held)``: what ``held`` keeps (and where it read it from),
-        else the file (None).
+    def _frame(self, oid: str, transient: bool = False, at_most: int | None = None) -> tuple[bytes, Hashable | None]:
+        """``(stored frame, where held)``: what ``held`` keeps (and where it read it from; a
+        held frame over ``at_most`` bytes is refused unread), else the file (None).
 
         With ``transient`` the frame may be a view of this thread's ``directio``
         buffer (a large file not in the page cache is read past it), valid until
         the thread's next read."""
-        found = self.held.read(oid) if self.held is not None else None
+        found = self.held.read(oid, at_most) if self.held is not None else None
         if found is not None:
             return found
         try:

@@ -136,7 +136,9 @@ class HeldObjects:
                 self._retired.append(self._packs)
                 self._packs, self._pack_state = packread.PackReader(self.git_dir), state
 
-    def _blob(self, blob: str) -> bytes | bytearray | None:
+    def _blob(self, blob: str, at_most: int) -> bytes | bytearray | None:
+        """The blob's bytes; a compressed one only when its header says at most ``at_most``
+        (git compresses blobs: a few MiB in a pack may be gigabytes read), else a GitError."""
         data = self._packs.read(blob)
         if data is None and not self._packs.holds(blob):
             self._refresh_packs()  # a pack that arrived since (fetched or linked)
@@ -144,14 +146,27 @@ class HeldObjects:
         if data is not None:
             return data
         try:
+            size = self.git.odb.read_header(blob)[1]
+        except (KeyError, pygit2.GitError):
+            size = 0  # a damaged header: the read below reports it as before
+        if size > at_most:
+            raise pygit2.GitError(f"blob {blob} is {size} bytes, more than the {at_most} its index entry leaves")
+        try:
             return self.git.odb.read(blob)[1]
         except KeyError:
             return None
 
     def _join(self, entry: idx.Entry) -> bytes | bytearray | None:
-        parts = [self._blob(b) for b in entry.blobs]
-        if any(p is None for p in parts):
-            return None
+        """The frame from its blobs, which must add up to the entry's size (GitError otherwise)."""
+        parts, got = [], 0
+        for b in entry.blobs:
+            part = self._blob(b, entry.size - got)
+            if part is None:
+                return None
+            parts.append(part)
+            got += len(part)
+        if got != entry.size:
+            raise pygit2.GitError(f"its blobs hold {got} bytes, its index entry says {entry.size}")
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def frame(self, oid: str) -> bytes | bytearray | None:
@@ -160,13 +175,20 @@ class HeldObjects:
         found = self.read(oid)
         return found[0] if found is not None else None
 
-    def read(self, oid: str) -> tuple[bytes | bytearray, marks.Source] | None:
+    def read(self, oid: str, at_most: int | None = None) -> tuple[bytes | bytearray, marks.Source] | None:
         """``frame`` and where it was read from: ``(oid, its blobs)``, what ``rehashed`` and
         ``mark_rehashed`` take (git blobs are immutable, so a frame read from the same
-        blobs again is the same frame, bar damage that its checksum catches)."""
+        blobs again is the same frame, bar damage that its checksum catches). A frame
+        listed as larger than ``at_most`` is refused unread (CorruptObject; kept listed,
+        since the caller's expectation may be what is wrong), and its blobs are read only
+        as far as the listed size (git compresses blobs: a few MiB in a pack may be
+        gigabytes read)."""
         entry = self._index.get(oid)
         if entry is None:
             return None
+        if at_most is not None and entry.size > at_most:
+            raise CorruptObject(f"side-store object {oid} is refused: its stored frame is {entry.size} bytes, "
+                                f"more than a frame of the expected content takes ({at_most})")
         try:
             frame = self._join(entry)
         except pygit2.GitError as e:  # a damaged git object (libgit2 checks what it inflates)
