@@ -14,7 +14,7 @@ BROWSERPKGS := chromium chromium-driver
 CLAUDE_CODE_VERSION := 2.1.332
 NPM_TOOLS := .npm-tools
 
-.PHONY: demo test bench sysdeps browsers claude-code venv clean
+.PHONY: demo test bench soak sysdeps browsers claude-code venv clean
 
 # $(call apt_missing,PKGS): install those of the Debian packages PKGS that are not installed
 define apt_missing
@@ -56,6 +56,11 @@ demo: venv
 bench: venv claude-code
 	@command -v git-lfs >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq git-lfs; }
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m benchmarks $(BENCH)
+
+# soak and chaos (about 10 minutes; not part of test): SOAK="--exchanges 300 --kills 3" for a short one
+soak: venv
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m benchmarks.soak $(SOAK)
+	PF_PROPERTY_EXAMPLES=2000 $(PY) -m pytest -q tests/test_hostile_property.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info $(NPM_TOOLS)

@@ -69,10 +69,14 @@ def test_a_recorder_killed_in_the_middle_of_a_step_write_leaves_the_steps_before
         (tmp_path / "sandbox").mkdir()
         env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
                    **{STOP_ENV: f"4:{fifo}"})  # the 4th pack write (a step's or a merge's): its pack in place, no index
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # open before the victim starts: it stops only then
+        ours = os.open(fifo, os.O_WRONLY)  # keeps the read below waiting for the victim's line, not EOF
+        os.set_blocking(reader, True)
         victim = subprocess.Popen(cmd, cwd=repo_dir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                   start_new_session=True)
-        with open(fifo) as f:
-            pid = int(f.readline())
+        pid = int(os.read(reader, 64))
+        os.close(reader)
+        os.close(ours)
         os.killpg(victim.pid, signal.SIGKILL)
         victim.wait()
         assert pid == victim.pid

@@ -189,12 +189,14 @@ class StepWriter:
         self._parent_image = img.read_image(repo.git, parent) if parent else None
         self._world = LiveWorld(repo, Path(fs_root), tuple(ignore)) if fs_root is not None else None
         self._name = self._world.name if self._world else branch
-        self._fixed = None if self._world else inherited(repo, self._parent_image)
+        with packing(repo.git, self._packs):
+            self._fixed = None if self._world else inherited(repo, self._parent_image)
         self._last_world = self._fixed
         self.step = start_step
         self._tape = _StepTape(repo.git)
-        for name, data in tape_mod.encode(list(tape), self.keep) if tape else []:
-            self._tape.add(data)
+        with packing(repo.git, self._packs):  # queued: written with the first step
+            for name, data in tape_mod.encode(list(tape), self.keep) if tape else []:
+                self._tape.add(data)
         self._messages = list(messages or [])
         self._ledger = effects_mod.chain(list(ledger or []), "ledger")
         self._pending: list[tuple[int, list[dict]]] = []  # effects seen at each arrival, not yet in an image
@@ -302,8 +304,10 @@ class StepWriter:
 
     def _write_step(self, cap, subject: str, trailers: list[tuple[str, str]], what: str) -> img.ImageInfo | None:
         """``_write``, tried again after a storage failure; None (and one line in ``failures``) when
-        it could not be written: the branch stays at the last image written."""
-        for pause in (*RETRY_S, None):
+        it could not be written: the branch stays at the last image written. Once a step was lost
+        each later one is tried once, without pauses (it writes what the lost ones queued too), so a
+        full disk does not slow the agent's exchanges."""
+        for pause in (*(() if self.lost else RETRY_S), None):
             try:
                 return self._write(cap, subject, trailers)
             except STORAGE_ERRORS as e:
@@ -336,7 +340,8 @@ class StepWriter:
     def _append(self, entry: dict) -> bytes:
         """Add one entry to the tape (encoded once, secrets redacted); its stored bytes."""
         data = tape_mod.encode([entry], self.keep)[0][1]
-        self._tape.add(data)
+        with packing(self.repo.git, self._packs):  # queued: written with the step's pack, never loose
+            self._tape.add(data)
         return data
 
     def _write(self, cap, subject: str, trailers: list[tuple[str, str]]) -> img.ImageInfo:

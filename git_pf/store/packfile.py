@@ -160,13 +160,17 @@ def _failpoint() -> None:
 
 
 def _stop_point() -> None:
-    """``GIT_PF_STOP_PACK_WRITE=N:FIFO``: at the N-th pack write, write this process's id into the
-    FIFO (blocking until a reader opens it) and wait there for good: a kill test stops the writer
-    at exactly this point, with its pack in place and its index not yet."""
+    """``GIT_PF_STOP_PACK_WRITE=N:FIFO``: at the N-th pack write, when a reader has FIFO open, write
+    this process's id into it and wait there for good: a kill test stops the writer at exactly this
+    point, with its pack in place and its index not yet. With no reader waiting it goes on."""
     at, _, fifo = os.environ.get(STOP_ENV, "").partition(":")
     if fifo and at.isdigit() and _writes[0] == int(at):
-        with open(fifo, "w") as f:
-            f.write(f"{os.getpid()}\n")
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            return
+        os.write(fd, f"{os.getpid()}\n".encode())
+        os.close(fd)
         threading.Event().wait()
 
 

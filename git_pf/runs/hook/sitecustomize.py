@@ -70,11 +70,18 @@ class Run:
         self.live = mode == "record" or not self.draws and mode == "run"
         self.effects_used = set()  # indices of ledger entries answered (git_pf.runs.tools)
         self.tool_calls = 0
+        self.unwritten = b""  # channel bytes a full disk kept back
 
     def write(self, line):
-        data = line.encode("utf-8")
-        while data:
-            data = data[os.write(self.fd, data):]
+        """Append to the channel; what a full disk keeps back goes first at the next write (the
+        agent never sees the error; past 16 MiB kept back it is dropped: the run reports lost steps)."""
+        data = self.unwritten + line.encode("utf-8")
+        try:
+            while data:
+                data = data[os.write(self.fd, data):]
+        except OSError:
+            pass
+        self.unwritten = data if len(data) < 16 << 20 else b""
 
     def emit(self, event):
         import json
