@@ -65,6 +65,78 @@ def _world_state(root: str) -> dict[str, tuple]:
     return out
 
 
+def _scan_dir(root: str, rel: str, into: dict) -> None:
+    """The entries directly in ``rel`` into ``into`` (a directory's own entries are looked at apart)."""
+    try:
+        with os.scandir(os.path.join(root, rel) if rel else root) as it:
+            for e in it:
+                path = f"{rel}/{e.name}" if rel else e.name
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                into[path] = ("dir",) if e.is_dir(follow_symlinks=False) else \
+                    (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+    except OSError:
+        pass
+
+
+class _WorldWatch:
+    """The world's entries as tool calls see them: walked whole once, then kept up to date by
+    looking again only at the directories a watcher (``fswatch.DirWatch``) saw change."""
+
+    def __init__(self, root: str):
+        from .fswatch import DirWatch
+
+        self.root = root
+        self.watch = DirWatch(os.fsencode(os.path.realpath(root)))
+        self.state = _world_state(root)
+        self.lock = threading.Lock()
+
+    def look(self) -> dict[str, tuple]:
+        with self.lock:
+            dirty = self.watch.changed()
+            if dirty is None:  # the watcher cannot say: walk everything
+                self.state = _world_state(self.root)
+            else:
+                for rel in sorted(os.fsdecode(d) for d in dirty):
+                    self._refresh(rel)
+            return dict(self.state)
+
+    def _refresh(self, rel: str) -> None:
+        fresh: dict[str, tuple] = {}
+        if rel == "" or self.state.get(rel) == ("dir",) or os.path.isdir(os.path.join(self.root, rel)):
+            _scan_dir(self.root, rel, fresh)
+        prefix = f"{rel}/" if rel else ""
+        gone = [k for k in self.state if k.startswith(prefix) and "/" not in k[len(prefix):] and k not in fresh]
+        for k in gone:  # a directory gone takes everything below it along
+            if self.state.pop(k) == ("dir",):
+                for below in [b for b in self.state if b.startswith(k + "/")]:
+                    del self.state[below]
+        for k, v in fresh.items():
+            if v == ("dir",) and k not in self.state:  # a directory moved in: what it holds
+                self.state.update(_world_state_under(self.root, k))
+            self.state[k] = v
+
+
+def _world_state_under(root: str, rel: str) -> dict[str, tuple]:
+    return {f"{rel}/{k}": v for k, v in _world_state(os.path.join(root, rel)).items()}
+
+
+_watches: dict[str, _WorldWatch] = {}
+_watches_lock = threading.Lock()
+
+
+def _look(root: str) -> dict[str, tuple]:
+    """The world's entries now (``_WorldWatch``, one per world and process)."""
+    with _watches_lock:
+        watch = _watches.get(root)
+        if watch is None:
+            watch = _watches[root] = _WorldWatch(root)
+            return dict(watch.state)
+    return watch.look()
+
+
 def _blob_id(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
@@ -232,7 +304,7 @@ class Call:
                 _flight["epoch"] += 1
                 self._epoch = _flight["epoch"] if alone else None
             if self._root is not None:
-                self._before = _world_state(self._root)
+                self._before = _look(self._root)
 
     def finish(self, error: BaseException | None) -> None:
         """Record the call (live calls inside a run only)."""
@@ -246,7 +318,7 @@ class Call:
             _flight["running"] -= 1
             alone = self._epoch is not None and self._epoch == _flight["epoch"]
         if self._root is not None and self._before is not None:
-            world = world_change(self._root, self._before, _world_state(self._root)) if alone else CONCURRENT
+            world = world_change(self._root, self._before, _look(self._root)) if alone else CONCURRENT
         result, is_json = _jsonable(self.result)
         if is_json and error is None:
             self.result = result  # what replay will return: the agent sees the same value both times
