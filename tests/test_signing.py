@@ -72,6 +72,9 @@ def test_a_signed_snapshot_is_accepted_by_git_and_by_git_pf_verify(tmp_path, key
     # the unsigned image below it is covered by its signed descendant on the same line; alone it is not
     below = json.loads(pf("verify", plain, "--json", cwd=root).stdout)[0]
     assert below["status"] == "unsigned" and below["trusted"] and below["via"] == oid
+    logged = json.loads(pf("log", "--show-signature", "--json", cwd=root).stdout)
+    assert [(i["id"], i["signature"]["status"]) for i in logged] == [(oid, "good"), (plain, "unsigned")]
+    assert "Signature: good signature by alice@example.org (ssh)" in pf("show", "--show-signature", cwd=root).stdout
     git_fsck_clean(root)
 
 
@@ -141,6 +144,8 @@ def test_a_signature_copied_onto_a_changed_tree_is_a_bad_signature(tmp_path, key
     sh("git", "config", "pf.verify", "require", cwd=root)
     out = pf("checkout", "forged", "--into", tmp_path / "x", cwd=root, check=False)
     assert out.returncode == 3 and "bad signature" in out.stderr and not (tmp_path / "x").exists()
+    out = pf("fsck", cwd=root, check=False)
+    assert out.returncode == 1 and f"error: image {forged[:12]} is not trusted: bad signature" in out.stdout
 
 
 def test_record_steps_merges_continue_and_blame_verdicts_are_signed(tmp_path, keys):
