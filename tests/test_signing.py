@@ -205,6 +205,15 @@ def test_bad_signing_and_verification_input_is_one_line_and_no_image(tmp_path, k
         sh("git", "config", "--unset", key, cwd=root)
         if key == "user.signingKey":
             sh("git", "config", key, str(keys["alice"]), cwd=root)
+    # a recorded run writes its step 0 image, signed, before the agent starts: a missing key stops it there
+    sh("git", "config", "user.signingKey", str(tmp_path / "nokey"), cwd=root)
+    with FakeLLM(SCRIPT) as fake:
+        out = record(pf, root, fake, "openai.chat", tmp_path / "sb", check=False)
+        assert fake.requests == []
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and "does not exist" in lines[0], out.stderr
+    assert sh("git", "rev-parse", "-q", "--verify", "refs/pf/heads/run", cwd=root, check=False).returncode == 1
+    sh("git", "config", "user.signingKey", str(keys["alice"]), cwd=root)
     keys["allowed"].write_text("alice@example.org not-a-key-type AAAA\n")
     sh("git", "config", "pf.verify", "require", cwd=root)
     for args in (("verify", "main"), ("checkout", "main", "--into", tmp_path / "x")):
