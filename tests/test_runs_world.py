@@ -208,3 +208,16 @@ def test_blame_of_the_sdk_agent_names_its_fault_step_and_the_control_names_none(
     assert found["decisive"] == 3
     assert {r["step"]: (r["flips"], r["undefined"]) for r in found["steps"]} == {2: (0, 0), 3: (3, 0), 4: (0, 0)}
     assert control["decisive"] is None and all(r["flips"] == 0 and r["undefined"] == 0 for r in control["steps"])
+
+
+def test_a_run_recorded_without_a_sandbox_has_no_world_to_check(repo, run_pf, tmp_path):
+    """Replay gives every agent a world ($GIT_PF_WORLD); one recorded without --fs-root had none, so what
+    it writes there is no divergence."""
+    root, script = repo.git_dir.parent, tmp_path / "agent.sh"
+    script.write_text("curl -sf -X POST \"$OPENAI_BASE_URL/chat/completions\" -H 'content-type: application/json' "
+                      "-d '{\"model\":\"m\",\"messages\":[]}' >/dev/null\n"
+                      "[ -z \"$GIT_PF_WORLD\" ] || echo written > \"$GIT_PF_WORLD/out.txt\"\n")
+    with FakeLLM(["hello"]) as fake:
+        run_pf("record", "--name", "run", "--upstream", fake.url, "--", "sh", script, cwd=root)
+    out = report(run_pf("replay", "run", "--json", "--", "sh", script, cwd=root).stdout)
+    assert out["bit_exact"] is True and out["world_checked"] is False

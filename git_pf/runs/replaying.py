@@ -298,7 +298,7 @@ def _replay(repo, plan, rev: str, cmd: list[str], world: Path, realtime: bool, i
     return ReplayReport(rev, str(world), code, replayer.served, replayer.total,
                         (counted("draws"), len(plan.draws)), (counted("effects"), len(plan.ledger)),
                         replayer.mismatch, divergence, another_agent(replayer, first, rev, watcher.diverged),
-                        world_divergence=replayer.world, world_checked=world_check)
+                        world_divergence=replayer.world, world_checked=checker is not None and checker.active)
 
 
 def _drive(plan, cmd: list[str], world: Path, replayer: Replayer, stop: threading.Event,
