@@ -245,3 +245,43 @@ def test_draws_inside_a_tool_body_are_not_part_of_the_replay(tmp_path):
     proc = spawn(tmp_path, code, "replay", str(log), replay=replay_file(tmp_path, got))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == first.stdout and len(log.read_text().splitlines()) == 1
+
+
+CONCURRENT = """
+import sys, threading
+from pathlib import Path
+import git_pf
+
+world, both = Path(sys.argv[1]), threading.Barrier(2)
+
+@git_pf.tool(side_effect="idempotent")
+def write(name, overlap):
+    if overlap:
+        both.wait(10)  # the two bodies surely run at the same time
+    (world / name).write_text(name)
+    if overlap:
+        both.wait(10)
+    return name
+
+write("alone.txt", False)
+threads = [threading.Thread(target=write, args=(n, True)) for n in ("a.txt", "b.txt")]
+[t.start() for t in threads]
+[t.join() for t in threads]
+"""
+
+
+def test_a_calls_world_change_is_kept_unless_calls_overlap(tmp_path):
+    world = tmp_path / "world"
+    world.mkdir()
+    script = tmp_path / "child.py"
+    script.write_text(CONCURRENT)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("GIT_PF_")}
+    env = dict(child_env(base, mode="record", channel=tmp_path / "channel", replay_file=None), GIT_PF_WORLD=str(world))
+    proc = subprocess.run([sys.executable, str(script), str(world)], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    entries = {e["args"]["name"]: e for e in effects(events(tmp_path))}
+    alone = entries["alone.txt"]["world"]
+    assert alone == [{"path": "alone.txt", "mode": "100644",
+                      "blob": subprocess.run(["git", "hash-object", str(world / "alone.txt")], capture_output=True,
+                                             text=True, check=True).stdout.strip()}]
+    assert entries["a.txt"]["world"] == entries["b.txt"]["world"] == {"unknown": "concurrent calls"}
