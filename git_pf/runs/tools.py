@@ -6,12 +6,13 @@ effects ledger of the step images). Replaying, or in a fork's prefix, the record
 next ledger entry of that tool with the same arguments is returned and the body never runs; an
 irreversible call the ledger lacks ends a replay (exit 86) unless effects are allowed. A call's
 world change goes with its ledger entry (``world``: each path it wrote, as the id of a git blob,
-or deleted; a stat walk of ``$GIT_PF_WORLD`` before and after the body), and a call answered from
+or deleted; a look at ``$GIT_PF_WORLD`` before and after the body, kept cheap by a directory
+watcher, ``fswatch``), and a call answered from
 the ledger makes that change again from the blobs in the replay file, so an agent that reads back
 what the tool wrote finds it; a call that ran while another was running cannot be told apart
 (``{"unknown": "concurrent calls"}``) and is left to the world check. Outside a run the body just
-runs. Runs inside the agent's process: standard library, canonjson and
-secrets only (no repository, no pygit2); the run itself is the hook's (``hook.sitecustomize``).
+runs. Runs inside the agent's process: standard library, canonjson, secrets and fswatch only
+(no repository, no pygit2); the run itself is the hook's (``hook.sitecustomize``).
 """
 from __future__ import annotations
 
