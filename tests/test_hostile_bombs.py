@@ -356,3 +356,23 @@ def test_a_held_object_whose_git_blob_is_huge_is_refused_unread(pf, small_pointe
     assert proc.returncode == 3 and oid in line and ("refused" in line or "corrupt" in line), line
     assert peak - base < EXTRA_RSS, (peak, base)
     assert not (pf.root / "out").exists()
+
+
+def test_a_remote_objects_index_holding_a_huge_blob_is_not_copied_in(tmp_path, zero_pack):
+    """The git adapter copies a remote's objects index commit (a few KB) in from a scratch
+    repository; one whose tree holds the zero blob is refused unread."""
+    from git_pf.errors import DataError
+    from git_pf.transport import scratch
+    zero, files = zero_pack
+    src, dst = (pygit2.init_repository(str(tmp_path / n), bare=True) for n in ("src", "dst"))
+    for f in files:
+        (Path(src.path) / "objects" / "pack" / f.name).write_bytes(f.read_bytes())
+    tb = src.TreeBuilder()
+    tb.insert("aa", pygit2.Oid(hex=zero), pygit2.GIT_FILEMODE_BLOB)
+    top = src.TreeBuilder()
+    top.insert("index", tb.write(), pygit2.GIT_FILEMODE_TREE)
+    sig = pygit2.Signature("t", "t@e")
+    commit = str(src.create_commit(None, sig, sig, "index", top.write(), []))
+    with pytest.raises(DataError, match="over pf.maxBlobSize"):
+        scratch.copy_index(src, dst, commit)
+    assert pygit2.Oid(hex=zero) not in dst.odb

@@ -27,7 +27,8 @@ from typing import Iterator
 
 import pygit2
 
-from ..gittree import MODE_TREE, read_tree
+from ..errors import DataError
+from ..gittree import MODE_TREE, blob_size, over_limit, read_tree
 from ..liveness import may_have_written
 
 PREFIX = "transfer-"
@@ -82,12 +83,16 @@ def repository(git: pygit2.Repository, shallow: list[str] = ()) -> Iterator[tupl
 
 def copy_index(src: pygit2.Repository, dst: pygit2.Repository, commit: str) -> None:
     """Copy the commit ``commit`` and its whole tree (not its parents) from ``src`` into
-    ``dst``, skipping what ``dst`` already holds."""
+    ``dst``, skipping what ``dst`` already holds. An object over ``pf.maxBlobSize`` (by its
+    header; a remote's index holds only small ones) is a DataError, not read."""
     dst_odb = dst.odb
 
     def copy(oid: pygit2.Oid) -> bool:
         if oid in dst_odb:
             return False
+        problem = over_limit(blob_size(src, oid.raw))
+        if problem:
+            raise DataError(f"objects index {commit[:12]}: object {oid}: {problem}")
         kind, data = src.odb.read(oid)
         dst_odb.write(kind, data)
         return True
