@@ -33,6 +33,10 @@ _forced: contextvars.ContextVar = contextvars.ContextVar("git_pf_sign", default=
 _TIMEOUT_S = 60  # a signing program waiting on a passphrase prompt no one answers
 
 
+class SigningFailed(UsageError):
+    """The signing program did not sign (a missing key, a program that fails or is absent): one line, no image."""
+
+
 @dataclass(frozen=True)
 class Signer:
     """How to sign: git's format, the key (None: the committer's identity, for openpgp/x509) and the program."""
@@ -105,7 +109,7 @@ def sign(s: Signer, payload: bytes, committer: pygit2.Signature) -> str:
     key = s.key or _ident(committer)
     out = _run([s.program, "--status-fd=2", "-bsau", key], payload, s)
     if b"\n[GNUPG:] SIG_CREATED " not in b"\n" + out.stderr:
-        raise UsageError(f"{s.program} did not sign with key '{key}': {_line(out.stderr)}")
+        raise SigningFailed(f"{s.program} did not sign with key '{key}': {_line(out.stderr)}")
     return out.stdout.decode("ascii", "replace")
 
 
@@ -118,14 +122,14 @@ def _sign_ssh(s: Signer, payload: bytes) -> str:
     else:
         path, extra = os.path.expanduser(s.key), []
         if not os.path.exists(path):
-            raise UsageError(f"user.signingKey '{s.key}' does not exist")
+            raise SigningFailed(f"user.signingKey '{s.key}' does not exist")
     try:
         out = _run([s.program, "-Y", "sign", "-n", "git", "-f", path, *extra], payload, s)
     finally:
         if literal:
             os.unlink(path)
     if b"-----BEGIN SSH SIGNATURE-----" not in out.stdout:
-        raise UsageError(f"{s.program} did not sign with key '{s.key}': {_line(out.stderr)}")
+        raise SigningFailed(f"{s.program} did not sign with key '{s.key}': {_line(out.stderr)}")
     return out.stdout.decode("ascii", "replace")
 
 
@@ -133,13 +137,13 @@ def _run(argv: list[str], payload: bytes, s: Signer) -> subprocess.CompletedProc
     try:
         out = subprocess.run(argv, input=payload, capture_output=True, timeout=_TIMEOUT_S)
     except FileNotFoundError:
-        raise UsageError(f"signing program '{s.program}' not found (gpg.format={s.format})") from None
+        raise SigningFailed(f"signing program '{s.program}' not found (gpg.format={s.format})") from None
     except subprocess.TimeoutExpired:
-        raise UsageError(f"signing program '{s.program}' did not finish in {_TIMEOUT_S} s") from None
+        raise SigningFailed(f"signing program '{s.program}' did not finish in {_TIMEOUT_S} s") from None
     except OSError as e:
-        raise UsageError(f"signing program '{s.program}' cannot run: {e.strerror}") from None
+        raise SigningFailed(f"signing program '{s.program}' cannot run: {e.strerror}") from None
     if out.returncode != 0:
-        raise UsageError(f"signing with {s.format} key '{s.key or 'of the committer'}' failed: {_line(out.stderr)}")
+        raise SigningFailed(f"signing with {s.format} key '{s.key or 'of the committer'}' failed: {_line(out.stderr)}")
     return out
 
 

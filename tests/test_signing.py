@@ -273,3 +273,21 @@ def test_openpgp_signatures_are_made_and_checked_with_gpg(tmp_path):
     out = pf("checkout", theirs, "--into", tmp_path / "x", cwd=root, env=alice_env, check=False)
     assert out.returncode == 3 and "unknown key" in out.stderr and not (tmp_path / "x").exists()
     pf("checkout", mine, "--into", tmp_path / "y", cwd=root, env=alice_env)
+
+
+def test_a_step_that_cannot_be_signed_mid_run_is_lost_and_the_agent_goes_on(tmp_path, keys):
+    root = user(tmp_path, "alice", keys["alice"], keys["allowed"])
+    once = tmp_path / "sign-once"  # a signing program that signs step 0, then fails (an agent that lost the key)
+    once.write_text(f'#!/bin/sh\nif [ -e "{tmp_path}/signed" ]; then echo "no key in the agent" >&2; exit 1; fi\n'
+                    f'touch "{tmp_path}/signed"\nexec ssh-keygen "$@"\n')
+    once.chmod(0o755)
+    sh("git", "config", "gpg.ssh.program", once, cwd=root)
+    with FakeLLM(SCRIPT) as fake:
+        out = record(pf, root, fake, "openai.chat", tmp_path / "sb", check=False)
+        assert len(fake.requests) == 5  # every exchange reached the agent
+    assert out.returncode == 1
+    warned = [line for line in out.stderr.splitlines() if "warning" in line]
+    assert len(warned) == 1 and "not written" in warned[0] and "no key in the agent" in warned[0]
+    assert report(out.stdout)["steps_lost"] == 6  # steps 1-5 and the end image
+    sh("git", "config", "--unset", "gpg.ssh.program", cwd=root)  # git verifies with that program too
+    assert signed(root, "refs/pf/heads/run") and sh("git", "rev-list", "refs/pf/heads/run", cwd=root).stdout.count("\n") == 1

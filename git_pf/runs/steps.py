@@ -35,6 +35,7 @@ from ..errors import InputFormatError, UnknownRevision, UsageError, WriteFailed
 from ..layers.effects import ledger as effects_mod
 from ..layers.trace import exchange, tape as tape_mod, wire
 from ..gittree import MODE_FILE, TreeWriter
+from ..signing import SigningFailed
 from ..snapshot import SnapshotRequest, take
 from ..store.packfile import RunPackWriter, packing
 from . import channel
@@ -46,7 +47,7 @@ RUN_END_TRAILER = "Pf-Run-Exit"
 FORKED_TRAILER = "Pf-Forked-From"
 LOST_TRAILER = "Pf-Steps-Lost"
 RETRY_S = (0.05, 0.25)  # the pauses before a step write is tried again
-STORAGE_ERRORS = (WriteFailed, OSError, pygit2.GitError)
+STORAGE_ERRORS = (WriteFailed, OSError, pygit2.GitError, SigningFailed)  # a step that cannot be signed is lost too
 MAX_STEP = 10**9
 _runs = itertools.count(1)
 
@@ -356,4 +357,4 @@ class StepWriter:
 
 
 def _reason(e: Exception) -> str:
-    return str(e) if isinstance(e, WriteFailed) else f"{type(e).__name__}: {getattr(e, 'strerror', None) or e}"
+    return str(e) if isinstance(e, (WriteFailed, SigningFailed)) else f"{type(e).__name__}: {getattr(e, 'strerror', None) or e}"
