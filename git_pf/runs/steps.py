@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pygit2
 
-from .. import image as img, refs, secrets
+from .. import image as img, refs, secrets, verify
 from ..errors import InputFormatError, UnknownRevision, UsageError, WriteFailed
 from ..layers.effects import ledger as effects_mod
 from ..layers.trace import exchange, tape as tape_mod, wire
@@ -113,6 +113,7 @@ class RunPlan:
 def run_plan(git, rev: str) -> RunPlan:
     """The recorded run REV ends; UsageError when REV is no recorded run, DataError when its tape is damaged."""
     tip = img.read_image(git, refs.resolve(git, rev))
+    verify.check_use(git, tip.id, rev)
     stored = tape_mod.read(git, tip.tree)
     if not stored or not all(exchange.is_v2(e) for e in stored):
         raise UsageError(f"'{rev}' is not a recorded run (its image has no tape of format v2)")
