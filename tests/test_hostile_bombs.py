@@ -8,6 +8,7 @@ import errno
 import io
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pygit2
@@ -376,3 +377,43 @@ def test_a_remote_objects_index_holding_a_huge_blob_is_not_copied_in(tmp_path, z
     with pytest.raises(DataError, match="over pf.maxBlobSize"):
         scratch.copy_index(src, dst, commit)
     assert pygit2.Oid(hex=zero) not in dst.odb
+
+
+@pytest.mark.parametrize("where", ["store.json", "sizes/aa"])
+def test_a_store_record_holding_a_huge_blob_is_refused_unread(tmp_path, zero_pack, where):
+    """A pushed store record (refs/pf/meta/store) whose record file or a sizes bucket is the
+    zero blob: refused with one line by its size, before it is read (pygit2's lookup of a
+    blob inflates it whole, so the size is taken from the object header)."""
+    from git_pf.errors import DataError
+    from git_pf.transport import storerecord
+    zero, files = zero_pack
+    git = pygit2.init_repository(str(tmp_path / "r"), bare=True)
+    for f in files:
+        (Path(git.path) / "objects" / "pack" / f.name).write_bytes(f.read_bytes())
+    good = git.get(storerecord.write_commit(git, "git", None, sizes={"aa" + "0" * 62: 1}))
+    tb = git.TreeBuilder(good.tree)
+    if where == "store.json":
+        tb.insert("store.json", pygit2.Oid(hex=zero), pygit2.GIT_FILEMODE_BLOB)
+    else:
+        inner = git.TreeBuilder()
+        inner.insert("aa", pygit2.Oid(hex=zero), pygit2.GIT_FILEMODE_BLOB)
+        tb.insert("sizes", inner.write(), pygit2.GIT_FILEMODE_TREE)
+    sig = pygit2.Signature("t", "t@e")
+    bad = str(git.create_commit(None, sig, sig, "record", tb.write(), []))
+
+    def read(commit: str) -> tuple[int, str, int]:
+        """Read the record ``commit`` in a fresh process: its exit code, stderr and peak RSS."""
+        code = ("import pygit2, sys\nfrom git_pf.transport import storerecord\nfrom git_pf.errors import DataError\n"
+                f"git = pygit2.Repository({git.path!r})\n"
+                f"try:\n    storerecord._read_commit(git, {commit!r}, 'the record')\n"
+                f"    storerecord.read_listings(git, {commit!r}, 'the record')\n"
+                "except DataError as e:\n    sys.exit(str(e))\n")
+        with subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True) as proc:
+            _, status, usage = os.wait4(proc.pid, 0)
+            return os.waitstatus_to_exitcode(status), proc.stderr.read(), usage.ru_maxrss * 1024
+
+    ok, err, base = read(str(good.id))
+    assert ok == 0, err
+    code, err, peak = read(bad)
+    assert code == 1 and f"{where.split('/')[-1]}: over" in err, err
+    assert peak - base < EXTRA_RSS, (peak, base)

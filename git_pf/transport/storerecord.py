@@ -32,6 +32,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pygit2
 
 from ..errors import DataError, TransferFailed, UsageError
+from ..gittree import blob_size
 from . import gitcmd
 from .remotes import Remote
 
@@ -153,16 +154,27 @@ def _tree(git: pygit2.Repository, oid: str, where: str) -> pygit2.Tree:
         raise DataError(f"{where} is not a valid store record (expected a commit)") from None
 
 
+def _blob(git: pygit2.Repository, entry, limit: int, where: str) -> bytes:
+    """The bytes of the blob a tree entry names, read only when its object header says at
+    most ``limit`` (git compresses blobs: a few KiB pushed may be gigabytes read): over it
+    is a DataError, anything but a blob a KeyError."""
+    if entry.type_str != "blob":
+        raise KeyError(entry.name)
+    if blob_size(git, entry.id.raw) > limit:
+        raise DataError(f"{where} is not a valid store record ({entry.name}: over {limit} bytes)")
+    return git.odb.read(entry.id)[1]
+
+
 def _read_commit(git: pygit2.Repository, oid: str, where: str) -> tuple[str, str | None]:
     tree = _tree(git, oid, where)
     try:
-        blob = git[tree[FILE].id]
-        if not isinstance(blob, pygit2.Blob) or any(e.name not in (FILE, *LISTINGS) for e in tree):
+        if any(e.name not in (FILE, *LISTINGS) for e in tree):
             raise KeyError(FILE)
+        data = _blob(git, tree[FILE], MAX_BYTES, where)
     except (KeyError, ValueError, pygit2.GitError):
         raise DataError(f"{where} is not a valid store record (expected {FILE}, sizes/ and bundles/ "
                         f"only)") from None
-    return decode(blob.data, where)
+    return decode(data, where)
 
 
 def _read_listing(git: pygit2.Repository, tree: pygit2.Tree, listing: str, decode, where: str) -> dict:
@@ -171,10 +183,9 @@ def _read_listing(git: pygit2.Repository, tree: pygit2.Tree, listing: str, decod
     out: dict = {}
     try:
         for entry in git[tree[listing].id]:
-            blob = git[entry.id]
-            if not isinstance(blob, pygit2.Blob) or not _BUCKET.match(entry.name) or blob.size > _MAX_BUCKET:
+            if not _BUCKET.match(entry.name):
                 raise KeyError(entry.name)
-            out.update(decode(blob.data, entry.name, where))
+            out.update(decode(_blob(git, entry, _MAX_BUCKET, where), entry.name, where))
     except (KeyError, ValueError, TypeError, pygit2.GitError):
         raise DataError(f"{where} is not a valid store record (bad {listing}/)") from None
     return out
