@@ -31,7 +31,7 @@ from pathlib import Path
 import pygit2
 
 from .. import image as img, refs, secrets, verify
-from ..errors import InputFormatError, UnknownRevision, UsageError, WriteFailed
+from ..errors import InputFormatError, PfError, UnknownRevision, UsageError, WriteFailed
 from ..layers.effects import ledger as effects_mod
 from ..layers.trace import exchange, tape as tape_mod, wire
 from ..gittree import MODE_FILE, TreeWriter
@@ -48,6 +48,7 @@ FORKED_TRAILER = "Pf-Forked-From"
 LOST_TRAILER = "Pf-Steps-Lost"
 RETRY_S = (0.05, 0.25)  # the pauses before a step write is tried again
 STORAGE_ERRORS = (WriteFailed, OSError, pygit2.GitError, SigningFailed)  # a step that cannot be signed is lost too
+STORAGE_ERRORS += (PfError,)  # the branch could not be moved (a ref that cannot be written)
 MAX_STEP = 10**9
 _runs = itertools.count(1)
 
@@ -185,6 +186,7 @@ class StepWriter:
         self.keep = frozenset(no_redact)
         self._lock = threading.Lock()
         self._packs = RunPackWriter(repo.git)
+        _bound_git_memory()
         self.failures: list[str] = []  # one line per step (or world) that could not be written
         self.lost = 0  # step images that could not be written
         self._tip = parent
@@ -355,6 +357,19 @@ class StepWriter:
             result = take(self.repo, req)
         self._tip = result.image.id
         return result.image
+
+
+GIT_CACHE_BYTES = 16 << 20  # libgit2's object cache, for the whole process
+GIT_MAPPED_BYTES = 8 << 20  # libgit2's mapped pack windows: a run's merged packs come and go
+
+
+def _bound_git_memory() -> None:
+    """Bound what libgit2 keeps in this long-lived process (by default a 256 MiB object cache and
+    8 GiB of mapped pack windows, windows of packs a merge removed included): a recording's memory
+    stays flat however long it runs."""
+    settings = pygit2.settings
+    settings.cache_max_size(min(GIT_CACHE_BYTES, settings.cached_memory[1] or GIT_CACHE_BYTES))
+    settings.mwindow_mapped_limit = min(settings.mwindow_mapped_limit, GIT_MAPPED_BYTES)
 
 
 def _reason(e: Exception) -> str:
