@@ -240,19 +240,30 @@ def test_verified_images_are_cached_under_the_trust_settings(tmp_path, keys):
     assert out.returncode == 3 and "is not trusted: expired by alice@example.org" in out.stderr
 
 
-def gpg_home(tmp: Path, name: str) -> tuple[dict, str]:
-    home = tmp / f"gnupg-{name}"
-    home.mkdir(mode=0o700)
-    env = {"GNUPGHOME": str(home)}
-    sh("gpg", "--batch", "--passphrase", "", "--quick-gen-key", f"{name} <{name}@example.org>", "ed25519", "sign",
-       "never", env=env)
-    return env, f"{name}@example.org"
+@pytest.fixture
+def gpg_home(tmp_path):
+    """Makes GnuPG homes with one key each (batch mode, no passphrase); their agents end with the test."""
+    homes = []
+
+    def make(name: str) -> tuple[dict, str]:
+        home = tmp_path / f"gnupg-{name}"
+        home.mkdir(mode=0o700)
+        env = {"GNUPGHOME": str(home)}
+        homes.append(env)
+        sh("gpgconf", "--launch", "gpg-agent", env=env)  # started here, not on first use by a busy machine
+        sh("gpg", "--batch", "--pinentry-mode", "loopback", "--passphrase", "", "--quick-gen-key",
+           f"{name} <{name}@example.org>", "ed25519", "sign", "never", env=env)
+        return env, f"{name}@example.org"
+
+    yield make
+    for env in homes:
+        sh("gpgconf", "--kill", "gpg-agent", env=env, check=False)
 
 
 @pytest.mark.skipif(shutil.which("gpg") is None, reason="gpg is not installed (make sysdeps)")
-def test_openpgp_signatures_are_made_and_checked_with_gpg(tmp_path):
-    alice_env, alice = gpg_home(tmp_path, "alice")
-    mallory_env, mallory = gpg_home(tmp_path, "mallory")
+def test_openpgp_signatures_are_made_and_checked_with_gpg(tmp_path, gpg_home):
+    alice_env, alice = gpg_home("alice")
+    mallory_env, mallory = gpg_home("mallory")
     root = tmp_path / "repo"
     pf("init", root, cwd=tmp_path)
     for k, v in (("user.name", "alice"), ("user.email", alice), ("pf.sign", "true")):
