@@ -175,6 +175,15 @@ def test_an_agent_writing_by_absolute_path_leaves_the_real_project_byte_identica
     # without isolation the agent reads the real project by that path (its 3 lines), so it asks otherwise
     proc = run_pf("replay", "run", "--no-isolate", "--", *AGENT, cwd=root, env=by_path, check=False)
     assert proc.returncode == 1 and "replay mismatch: step 1:" in proc.stderr
+    # where no mount namespace can be made (here: no unshare on PATH) the replay is refused in one line
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for tool in ("git", "sh"):
+        (bare / tool).symlink_to(shutil.which(tool))
+    proc = run_pf("replay", "run", "--", *AGENT, cwd=root, check=False,
+                  env=dict(by_path, PATH=f"{Path(sys.executable).parent}:{bare}"))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--no-isolate" in proc.stderr, proc.stderr
+    assert files(project) == before
 
 
 def test_a_prefix_problem_says_whether_it_was_before_at_or_after_the_forks_step():

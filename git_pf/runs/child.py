@@ -106,6 +106,15 @@ def namespaces_available() -> bool:
     return _namespaces["ok"]
 
 
+def check_isolation(root: str | None, isolate: bool = True) -> None:
+    """Refuse (PfError, exit 2) before anything is written when the recorded path ``root`` exists
+    here, must be hidden, and no mount namespace can be made."""
+    if root and isolate and os.path.isdir(root) and not namespaces_available():
+        raise PfError(f"the run was recorded in '{root}', outside this world, and no private mount namespace can "
+                      f"be made here to show the world there (give --no-isolate to run anyway: writes by that "
+                      f"path would reach it)", 2)
+
+
 def isolated(cmd: list[str], world: Path, root: str | None, cwd: str | None, isolate: bool = True) -> list[str]:
     """CMD as it must start so that the recorded sandbox path ``root`` shows ``world`` (and its cwd
     is the recorded one): wrapped in a mount namespace, or as it is when there is nothing to hide
@@ -115,10 +124,7 @@ def isolated(cmd: list[str], world: Path, root: str | None, cwd: str | None, iso
         return list(cmd)
     if os.path.realpath(root) == os.path.realpath(world):
         return list(cmd)
-    if not namespaces_available():
-        raise PfError(f"the run was recorded in '{root}', outside this world, and no private mount namespace can "
-                      f"be made here to show the world there (give --no-isolate to run anyway: writes by that "
-                      f"path would reach it)", 2)
+    check_isolation(root, isolate)
     start_check(cmd, os.environ)
     here = cwd if cwd and os.path.isdir(cwd) else ""
     return [*_unshare(), "sh", "-c", _ENTER, "sh", str(world), os.path.realpath(root), here, *cmd]

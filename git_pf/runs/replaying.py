@@ -213,7 +213,7 @@ def replay(repo, rev: str, cmd: list[str], *, realtime: bool = False, ignore: tu
     plan = plan_of(repo, rev)
     child.start_check(cmd, os.environ)
     if isolate:  # refused here, before anything is checked out, when it cannot be had
-        child.isolated(cmd, Path("."), *recorded_place(repo.git, plan.first))
+        child.check_isolation(recorded_place(repo.git, plan.first)[0])
     if world is not None or fs_root is not None:
         world = Path(world).resolve() if world is not None else fresh_world(repo, plan.first, fs_root)
         return _replay(repo, plan, rev, cmd, world, realtime, ignore, allow_effects, world_check, isolate)

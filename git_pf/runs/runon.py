@@ -76,7 +76,7 @@ def run(repo, branch: str, cmd: list[str], *, upstreams: list[str] = (), fs_root
     ups = Upstreams.from_repo(git, list(upstreams))
     child.start_check(cmd, os.environ)
     place = recorded_place(git, plan.first) if isolate else (None, None)
-    child.isolated(cmd, Path("."), *place)  # refused here, before anything is written, when it cannot be had
+    child.check_isolation(place[0])  # refused here, before anything is written, when it cannot be had
     start = plan.start_image if resume_world else plan.first
     world = Path(world).resolve() if world is not None else fresh_world(repo, start, fs_root)
     last = max(plan.entries, key=lambda e: e["step"])
