@@ -1,7 +1,9 @@
 """Hostile images cannot make a read use unbounded memory: decompression bombs behind a
 pointer, pointers claiming absurd sizes, sizes that disagree with their objects, over-long
-JSON lines. Each is refused with one line by the command a user runs, within a fixed
-amount of memory, measured on the real process."""
+JSON lines, and git's own compression (a zero blob of 512 MiB is about 512 KiB in a pack)
+as a world file, a layer file, a held side-store object, an objects index or a store
+record. Each is refused with one line, or streamed, by the command a user runs, within a
+fixed amount of memory, measured on the real process."""
 from __future__ import annotations
 
 import errno
