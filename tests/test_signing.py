@@ -302,3 +302,15 @@ def test_a_step_that_cannot_be_signed_mid_run_is_lost_and_the_agent_goes_on(tmp_
     assert report(out.stdout)["steps_lost"] == 6  # steps 1-5 and the end image
     sh("git", "config", "--unset", "gpg.ssh.program", cwd=root)  # git verifies with that program too
     assert signed(root, "refs/pf/heads/run") and sh("git", "rev-list", "refs/pf/heads/run", cwd=root).stdout.count("\n") == 1
+
+
+def test_commit_gpgsign_signs_images_and_forks_unless_pf_sign_is_false(tmp_path, keys):
+    root = user(tmp_path, "alice", keys["alice"], keys["allowed"])
+    sh("git", "config", "--unset", "pf.sign", cwd=root)
+    sh("git", "config", "commit.gpgSign", "true", cwd=root)
+    first = snap(root, {"a.txt": "1"})
+    assert signed(root, first)
+    fork = pf("fork", "main", "-n", "1", "--json", cwd=root).stdout
+    assert signed(root, json.loads(fork)[0]["id"])
+    sh("git", "config", "pf.sign", "false", cwd=root)
+    assert not signed(root, snap(root, {"a.txt": "2"}))
