@@ -10,8 +10,10 @@ points, a full disk in the middle of a recording (``make soak``; not part of ``m
   recorder's RSS is sampled throughout. Then fsck and a replay (bit-exact).
 - kills: kill -9 of the recorder, the hook server or a snapshot command, each stopped at a pack
   write chosen at random (``GIT_PF_STOP_PACK_WRITE=N:FIFO``: the victim blocks on a FIFO with its pack
-  in place and its index not yet, so the point does not depend on timing); after each: fsck clean,
-  every step before the kill intact, the branch at a complete image, and the same command run again.
+  in place and its index not yet, so the point does not depend on timing), and of a copy-on-write
+  mount's daemon at a random moment while a loop writes into the mount; after each: fsck clean,
+  every step before the kill intact, the branch at a complete image, and the same command run again
+  (the mount: unmounted, mounted again and snapshotted).
 - disk full: a recording into a repository on a small tmpfs (root only; else ``GIT_PF_FAIL_PACK_WRITE``
   makes the writes fail from a step on): the agent's run finishes and git-pf reports the lost steps
   in one line.
@@ -220,7 +222,7 @@ def kills(base: Path, fake: FakeLLM, trials: int, rng: random.Random, rows: dict
     fifo = base / "stop"
     os.mkfifo(fifo)
     problems = lost = broken = reached = 0
-    victims = ["recorder", "command", "hook server"]
+    victims = ["recorder", "command", "hook server", "mount daemon"]
     for k in range(trials):
         victim = victims[k % len(victims)]
         at = rng.randint(2, 12)
@@ -234,14 +236,17 @@ def kills(base: Path, fake: FakeLLM, trials: int, rng: random.Random, rows: dict
             at = 1  # one pack per snapshot command: stop its only write
             (world / "b").write_text(f"trial {k}\n")
             cmd = ["git-pf", "snapshot", "--fs-root", world, "--name", f"s{k}"]
-        else:
-            cmd = None
-        if cmd is not None:
+        if victim in ("recorder", "command"):
             proc = stopped_at(cmd, repo, env_for(), at, fifo)
             reached += proc.poll() is None
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        elif victim == "mount daemon":  # no object writes to stop at: killed at a random moment of a writer's loop
+            mnt = base / f"km{k}"
+            (world / "seed.txt").write_text("seed\n")
+            pf("snapshot", "--fs-root", world, "--name", f"m{k}", cwd=repo, check=True)
+            broken += mount_kill(repo, f"m{k}", mnt, rng)
         else:  # the hook server inherits the stop point from the hook that starts it
             project = base / f"kp{k}"
             project.mkdir()
@@ -274,11 +279,32 @@ def kills(base: Path, fake: FakeLLM, trials: int, rng: random.Random, rows: dict
         elif victim == "command":
             broken += int(pf("snapshot", "--fs-root", world, "--name", f"s{k}", cwd=repo).returncode != 0)
     pf("hook", "claude-code", "--stop-server", cwd=repo)
-    rows["kill -9 trials (recorder, command, hook server)"] = f"{trials} ({reached} stopped at the failpoint)"
+    rows["kill -9 trials (recorder, command, hook server, mount daemon)"] = f"{trials} ({reached} stopped at the failpoint)"
     rows["fsck problems"] = rows.get("fsck problems", 0) + problems
     rows["steps lost"] = rows.get("steps lost", 0) if isinstance(rows.get("steps lost", 0), int) else rows["steps lost"]
     rows["kills: runs with a step missing before the kill"] = lost
     rows["agent runs broken by git-pf"] = rows.get("agent runs broken by git-pf", 0) + broken
+
+
+def mount_kill(repo: Path, rev: str, mnt: Path, rng: random.Random) -> int:
+    """Mount ``rev`` copy-on-write, write into it from a loop, kill -9 the daemon after a random
+    delay; then unmount, mount again and snapshot the mount. 1 when any of that failed."""
+    if pf("mount", rev, mnt, "--rw", cwd=repo).returncode != 0:
+        return 0  # no FUSE here: nothing to kill
+    mounts = json.loads(pf("mounts", "--json", cwd=repo).stdout or "[]")
+    pid = next((m["pid"] for m in mounts if m["mountpoint"] == str(mnt)), None)
+    writer = subprocess.Popen(["sh", "-c", f"i=0; while [ $i -lt 2000 ]; do echo $i > {mnt}/w$((i % 50)); "
+                                           f"i=$((i+1)); done"], stderr=subprocess.DEVNULL)
+    time.sleep(rng.uniform(0.05, 1.0))
+    if pid:
+        os.kill(pid, signal.SIGKILL)
+    writer.wait()
+    bad = pf("umount", mnt, cwd=repo).returncode != 0
+    bad |= pf("mount", rev, mnt, "--rw", cwd=repo).returncode != 0
+    (mnt / "after.txt").write_text("after\n") if not bad else None
+    bad |= pf("snapshot", "--mount", mnt, cwd=repo).returncode != 0
+    pf("umount", mnt, cwd=repo)
+    return int(bad)
 
 
 def disk_full(base: Path, fake: FakeLLM, rows: dict) -> None:
