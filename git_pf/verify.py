@@ -244,6 +244,7 @@ class Verifier:
         self.cache_file = Path(git.path) / "pf" / "verified" / self._settings_key()
         self._cached: dict[str, Verdict] | None = None
         self._own: dict[str, Verdict] = {}
+        self._pending: list[str] = []  # cache lines not written yet (``_flush``)
 
     # -- the cache -----------------------------------------------------------
     def _settings_key(self) -> str:
@@ -282,15 +283,22 @@ class Verifier:
         return found
 
     def _remember(self, v: Verdict) -> None:
-        if self.cached(v.id) is not None:
+        if self.cached(v.id) is None:
+            self._cached[v.id] = v
+            self._pending.append("\t".join([v.id, v.status, (v.signer or "").replace("\t", " ").replace("\n", " "),
+                                            v.format or "", v.via or ""]))
+
+    def _flush(self) -> None:
+        """Append the verdicts found since the last flush to the cache file, in one write (lines
+        of whole verdicts: a reader skips a line it does not understand)."""
+        if not self._pending:
             return
-        self._cached[v.id] = v
-        line = "\t".join([v.id, v.status, (v.signer or "").replace("\t", " "), v.format or "", v.via or ""])
+        data, self._pending = ("\n".join(self._pending) + "\n").encode(), []
         try:
             self.cache_file.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.cache_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             try:
-                os.write(fd, (line + "\n").encode())
+                os.write(fd, data)
             finally:
                 os.close(fd)
         except OSError:
@@ -374,6 +382,12 @@ class Verifier:
     def trust(self, oid: str) -> Verdict:
         """Whether the policy trusts ``oid``: its own good signature, else the nearest signed
         descendant on a first-parent line from an image ref down to it. Cached when trusted."""
+        try:
+            return self._trust(oid)
+        finally:
+            self._flush()
+
+    def _trust(self, oid: str) -> Verdict:
         known = self.cached(oid)
         if known is not None:
             return known
@@ -408,6 +422,12 @@ class Verifier:
     def all_lines(self, tips: list[str]) -> dict[str, Verdict]:
         """Every image on the first-parent lines of ``tips``, each walked once from its tip down
         (``git pf verify --all``): a trusted signed commit covers those below it."""
+        try:
+            return self._all_lines(tips)
+        finally:
+            self._flush()
+
+    def _all_lines(self, tips: list[str]) -> dict[str, Verdict]:
         out: dict[str, Verdict] = {}
         for tip in tips:
             cover, c = None, self.git.get(tip)

@@ -141,6 +141,9 @@ def test_a_signature_copied_onto_a_changed_tree_is_a_bad_signature(tmp_path, key
     assert not signed(root, forged)
     out = pf("verify", "forged", cwd=root, check=False)
     assert out.returncode == 1 and "untrusted: bad signature by alice@example.org" in out.stdout
+    listed = {v["id"]: v for v in json.loads(pf("verify", "--all", "--json", cwd=root, check=False).stdout)}
+    assert listed[forged]["status"] == "bad signature" and not listed[forged]["trusted"]
+    assert listed[good]["trusted"] and listed[first]["trusted"] and listed[first]["status"] == "good"
     sh("git", "config", "pf.verify", "require", cwd=root)
     out = pf("checkout", "forged", "--into", tmp_path / "x", cwd=root, check=False)
     assert out.returncode == 3 and "bad signature" in out.stderr and not (tmp_path / "x").exists()
