@@ -189,6 +189,10 @@ class WorldCheck:
         self.live = LiveWorld(repo, Path(world), ())
         self._lock = threading.Lock()
         self.checked = 0
+        # the first look hashes every file: done meanwhile, while the agent starts up
+        self._warm = threading.Thread(target=self.tree, name="pf-world-check", daemon=True) if self.active else None
+        if self._warm is not None:
+            self._warm.start()
 
     def tree(self) -> str:
         with self._lock:
@@ -210,6 +214,8 @@ class WorldCheck:
                                paths, patch)
 
     def close(self) -> None:
+        if self._warm is not None:
+            self._warm.join()
         self.live.watch.close()
 
 
