@@ -97,18 +97,22 @@ def test_require_refuses_an_image_an_unknown_key_pushed_and_writes_nothing(tmp_p
     sh("git", "config", "pf.verify", "require", cwd=alice)
     pf("fetch", "origin", cwd=alice)
     theirs = "remotes/origin/heads/main"
-    before = sh("git", "for-each-ref", "refs/pf/heads", cwd=alice).stdout
+    pf("branch", "mal", theirs, cwd=alice)  # run goes on from a local branch
+    before = sh("git", "for-each-ref", "refs/pf", cwd=alice).stdout
     for args in (("checkout", theirs, "--into", tmp_path / "out"),
                  ("merge", theirs),
                  ("mount", theirs, tmp_path / "mnt"),
                  ("replay", theirs, "--", sys.executable, "-c", "pass"),
+                 ("run", "mal", "--", sys.executable, "-c", "pass"),
+                 ("blame", theirs, "--success-re", "done", "--", sys.executable, "-c", "pass"),
+                 ("report", theirs, "-o", tmp_path / "report.html"),
                  ("fork", theirs, "-n", "1")):
         out = pf(*args, cwd=alice, check=False)
         assert out.returncode == 3, (args, out.stderr)
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1 and "is not trusted: unknown key" in lines[0] and "pf.verify=require" in lines[0], args
-    assert not (tmp_path / "out").exists() and not any((tmp_path / "mnt").iterdir() if (tmp_path / "mnt").exists() else [])
-    assert sh("git", "for-each-ref", "refs/pf/heads", cwd=alice).stdout == before
+    assert not (tmp_path / "out").exists() and not (tmp_path / "report.html").exists() and not any((tmp_path / "mnt").iterdir() if (tmp_path / "mnt").exists() else [])
+    assert sh("git", "for-each-ref", "refs/pf", cwd=alice).stdout == before
     assert not list((alice / ".git" / "pf" / "mounts").glob("*")) if (alice / ".git" / "pf" / "mounts").exists() else True
     # the LangGraph saver never decodes the fetched checkpoint
     from git_pf.verify import Untrusted
@@ -116,7 +120,7 @@ def test_require_refuses_an_image_an_unknown_key_pushed_and_writes_nothing(tmp_p
     saver = PfSaver(Repo.open(alice))
     with pytest.raises(Untrusted, match="unknown key"):
         saver.get_tuple({"configurable": {"thread_id": "t1", "checkpoint_ns": ""}})
-    assert sh("git", "for-each-ref", "refs/pf/heads", cwd=alice).stdout == before
+    assert sh("git", "for-each-ref", "refs/pf", cwd=alice).stdout == before
     # its own signed image is used as ever; under warn the fetched one is used with one warning line
     pf("checkout", mine, "--into", tmp_path / "mine", cwd=alice)
     sh("git", "config", "pf.verify", "warn", cwd=alice)
