@@ -23,6 +23,17 @@ def _packs(git_dir: Path) -> list[Path]:
     return sorted((git_dir / "objects" / "pack").glob("*.pack"))
 
 
+def _open_removed() -> int:
+    """Files this process holds open that are removed (merged-away packs libgit2 kept open)."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").endswith(" (deleted)")
+        except OSError:
+            pass
+    return n
+
+
 def _round_objects(k: int) -> list[bytes]:
     return [b"round %d object %d\n" % (k, i) * 20 for i in range(30)]
 
@@ -96,7 +107,9 @@ def test_a_run_of_many_flushes_leaves_a_few_packs_and_every_object(repo):
         data = b"step %d\n" % step * 40
         written.append((writer.add(BLOB, data), data))
         writer.flush()
+        assert pygit2.Oid(raw=written[-1][0]) in repo.git.odb  # a step reads its objects back
         assert len(_packs(repo.git_dir)) <= 12  # about log2(steps), never one per step
+    assert _open_removed() < RunPackWriter.FORGET_AFTER  # merged-away packs are not kept open
     writer.consolidate()
     assert len(_packs(repo.git_dir)) == 1
     fresh = pygit2.Repository(str(repo.git_dir))

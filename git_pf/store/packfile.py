@@ -248,11 +248,15 @@ class RunPackWriter(PackWriter):
     run of N flushes leaves about log2(N) packs, and ``consolidate`` makes them one at the
     run's end. A merge copies the entries as they are (no inflate, no deflate) into a new pack,
     then removes the packs it merged; one that ``git gc`` already took is left out (its objects
-    are in gc's pack)."""
+    are in gc's pack). Every ``FORGET_AFTER`` packs merged away the repository gets a fresh object
+    database, so the process does not keep them open (``_forget``)."""
+
+    FORGET_AFTER = 128  # merged-away packs after which the repository gets a fresh object database
 
     def __init__(self, repo: pygit2.Repository):
         super().__init__(repo)
         self.packs: list[tuple[Path, int]] = []  # (pack path without suffix, bytes), oldest first
+        self._removed = 0
 
     def flush(self) -> Path | None:
         stem = super().flush()
@@ -282,7 +286,17 @@ class RunPackWriter(PackWriter):
         except (OSError, ValueError):
             return False
         self.packs[-k:] = [(stem, _size(stem))] if stem is not None else []
+        self._removed += k
+        if self._removed >= self.FORGET_AFTER:
+            self._forget()
         return True
+
+    def _forget(self) -> None:
+        """libgit2 keeps every pack it ever opened open and mapped, removed ones too: a fresh object
+        database for the repository closes them (fds, maps, the disk space of removed packs). The
+        caller's lock must keep other threads off this ``pygit2.Repository`` meanwhile."""
+        self._removed = 0
+        self.repo.set_odb(pygit2.Odb(str(Path(self.repo.path) / "objects")))
 
 
 def _size(stem: Path) -> int:
