@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from . import canonjson, config, image as img, maintenance, refs, signing
+from . import canonjson, cmdwatch, config, image as img, maintenance, refs, signing
 from .errors import UsageError
 from .layers import registry
 from .layers.world.capture import Capture, CaptureStats, capture
@@ -161,13 +161,17 @@ class DirWorld:
         git = repo.git
         threshold = config.large_file_threshold(git)
         settings = (threshold, tuple(self.ignore))
-        self.cache = StatCache.load(repo.git_dir, self.root, settings, lambda t: t in git.odb)
+        # under the command server, its file watcher may vouch for directories nothing changed in
+        self.cache, unchanged = cmdwatch.load(self.root, StatCache.path_for(repo.git_dir, self.root),
+                                              lambda: StatCache.load(repo.git_dir, self.root, settings,
+                                                                     lambda t: t in git.odb))
         exclude = {os.fsencode(os.path.realpath(repo.git_dir))}
         return capture(git, repo.store, self.root, threshold=threshold, ignore=list(self.ignore), cache=self.cache,
-                       exclude=exclude)
+                       exclude=exclude, unchanged=unchanged)
 
     def done(self, cap: Capture) -> None:
         self.cache.save(self.root, cap.tree)
+        cmdwatch.saved(self.root, self.cache.path)
 
 
 def _parent(git, full: str, branch: str, expected: str | None) -> tuple[str | None, img.ImageInfo | None]:

@@ -30,6 +30,11 @@ def _run_command() -> int:
         from ..integrations.claude_code_hook import main as hook
 
         return hook()
+    from .client import serve  # the repository's command server, when it runs this command
+
+    served = serve(sys.argv[1:])
+    if served is not None:
+        return served
     from .app import main as run
 
     return run()

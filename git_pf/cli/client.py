@@ -1,0 +1,304 @@
+"""The thin side of the command server (docs/server.md).
+
+``serve(argv)`` hands one ``git pf`` command to the repository's command
+server, a pre-imported process that runs it in a forked child: it sends the
+argv, environment, working directory, umask and the stdin/stdout/stderr
+descriptors (``SCM_RIGHTS``) over a unix socket, forwards SIGINT, SIGTERM and
+SIGHUP, and returns the command's exit status. It returns None wherever the
+command must run in this process instead: the server is off, missing, stale
+or refuses, or the command is not one the server runs. Everything here runs
+before every command, so it imports only modules already loaded at start-up
+and C modules (``_socket``); ``python -X importtime`` shows it.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+# The commands the server runs: short, non-interactive, no daemon, no children to supervise.
+# Everything else (record, replay, run, serve, blame, mount, hook, transport, ...) runs in-process.
+SERVED = frozenset({"snapshot", "show", "log", "diff", "merge", "ls", "branch", "tag", "switch", "fsck",
+                    "checkout", "fork", "verify", "mounts", "-h", "--help"})
+# Arguments that may talk to a terminal or a passphrase prompt: in-process.
+IN_PROCESS_ARGS = ("--edit", "-S", "--gpg-sign")
+# Environment that the interpreter reads at start-up: a server started under other values refuses.
+_START_ENV = ("LANG", "LC_ALL", "LC_CTYPE")
+SUN_PATH_MAX = 107  # sun_path is 108 bytes with its NUL
+MAX_MESSAGE = 1 << 20  # the most a request or a reply may hold
+FORWARDED = (2, 15, 1)  # SIGINT, SIGTERM, SIGHUP
+LOST = 1  # exit status when the server ends in the middle of a command
+
+IN_SERVER = False  # True in a command the server runs: no second hop
+
+
+def token() -> bytes:
+    """What client and server must share: git-pf's version and files, the interpreter, and the
+    environment Python reads when it starts."""
+    from .. import __version__
+
+    env = sorted(f"{k}={v}" for k, v in os.environ.items() if k.startswith("PYTHON") or k in _START_ENV)
+    return "\0".join([__version__, os.path.dirname(os.path.dirname(os.path.abspath(__file__))), sys.executable, *env]).encode()
+
+
+def find_git_dir(start: str) -> str | None:
+    """The git directory for ``start``, searching upwards as git does (a ``.git`` directory or
+    ``gitdir:`` file, or a bare repository); None when there is none. No pygit2: a guess that
+    only picks the socket; the command itself opens the repository as it always does."""
+    d = os.path.abspath(start)
+    while True:
+        dot = os.path.join(d, ".git")
+        if os.path.isdir(dot):
+            return os.path.realpath(dot)
+        if os.path.isfile(dot):
+            try:
+                with open(dot) as f:
+                    line = f.readline().strip()
+            except (OSError, UnicodeDecodeError):
+                return None
+            if not line.startswith("gitdir:"):
+                return None
+            return os.path.realpath(os.path.join(d, line[len("gitdir:"):].strip()))
+        if os.path.isfile(os.path.join(d, "HEAD")) and os.path.isdir(os.path.join(d, "objects")) \
+                and os.path.isdir(os.path.join(d, "refs")):
+            return os.path.realpath(d)
+        up = os.path.dirname(d)
+        if up == d:
+            return None
+        d = up
+
+
+def server_dir(git_dir: str) -> str:
+    return os.path.join(git_dir, "pf", "server")
+
+
+def socket_path(git_dir: str) -> str | None:
+    """Where the server of ``git_dir`` listens: ``pf/server/sock`` in it, or, when that path is
+    longer than a unix socket path may be, a short one in a private (0700) directory of this
+    user keyed by a hash of the git directory; None when no such directory can be trusted."""
+    path = os.path.join(server_dir(git_dir), "sock")
+    if len(os.fsencode(path)) <= SUN_PATH_MAX:
+        return path
+    import _sha256
+
+    base = private_dir()
+    if base is None:
+        return None
+    path = os.path.join(base, _sha256.sha256(os.fsencode(git_dir)).hexdigest()[:24] + ".sock")
+    return path if len(os.fsencode(path)) <= SUN_PATH_MAX else None
+
+
+def private_dir() -> str | None:
+    """This user's directory for sockets with short paths (``$XDG_RUNTIME_DIR/git-pf``, else
+    ``/tmp/git-pf-UID``): made 0700 when missing, refused when another user owns it or others
+    may write to it."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    base = os.path.join(runtime, "git-pf") if runtime and os.path.isabs(runtime) else f"/tmp/git-pf-{os.getuid()}"
+    try:
+        os.mkdir(base, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    try:
+        st = os.lstat(base)
+    except OSError:
+        return None
+    if st.st_uid != os.getuid() or (st.st_mode & 0o077) or (st.st_mode & 0o170000) != 0o040000:
+        return None
+    return base
+
+
+def disabled() -> bool:
+    return os.environ.get("GIT_PF_SERVER", "").strip().lower() in ("0", "false", "no", "off")
+
+
+def route(argv: list[str]) -> str | None:
+    """The git directory whose server may run ``argv`` (the arguments after the program), or
+    None when the command runs in this process."""
+    if IN_SERVER or not argv or disabled() or argv[0] not in SERVED:
+        return None
+    if any(a == p or a.startswith(p + "=") for a in argv for p in IN_PROCESS_ARGS):
+        return None
+    try:
+        if os.isatty(0):  # a terminal on stdin: prompts and editors read it; in-process
+            return None
+    except OSError:
+        pass
+    return find_git_dir(os.environ.get("GIT_PF_REPO") or ".")
+
+
+# -- the wire: each message is a 4-byte length and then fields, each a 4-byte length and bytes --
+def pack(fields: list[bytes]) -> bytes:
+    body = b"".join(len(f).to_bytes(4, "big") + f for f in fields)
+    return len(body).to_bytes(4, "big") + body
+
+
+def unpack(body: bytes) -> list[bytes]:
+    """The fields of one message body; ValueError when it is malformed."""
+    out, pos = [], 0
+    while pos < len(body):
+        if pos + 4 > len(body):
+            raise ValueError("truncated field")
+        n = int.from_bytes(body[pos:pos + 4], "big")
+        pos += 4
+        if pos + n > len(body):
+            raise ValueError("truncated field")
+        out.append(body[pos:pos + n])
+        pos += n
+    return out
+
+
+class Reader:
+    """Reads whole messages from a socket."""
+
+    def __init__(self, sock):
+        self.sock, self.buf = sock, b""
+
+    def message(self) -> list[bytes] | None:
+        """The next message's fields; None at end of stream; ValueError when malformed."""
+        while True:
+            if len(self.buf) >= 4:
+                n = int.from_bytes(self.buf[:4], "big")
+                if n > MAX_MESSAGE:
+                    raise ValueError("message too long")
+                if len(self.buf) >= 4 + n:
+                    body, self.buf = self.buf[4:4 + n], self.buf[4 + n:]
+                    return unpack(body)
+            data = self.sock.recv(65536)
+            if not data:
+                if self.buf:
+                    raise ValueError("truncated message")
+                return None
+            self.buf += data
+
+
+def connect(path: str):
+    import _socket
+
+    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+    except OSError:
+        s.close()
+        raise
+    return s
+
+
+def request(kind: bytes, argv: list[str]) -> list[bytes]:
+    import signal
+
+    mask = os.umask(0)
+    os.umask(mask)
+    flags = b"i" if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else b""
+    env = [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in os.environ.items()]
+    return [kind, token(), os.fsencode(os.getcwd()), str(mask).encode(), flags, str(len(argv)).encode(),
+            *map(os.fsencode, argv), *env]
+
+
+def serve(argv: list[str]) -> int | None:
+    """Run ``argv`` (the arguments after the program) on the repository's server and return its
+    exit status; None when it must run in this process (nothing of it has run then). Starts a
+    server when there is none, for the commands after this one."""
+    git_dir = route(argv)
+    if git_dir is None:
+        return None
+    path = socket_path(git_dir)
+    if path is None:
+        return None
+    try:
+        sock = connect(path)
+    except OSError:  # no server: this command in-process, the next ones on a new server
+        start_server(git_dir)
+        return None
+    try:
+        return _talk(sock, argv)
+    finally:
+        sock.close()
+
+
+def _talk(sock, argv: list[str]) -> int | None:
+    import _socket
+    import signal
+
+    try:
+        sock.sendmsg([pack(request(b"run", argv))], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
+                                                      b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2)))])
+    except OSError:
+        return None
+    reader, started = Reader(sock), False
+
+    def forward(signum, frame):
+        try:
+            sock.sendall(pack([b"signal", str(signum).encode()]))
+        except OSError:
+            pass
+
+    for sig in FORWARDED:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, forward)
+    while True:
+        try:
+            fields = reader.message()
+        except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
+            continue
+        except (OSError, ValueError):
+            fields = None
+        if fields is None:
+            if not started:
+                return None  # it ended before the command began: run it here
+            sys.stderr.write("git pf: the command server stopped in the middle of the command "
+                             "(it may have done part of its work; run it again)\n")
+            return LOST
+        if fields[0] == b"started":
+            started = True
+        elif fields[0] == b"exit" and len(fields) == 2 and fields[1].isdigit():
+            return int(fields[1]) & 0xFF
+        elif fields[0] == b"refuse" and not started:
+            return None
+
+
+def ask(git_dir: str, kind: bytes) -> list[bytes] | None:
+    """The server's answer to ``status`` or ``stop``; None when no server answers."""
+    path = socket_path(git_dir)
+    if path is None:
+        return None
+    try:
+        sock = connect(path)
+    except OSError:
+        return None
+    try:
+        sock.settimeout(10)
+        sock.sendall(pack([kind]))
+        return Reader(sock).message()
+    except (OSError, ValueError):
+        return None
+    finally:
+        sock.close()
+
+
+def start_server(git_dir: str) -> None:
+    """Start the server of ``git_dir`` in the background, detached from this process's session
+    and descriptors; it reads ``pf.server`` itself and ends at once when it is off."""
+    try:
+        pid = os.fork()
+    except OSError:
+        return
+    if pid:
+        try:
+            os.waitpid(pid, 0)  # the middle process exits at once; the server is reparented
+        except ChildProcessError:
+            pass
+        return
+    try:
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        fd = os.open(os.devnull, os.O_RDWR)
+        for target in (0, 1, 2):
+            os.dup2(fd, target)
+        os.closerange(3, 65536)
+        os.chdir("/")
+        os.execv(sys.executable, [sys.executable, "-c", "from git_pf.cmdserver import main; main()", git_dir])
+    except BaseException:
+        pass
+    os._exit(127)

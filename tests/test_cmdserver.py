@@ -1,0 +1,299 @@
+"""The command server (docs/server.md): commands it runs give what they give in-process, in
+parallel; a killed client takes its command with it; a killed server costs one line; a change
+of git-pf's files starts a new server; another user is refused; ``pf.server false`` and
+``GIT_PF_SERVER=0`` turn it off; its file watcher never makes a wrong image."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the command server needs Linux")
+
+
+def _env(**extra) -> dict:
+    env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}")
+    env.pop("GIT_PF_SERVER", None)
+    env.update(extra)
+    return env
+
+
+def pf(*args, cwd, env=None, input=None, check=True):
+    proc = subprocess.run([str(BIN / "git-pf"), *map(str, args)], cwd=cwd, capture_output=True, text=True,
+                          env=env or _env(), input=input, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"git-pf {args} exited {proc.returncode}: {proc.stderr}")
+    return proc
+
+
+def status(repo, env=None) -> dict:
+    return json.loads(pf("server", "status", "--json", cwd=repo, env=env).stdout)
+
+
+def wait_for(predicate, what: str, limit: float = 60.0):
+    """Poll until ``predicate()`` is true (a bound on waiting, not a timing assertion)."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+def running_server(repo, env=None) -> dict:
+    """Run a served command until a server answers; its status."""
+    pf("log", cwd=repo, env=env)
+    return wait_for(lambda: (lambda s: s if s["running"] else None)(status(repo, env)), "a server")
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1][:1] != "Z"
+    except OSError:
+        return False
+
+
+def processes_of(git_dir: Path) -> list[int]:
+    """Every process running the server of ``git_dir`` (the server and the commands it forked)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    cmd = f.read()
+            except OSError:
+                continue
+            if b"git_pf.cmdserver" in cmd and os.fsencode(str(git_dir)) in cmd and alive(int(name)):
+                out.append(int(name))
+    return out
+
+
+@pytest.fixture
+def world(tmp_path):
+    """A repository with three images of a small sandbox; its server stopped at the end."""
+    repo, sb = tmp_path / "repo", tmp_path / "sb"
+    pf("init", repo, cwd=tmp_path)
+    (sb / "d").mkdir(parents=True)
+    ids = []
+    for i in range(3):
+        (sb / "d" / f"f{i}.txt").write_text(f"{i}\n")
+        ids.append(pf("snapshot", "--fs-root", sb, "-q", "-m", f"image {i}", cwd=repo).stdout.strip())
+    yield repo, sb, ids
+    pf("server", "stop", cwd=repo, check=False)
+    git_dir = (repo / ".git").resolve()
+    wait_for(lambda: not processes_of(git_dir), "the server to end")
+
+
+def test_eight_clients_at_once_get_their_own_output_and_status(world):
+    repo, sb, ids = world
+    pid = running_server(repo)["pid"]
+    jobs = [("show", i) for i in ids] + [("show", "no-such-rev"), ("log", "-n", "2"), ("diff", ids[0], ids[2]),
+                                         ("log", "--bogus"), ("ls",)]
+    assert len(jobs) >= 8
+    off = _env(GIT_PF_SERVER="0")
+    expected = [pf(*j, cwd=repo, env=off, check=False) for j in jobs]
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        got = list(pool.map(lambda j: pf(*j, cwd=repo, check=False), jobs * 2))
+    for want, have in zip(expected * 2, got):
+        assert (have.returncode, have.stdout, have.stderr) == (want.returncode, want.stdout, want.stderr)
+    assert {p.returncode for p in got} == {0, 2}
+    after = status(repo)
+    assert after["pid"] == pid and after["served"] >= 2 * len(jobs)
+
+
+def _blocked_command(repo, sb):
+    """A served command that waits on its stdin (a pipe we hold) until we close it."""
+    return subprocess.Popen([str(BIN / "git-pf"), "snapshot", "--fs-root", str(sb), "--messages", "/dev/stdin"],
+                            cwd=repo, env=_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _reading(repo, client) -> bool:
+    """True once the served command is blocked reading the client's stdin."""
+    for pid in processes_of((repo / ".git").resolve()):
+        try:
+            with open(f"/proc/{pid}/wchan") as f:
+                wchan = f.read()
+            if os.readlink(f"/proc/{pid}/fd/0") == os.readlink(f"/proc/{client.pid}/fd/0") and "pipe" in wchan:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def test_a_killed_client_takes_its_command_with_it(world):
+    repo, sb, _ = world
+    server = running_server(repo)["pid"]
+    client = _blocked_command(repo, sb)
+    wait_for(lambda: _reading(repo, client), "the command to start")
+    os.kill(client.pid, signal.SIGKILL)
+    client.wait()
+    wait_for(lambda: status(repo)["commands_running"] == 0, "the command to end")
+    assert processes_of((repo / ".git").resolve()) == [server]
+    client.stdin.close()
+
+
+def test_a_signal_to_the_client_reaches_the_command(world):
+    repo, sb, _ = world
+    running_server(repo)
+    client = _blocked_command(repo, sb)
+    wait_for(lambda: _reading(repo, client), "the command to start")
+    client.send_signal(signal.SIGTERM)
+    out, err = client.communicate(timeout=60)
+    assert client.returncode == 128 + signal.SIGTERM
+    assert "interrupted" in err and "Traceback" not in err
+    assert pf("log", "-n", "1", cwd=repo).stdout  # and nothing was half-written
+    client.stdin.close()
+
+
+def test_server_killed_mid_command_costs_one_line_and_a_rerun_works(world):
+    repo, sb, _ = world
+    server = running_server(repo)["pid"]
+    client = _blocked_command(repo, sb)
+    wait_for(lambda: _reading(repo, client), "the command to start")
+    os.kill(server, signal.SIGKILL)
+    wait_for(lambda: not alive(server), "the server to die")  # before the command could finish
+    out, err = client.communicate(timeout=60)
+    assert client.returncode != 0 and out == "", (out, err)
+    assert len(err.splitlines()) == 1 and err.startswith("git pf: the command server stopped")
+    wait_for(lambda: not processes_of((repo / ".git").resolve()), "the command to die with its server")
+    (sb / "d" / "new.txt").write_text("new\n")
+    image = pf("snapshot", "--fs-root", sb, "-q", cwd=repo).stdout.strip()
+    _exact(repo, sb, image)
+
+
+def test_a_change_of_git_pf_files_starts_a_new_server(world, tmp_path):
+    repo, _, ids = world
+    pf("server", "stop", cwd=repo)
+    site = tmp_path / "site"
+    shutil.copytree(Path(__import__("git_pf").__file__).parent, site / "git_pf",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    env = _env(PYTHONPATH=str(site))
+    first = running_server(repo, env)
+    assert first["pid"] and pf("show", ids[0], cwd=repo, env=env).returncode == 0
+    with open(site / "git_pf" / "errors.py", "a") as f:  # what a reinstall does to a file
+        f.write("\n# changed\n")
+    assert ids[1] in pf("show", ids[1], cwd=repo, env=env).stdout  # still right: in-process
+    second = running_server(repo, env)
+    assert second["pid"] != first["pid"]
+    wait_for(lambda: not alive(first["pid"]), "the stale server to end")
+
+
+def test_pf_server_false_and_the_environment_turn_it_off(world):
+    repo, sb, ids = world
+    server = running_server(repo)["pid"]
+    subprocess.run(["git", "config", "pf.server", "false"], cwd=repo, check=True)
+    assert ids[2] in pf("show", cwd=repo).stdout  # refused by the server, run in-process
+    wait_for(lambda: not alive(server), "the server to end")
+    for _ in range(3):
+        assert ids[2] in pf("show", cwd=repo).stdout
+    time.sleep(0.5)
+    assert not status(repo)["running"] and not processes_of((repo / ".git").resolve())
+    subprocess.run(["git", "config", "--unset", "pf.server"], cwd=repo, check=True)
+    for _ in range(3):
+        assert ids[2] in pf("show", cwd=repo, env=_env(GIT_PF_SERVER="0")).stdout
+    time.sleep(0.5)
+    assert not processes_of((repo / ".git").resolve())
+    assert not status(repo, _env(GIT_PF_SERVER="0"))["running"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")
+def test_another_user_is_refused():
+    base = Path(tempfile.mkdtemp(prefix="pf-srv-"))  # pytest's tmp dirs are private to root
+    try:
+        os.chmod(base, 0o711)
+        repo = base / "repo"
+        pf("init", repo, cwd=base)
+        status_ = running_server(repo)
+        sock_path = status_["socket"]
+        os.chmod(os.path.dirname(sock_path), 0o711)
+        for d in (repo, repo / ".git", repo / ".git" / "pf"):
+            os.chmod(d, 0o711)
+        os.chmod(sock_path, 0o666)  # only the peer check stands between that user and the server
+        code = ("import socket, sys\n"  # the wire by hand: that user may not reach git-pf's code
+                "s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])\n"
+                "body = (6).to_bytes(4, 'big') + b'status'\n"
+                "try:\n    s.sendall(len(body).to_bytes(4, 'big') + body)\n"
+                "except OSError:\n    pass  # it may answer and hang up before reading\n"
+                "reply = b''\n"
+                "while len(reply) < 8 or len(reply) < 4 + int.from_bytes(reply[:4], 'big'):\n"
+                "    chunk = s.recv(4096)\n"
+                "    if not chunk: break\n"
+                "    reply += chunk\n"
+                "n = int.from_bytes(reply[4:8], 'big'); print(reply[8:8 + n].decode())\n")
+        python = shutil.which("python3", path="/usr/bin:/bin")
+        if python is None:
+            pytest.skip("no system python3 to run as another user")
+        proc = subprocess.run([python, "-c", code, sock_path], capture_output=True, text=True,
+                              preexec_fn=lambda: (os.setgid(65534), os.setuid(65534)), timeout=60)
+        if "Permission denied" in proc.stderr or "ModuleNotFound" in proc.stderr:
+            pytest.skip(f"that user cannot reach the socket here: {proc.stderr.strip()[-200:]}")
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == "refuse"
+        assert status(repo)["served"] == status_["served"]  # it ran nothing for that user
+        pf("server", "stop", cwd=repo)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _world_tree(repo, image: str) -> str:
+    from git_pf import Repo
+
+    r = Repo.open(repo)
+    return str(r.git[image].tree["world"]["fs"].id) if "world" in r.git[image].tree else ""
+
+
+def _exact(repo, sb, served_image: str) -> None:
+    """The served snapshot's world equals what a fresh in-process walk finds (no stat cache)."""
+    cache = repo / ".git" / "pf" / "statcache"
+    shutil.rmtree(cache, ignore_errors=True)
+    fresh = pf("snapshot", "--fs-root", sb, "-q", "--allow-empty", "--name", "check", cwd=repo,
+               env=_env(GIT_PF_SERVER="0")).stdout.strip()
+    assert _world_tree(repo, served_image) == _world_tree(repo, fresh)
+
+
+def test_the_watcher_sees_changes_and_an_overflow_never_makes_a_wrong_image(world):
+    repo, sb, _ = world
+    with open("/proc/sys/fs/inotify/max_queued_events") as f:
+        queue = int(f.read())
+    if queue > 100_000:
+        pytest.skip("the inotify queue is too long to overflow quickly here")
+    running_server(repo)
+    for i in range(3):
+        (sb / "d" / f"w{i}.txt").write_text(f"w{i}\n")
+        pf("snapshot", "--fs-root", sb, "-q", cwd=repo)
+    assert str(sb.resolve()) in status(repo)["watching"]
+    # moved, removed and new directories: seen by the watch
+    (sb / "d" / "sub").mkdir()
+    (sb / "d" / "sub" / "x").write_text("x")
+    os.rename(sb / "d", sb / "e")
+    image = pf("snapshot", "--fs-root", sb, "-q", cwd=repo).stdout.strip()
+    _exact(repo, sb, image)
+    pf("snapshot", "--fs-root", sb, "-q", "--allow-empty", cwd=repo)  # a cache again, watched
+    (sb / "e" / "sub" / "x").write_text("y")
+    image = pf("snapshot", "--fs-root", sb, "-q", cwd=repo).stdout.strip()
+    _exact(repo, sb, image)
+    pf("snapshot", "--fs-root", sb, "-q", "--allow-empty", cwd=repo)
+    # a burst longer than the kernel's event queue, then one more change elsewhere
+    (sb / "burst").mkdir()
+    for i in range(queue // 2 + 100):
+        with open(sb / "burst" / f"b{i % 2}", "w") as f:
+            f.write(str(i))
+    (sb / "quiet").mkdir(exist_ok=True)
+    (sb / "e" / "sub" / "x").write_text("after the burst")
+    image = pf("snapshot", "--fs-root", sb, "-q", cwd=repo).stdout.strip()
+    _exact(repo, sb, image)
