@@ -32,7 +32,6 @@ from .cli import client as cmdclient
 DEFAULT_IDLE_S = 600
 KILL_GRACE_S = 2.0  # after SIGTERM to a command whose client went away, SIGKILL
 READ_TIMEOUT_S = 5.0  # a client must send its whole request within this
-LOCK_WAIT_S = 10.0  # a new server waits this long for a stopping one to let go
 _PR_SET_PDEATHSIG = 1
 MAX_SERVERS = 8  # per user: a new server stops the one idle longest beyond this
 # What the parent loads before it forks: the CLI and what the served commands run.
@@ -141,6 +140,13 @@ class Server:
 
     # -- start-up ------------------------------------------------------
     def setup(self) -> bool:
+        d = cmdclient.server_dir(self.git_dir)
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        self.lock = os.open(os.path.join(d, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:  # a stopping server lets go of it as it unlinks its socket
+            fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False  # another server holds it: that one serves
         import pygit2
 
         git = pygit2.Repository(self.git_dir)
@@ -148,18 +154,6 @@ class Server:
             return False
         self.idle_s = idle_timeout(git)
         del git
-        d = cmdclient.server_dir(self.git_dir)
-        os.makedirs(d, mode=0o700, exist_ok=True)
-        self.lock = os.open(os.path.join(d, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        deadline = time.monotonic() + LOCK_WAIT_S
-        while True:
-            try:
-                fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    return False  # another server holds it: that one serves
-                time.sleep(0.05)
         self.path = cmdclient.socket_path(self.git_dir)
         if self.path is None:
             return False
@@ -289,6 +283,8 @@ class Server:
         except OSError:
             pass
         self.sock.close()
+        os.close(self.lock)  # the socket path is free: a new server may take it while these commands end
+        self.lock = -1
 
     def _accept(self) -> None:
         while True:
@@ -437,7 +433,7 @@ class Server:
                 try:
                     job.conn.setblocking(True)
                     job.conn.settimeout(READ_TIMEOUT_S)
-                    _send(job.conn, [b"exit", str(code if code >= 0 else 128 - code).encode()])
+                    _send(job.conn, [b"exit", str(code).encode()] if code >= 0 else [b"signal", str(-code).encode()])
                 except OSError:
                     pass
             job.conn.close()
@@ -548,7 +544,8 @@ def _child(server: Server, conn, fds, argv, env, cwd, umask, sigint_ignored, rep
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_IGN if sigint_ignored else signal.default_int_handler)
         for fd in [server.wake_r, server.wake_w, server.lock] + [j.report for j in server.jobs.values()]:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
         server.sock.close()
         if server.code.fd >= 0:
             os.close(server.code.fd)

@@ -36,8 +36,11 @@ def _run_command() -> int:
     if served is not None:
         return served
     from .app import main as run
+    from .client import start_pending
 
-    return run()
+    code = run()
+    start_pending()  # no server ran it: one starts for the next command
+    return code
 
 
 def main() -> None:

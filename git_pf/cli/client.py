@@ -29,6 +29,7 @@ FORWARDED = (2, 15, 1)  # SIGINT, SIGTERM, SIGHUP
 LOST = 1  # exit status when the server ends in the middle of a command
 
 IN_SERVER = False  # True in a command the server runs: no second hop
+_pending: str | None = None  # a git directory whose server to start once this command is done
 
 
 def token() -> bytes:
@@ -208,7 +209,8 @@ def serve(argv: list[str]) -> int | None:
     try:
         sock = connect(path)
     except OSError:  # no server: this command in-process, the next ones on a new server
-        start_server(git_dir)
+        global _pending
+        _pending = git_dir
         return None
     try:
         return _talk(sock, argv)
@@ -253,6 +255,8 @@ def _talk(sock, argv: list[str]) -> int | None:
             started = True
         elif fields[0] == b"exit" and len(fields) == 2 and fields[1].isdigit():
             return int(fields[1]) & 0xFF
+        elif fields[0] == b"signal" and len(fields) == 2 and fields[1].isdigit() and 0 < int(fields[1]) < 65:
+            return _die_by(int(fields[1]))
         elif fields[0] == b"refuse" and not started:
             return None
 
@@ -274,6 +278,37 @@ def ask(git_dir: str, kind: bytes) -> list[bytes] | None:
         return None
     finally:
         sock.close()
+
+
+def _die_by(signum: int) -> int:
+    """The command died by signal ``signum``: so does this process, as it would have in-process
+    (a shell then reports the signal); 128 + ``signum`` where it cannot."""
+    import signal
+
+    sys.stdout.flush()
+    try:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+    except (OSError, ValueError):
+        pass
+    return 128 + signum
+
+
+def start_pending() -> None:
+    """After a command ran in-process because no server was there: start one, unless
+    ``pf.server`` is false (read here only when the command loaded pygit2 anyway)."""
+    git_dir = _pending
+    pygit2 = sys.modules.get("pygit2")
+    if git_dir is None or pygit2 is None:
+        return
+    try:
+        on = pygit2.Repository(git_dir).config.get_bool("pf.server")
+    except KeyError:
+        on = True
+    except Exception:
+        on = False
+    if on:
+        start_server(git_dir)
 
 
 def start_server(git_dir: str) -> None:
