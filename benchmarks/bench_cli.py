@@ -1,17 +1,26 @@
-"""Start-up time of the ``git pf`` command against ``python -c pass`` and git, in one run.
+"""The ``git pf`` command against git's, interleaved in one run, on a 5,000-file tree.
 
     python -m benchmarks.bench_cli [--runs 9] [--files 5000] [--changed 10]
 
 Every command runs as a user types it (``git pf …`` through git's dispatcher,
-output to /dev/null); each figure is the median of ``--runs`` runs, so one run
-that waited for a core does not move it, with the median CPU time (user + sys)
-of the same runs beside it: load on the machine inflates only the wall time.
+output to /dev/null), with the repository's command server on (docs/server.md)
+and, for reference, off (``GIT_PF_SERVER=0``). Each round runs every case once,
+git's command right after git-pf's, so load on the machine weighs on both
+alike; each figure is the median over ``--runs`` rounds, with the median CPU
+time (user + sys) beside it: the client's and, under the server, that of the
+forked child that ran the command. Cases: an incremental snapshot
+(``--changed`` files changed) against ``git add -A && git commit -q``; a merge
+of two branches that each changed one file against ``git merge``; ``log -n
+20``, ``show``, ``diff --stat`` and ``-h`` against git's; then the server's
+memory at rest and the first command after the server has gone (idle exit).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -19,15 +28,19 @@ import time
 from pathlib import Path
 
 from .bench_snapshot import make_tree
-from .common import git_env, report, sh, timed, verdict, workdir
+from .common import git_env, report, sh, verdict, workdir
 
-GOAL_START = 0.15  # --version and -h
-GOAL_SNAPSHOT = 0.25  # incremental snapshot of 5,000 files with 10 changed
+GOAL_SNAPSHOT = 1.0  # incremental snapshot / git add -A && git commit
+GOAL_MERGE = 1.5  # git pf merge / git merge
+GOAL_READ = 3.0  # log, show, diff --stat, -h / git's
 
 
-def _env(repo: Path) -> dict:
+def _env(repo: Path, **extra) -> dict:
     bin_dir = str(Path(sys.executable).parent)  # where the git-pf console script is installed
-    return dict(git_env(), PATH=f"{bin_dir}:{os.environ.get('PATH', '')}", GIT_PF_REPO=str(repo))
+    env = dict(git_env(), PATH=f"{bin_dir}:{os.environ.get('PATH', '')}", GIT_PF_REPO=str(repo))
+    env.pop("GIT_PF_SERVER", None)
+    env.update(extra)
+    return env
 
 
 class Timing(float):
@@ -36,96 +49,193 @@ class Timing(float):
     cpu: float
 
 
-def _median(runs: int, args: list, cwd=None, env=None, before=None) -> Timing:
-    """Median wall and CPU time of ``args``; ``before`` (untimed) runs ahead of each run."""
-    walls, cpus = [], []
-    for i in range(runs):
-        if before is not None:
-            before(i)
-        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t0 = time.perf_counter()
-        subprocess.run(args, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        walls.append(time.perf_counter() - t0)
-        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpus.append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
-    t = Timing(statistics.median(walls))
-    t.cpu = statistics.median(cpus)
-    return t
-
-
 def _ms(t: float) -> str:
     return f"{t * 1000:.0f} ms" + (f" (CPU {t.cpu * 1000:.0f})" if isinstance(t, Timing) else "")
 
 
-def bench_start(base: Path, runs: int) -> list:
-    """--version, -h, show, log -n 5 on a repository of 6 images; git's equivalents on 6 commits."""
-    from git_pf import Repo
-
-    repo, _ = Repo.init(base / "pf")
-    sb = base / "sb"
-    sb.mkdir()
-    plain = base / "plain"
-    sh("git", "init", "-q", plain)
-    for i in range(6):
-        (sb / f"f{i}.txt").write_text(f"{i}\n")
-        repo.snapshot(sb, name="main", message=f"image {i}")
-        (plain / f"f{i}.txt").write_text(f"{i}\n")
-        sh("git", "add", "-A", cwd=plain, env=git_env())
-        sh("git", "commit", "-q", "-m", f"commit {i}", cwd=plain, env=git_env())
-    env = _env(base / "pf")
-    t_py = _median(runs, [sys.executable, "-c", "pass"])
-    pairs = [
-        ("--version", ["git", "pf", "--version"], ["git", "--version"], GOAL_START),
-        ("-h", ["git", "pf", "-h"], ["git", "-h"], GOAL_START),
-        ("show", ["git", "pf", "show"], ["git", "show", "--stat"], None),
-        ("log -n 5", ["git", "pf", "log", "-n", "5"], ["git", "log", "-n", "5"], None),
-    ]
-    rows = [("python -c pass", _ms(t_py), "")]
-    for name, pf_args, git_args, goal in pairs:
-        t_pf = _median(runs, pf_args, cwd=base / "pf", env=env)
-        t_git = _median(runs, git_args, cwd=plain, env=env)
-        judged = f"goal <= {goal * 1000:.0f} ms  {verdict(t_pf <= goal)}" if goal else ""
-        rows += [
-            (f"git pf {name}", _ms(t_pf), judged),
-            (f"  vs {' '.join(git_args)} ({_ms(t_git)})", f"{t_pf / t_git:.1f}x", ""),
-            ("  vs python -c pass", f"{t_pf / t_py:.1f}x", f"+{(t_pf - t_py) * 1000:.0f} ms"),
-        ]
-    return rows
+def _run(args, cwd=None, env=None) -> tuple[float, float]:
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(args, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode not in (0, 129):  # git -h exits 129
+        raise SystemExit(f"{' '.join(map(str, args))} failed ({proc.returncode}): {proc.stderr.decode()[-500:]}")
+    return wall, r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime
 
 
-def bench_snapshot(base: Path, runs: int, files: int, changed: int) -> list:
-    """``git pf snapshot`` of a tree with ``changed`` files changed since the last image, against
-    ``git add -A && git commit`` of the same change."""
+def _children_cpu(pid: int | None) -> float:
+    """CPU seconds of the reaped children of process ``pid`` (a server's commands)."""
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+
+
+class Case:
+    """One measured command: ``before(i)`` (untimed) runs ahead of round ``i``; ``server``: the
+    command server's commands' CPU counts too."""
+
+    def __init__(self, name, args, cwd=None, env=None, before=None, server=False):
+        self.name, self.args, self.cwd, self.env, self.before = name, args, cwd, env, before
+        self.server = server
+        self.walls, self.cpus = [], []
+
+    def once(self, i: int) -> None:
+        if self.before is not None:
+            self.before(i)
+        pid = _status(self.env)["pid"] if self.server else None
+        c0 = _children_cpu(pid)
+        wall, cpu = _run(self.args, self.cwd, self.env)
+        self.walls.append(wall)
+        self.cpus.append(cpu + _children_cpu(pid) - c0)
+
+    def median(self) -> Timing:
+        t = Timing(statistics.median(self.walls))
+        t.cpu = statistics.median(self.cpus)
+        return t
+
+
+def _status(env) -> dict:
+    out = subprocess.run(["git", "pf", "server", "status", "--json"], env=env, capture_output=True, check=True)
+    return json.loads(out.stdout)
+
+
+def _wait_server(env, running: bool = True) -> dict:
+    for _ in range(600):
+        s = _status(env)
+        if s["running"] == running:
+            return s
+        if running:  # a command starts one when none runs (one may have stopped: git-pf's files changed)
+            subprocess.run(["git", "pf", "log", "-n", "1"], env=env, stdout=subprocess.DEVNULL, check=True)
+        time.sleep(0.05)
+    raise SystemExit("the command server did not " + ("start" if running else "stop"))
+
+
+def setup(base: Path, files: int) -> dict:
+    """The tree, a git-pf repository and a plain git repository of it, each with 25 images/commits;
+    and, for merges, two sandboxes on branches main and side (git: a clone with both branches)."""
     from git_pf import Repo
 
     sb = base / "sb"
     paths = make_tree(sb, files, files * 1000)
     repo, _ = Repo.init(base / "pf")
-    repo.snapshot(sb, name="main")
     plain = base / "plain"
-    sh("git", "init", "-q", plain)
+    sh("git", "init", "-q", "-b", "main", plain)
     genv = dict(git_env(), GIT_DIR=str(plain / ".git"), GIT_WORK_TREE=str(sb))
-    sh("git", "add", "-A", env=genv)
-    sh("git", "-c", "gc.auto=0", "commit", "-q", "-m", "x", env=genv)
-    env = _env(base / "pf")
+    ids = []
+    for i in range(25):
+        paths[i].write_bytes(paths[i].read_bytes() + b"\n")
+        ids.append(repo.snapshot(sb, name="main", message=f"image {i}").image.id)
+        sh("git", "add", "-A", env=genv)
+        sh("git", "-c", "gc.auto=0", "commit", "-q", "-m", f"commit {i}", env=genv)
+    # merges: git-pf images of two sandboxes; git's in a clone with a work tree
+    mrepo, _ = Repo.init(base / "pfm")
+    sbm, sbs = base / "sbm", base / "sbs"
+    shutil.copytree(sb, sbm)
+    shutil.copytree(sb, sbs)
+    mrepo.snapshot(sbm, name="main", switch=True)
+    mrepo.create_branch("side", "main")
+    mg = base / "mg"
+    sh("git", "clone", "-q", plain, mg)
+    sh("git", "branch", "-q", "side", cwd=mg)
+    return {"sb": sb, "paths": paths, "pf": base / "pf", "plain": plain, "genv": genv, "ids": ids,
+            "pfm": base / "pfm", "mrepo": mrepo, "sbm": sbm, "sbs": sbs, "mg": mg}
+
+
+def cases(s: dict, changed: int, runs: int) -> list[tuple[Case, Case | None, Case, float | None]]:
+    """(git-pf with the server, git-pf without it, git, goal as a ratio) for every measure."""
+    sb, paths, genv, ids = s["sb"], s["paths"], s["genv"], s["ids"]
+    env, off = _env(s["pf"]), _env(s["pf"], GIT_PF_SERVER="0")
+    menv = _env(s["pfm"])
+    rel = [p.relative_to(sb) for p in paths]
 
     def change(i: int) -> None:
-        for p in paths[i * changed:(i + 1) * changed]:
+        for p in paths[100 + i * changed: 100 + (i + 1) * changed]:
             p.write_bytes(p.read_bytes()[::-1] + b"!")
         time.sleep(0.2)  # files written in the last 100 ms before a snapshot are re-read next time
 
-    t_pf = _median(runs, ["git", "pf", "snapshot", "--fs-root", str(sb), "--name", "main", "-q"], env=env,
-                   before=change)
-    git_cmd = ["sh", "-c", "git add -A && git -c gc.auto=0 commit -q -m x"]
-    t_git = _median(runs, git_cmd, env=genv, before=lambda i: change(runs + i))
-    change(2 * runs)
-    t_api, _ = timed(repo.snapshot, sb, name="main")
+    def branches(i: int) -> None:
+        """A change on side (one file) and another on main, as images (git-pf) and commits (git)."""
+        mine, theirs = rel[len(rel) // 2 + 2 * i], rel[len(rel) // 2 + 1 + 2 * i]
+        (s["sbs"] / theirs).write_bytes(b"side %d\n" % i)
+        s["mrepo"].snapshot(s["sbs"], name="side")
+        (s["sbm"] / mine).write_bytes(b"main %d\n" % i)
+        s["mrepo"].snapshot(s["sbm"], name="main")
+        (s["sbm"] / theirs).write_bytes(b"side %d\n" % i)  # what the merge brings, for the next round
+        (s["sbs"] / mine).write_bytes(b"main %d\n" % i)
+        mg = s["mg"]
+        sh("git", "checkout", "-q", "side", cwd=mg)
+        (mg / theirs).write_bytes(b"side %d\n" % i)
+        sh("git", "-c", "gc.auto=0", "commit", "-q", "-am", f"side {i}", cwd=mg, env=git_env())
+        sh("git", "checkout", "-q", "main", cwd=mg)
+        (mg / mine).write_bytes(b"main %d\n" % i)
+        sh("git", "-c", "gc.auto=0", "commit", "-q", "-am", f"main {i}", cwd=mg, env=git_env())
+
+    snap = ["git", "pf", "snapshot", "--fs-root", str(sb), "--name", "main", "-q"]
+    pf_diff = ["git", "pf", "diff", ids[-6], ids[-1], "--stat"]
     return [
-        (f"git pf snapshot, {files} files, {changed} changed", _ms(t_pf),
-         f"goal <= {GOAL_SNAPSHOT * 1000:.0f} ms  {verdict(t_pf <= GOAL_SNAPSHOT)}"),
-        (f"  vs git add -A && git commit ({_ms(t_git)})", f"{t_pf / t_git:.1f}x", ""),
-        ("  same snapshot through Repo.snapshot (one run)", _ms(t_api), ""),
+        (Case("snapshot", snap, env=env, before=change, server=True), Case("snapshot", snap, env=off,
+                                                              before=lambda i: change(runs + i)),
+         Case("git add -A && git commit -q", ["sh", "-c", "git add -A && git -c gc.auto=0 commit -q -m x"], env=genv),
+         GOAL_SNAPSHOT),
+        (Case("merge", ["git", "pf", "merge", "side"], env=menv, before=branches, server=True), None,
+         Case("git merge", ["git", "-c", "gc.auto=0", "merge", "-q", "--no-edit", "side"], cwd=s["mg"], env=git_env()),
+         GOAL_MERGE),
+        (Case("log -n 20", ["git", "pf", "log", "-n", "20"], env=env, server=True), Case("log", ["git", "pf", "log", "-n", "20"], env=off),
+         Case("git log -n 20", ["git", "log", "-n", "20"], env=genv), GOAL_READ),
+        (Case("show", ["git", "pf", "show"], env=env, server=True), Case("show", ["git", "pf", "show"], env=off),
+         Case("git show --stat", ["git", "show", "--stat"], env=genv), GOAL_READ),
+        (Case("diff --stat", pf_diff, env=env, server=True), Case("diff", pf_diff, env=off),
+         Case("git diff --stat", ["git", "diff", "--stat", "HEAD~5", "HEAD"], env=genv), GOAL_READ),
+        (Case("-h", ["git", "pf", "-h"], env=env, server=True), Case("-h", ["git", "pf", "-h"], env=off),
+         Case("git -h", ["git", "-h"], env=genv), GOAL_READ),
     ]
+
+
+def bench(base: Path, runs: int, files: int, changed: int) -> list:
+    s = setup(base, files)
+    env = _env(s["pf"])
+    menv = _env(s["pfm"])
+    for e in (env, menv):  # start both servers, as a first command would
+        subprocess.run(["git", "pf", "log", "-n", "1"], env=e, stdout=subprocess.DEVNULL, check=True)
+        _wait_server(e)
+    table = cases(s, changed, runs)
+    for i in range(runs):
+        for served, plain_pf, git, _ in table:
+            served.once(i)
+            git.once(i)
+            if plain_pf is not None:
+                plain_pf.once(i)
+    rows = []
+    for served, plain_pf, git, goal in table:
+        t_pf, t_git = served.median(), git.median()
+        ratio = t_pf / t_git
+        rows += [(f"git pf {served.name}", _ms(t_pf), f"{ratio:.2f}x {git.name} ({_ms(t_git)})"),
+                 ("", "", f"goal <= {goal:.1f}x  {verdict(ratio <= goal)}")]
+        if plain_pf is not None:
+            t_off = plain_pf.median()
+            rows.append((f"  without the server", _ms(t_off), f"{t_off / t_git:.2f}x"))
+    st = _status(env)
+    rows.append(("server memory at rest (RSS)", f"{st['memory_bytes'] / (1 << 20):.0f} MiB",
+                 f"after {st['served']} commands"))
+    firsts, seconds = [], []
+    log = ["git", "pf", "log", "-n", "20"]
+    for _ in range(3):  # the first command after the server went (idle exit), then the next one
+        subprocess.run(["git", "pf", "server", "stop"], env=env, stdout=subprocess.DEVNULL, check=True)
+        _wait_server(env, running=False)
+        firsts.append(_run(log, env=env)[0])
+        t0 = time.perf_counter()
+        _wait_server(env)
+        seconds.append((time.perf_counter() - t0, _run(log, env=env)[0]))
+    rows.append(("first command after the server's exit", f"{statistics.median(firsts) * 1000:.0f} ms",
+                 "in-process; it starts a server"))
+    rows.append(("  server ready after", f"{statistics.median(s for s, _ in seconds) * 1000:.0f} ms",
+                 f"then log -n 20: {statistics.median(t for _, t in seconds) * 1000:.0f} ms"))
+    for e in (env, menv):
+        subprocess.run(["git", "pf", "server", "stop"], env=e, stdout=subprocess.DEVNULL)
+    return rows
 
 
 def main(argv=None) -> None:
@@ -135,9 +245,8 @@ def main(argv=None) -> None:
     ap.add_argument("--changed", type=int, default=10)
     args = ap.parse_args(argv)
     with workdir("cli") as base:
-        report("git pf start-up vs python and git", bench_start(base, args.runs))
-    with workdir("cli-snap") as base:
-        report("incremental snapshot through the CLI vs git", bench_snapshot(base, args.runs, args.files, args.changed))
+        report(f"git pf against git from the command line ({args.files} files, {args.changed} changed, "
+               f"median of {args.runs} interleaved rounds)", bench(base, args.runs, args.files, args.changed))
 
 
 if __name__ == "__main__":
