@@ -19,8 +19,8 @@ import sys
 # Everything else (record, replay, run, serve, blame, mount, hook, transport, ...) runs in-process.
 SERVED = frozenset({"snapshot", "show", "log", "diff", "merge", "ls", "branch", "tag", "switch", "fsck",
                     "checkout", "fork", "verify", "mounts", "-h", "--help"})
-# Arguments that may talk to a terminal or a passphrase prompt: in-process.
-IN_PROCESS_ARGS = ("--edit", "-S", "--gpg-sign")
+# Arguments that may talk to a terminal or a passphrase prompt, or to a mount's daemon: in-process.
+IN_PROCESS_ARGS = ("--edit", "-S", "--gpg-sign", "--mount")
 # Environment that the interpreter reads at start-up: a server started under other values refuses.
 _START_ENV = ("LANG", "LC_ALL", "LC_CTYPE")
 SUN_PATH_MAX = 107  # sun_path is 108 bytes with its NUL
@@ -333,7 +333,7 @@ def start_server(git_dir: str) -> None:
             os.dup2(fd, target)
         os.closerange(3, 65536)
         os.chdir("/")
-        os.execv(sys.executable, [sys.executable, "-c", "from git_pf.cmdserver import main; main()", git_dir])
+        os.execv(sys.executable, [sys.executable, "-c", "from git_pf.cli.server import main; main()", git_dir])
     except BaseException:
         pass
     os._exit(127)

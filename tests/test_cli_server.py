@@ -77,7 +77,7 @@ def processes_of(git_dir: Path) -> list[int]:
                     cmd = f.read()
             except OSError:
                 continue
-            if b"git_pf.cmdserver" in cmd and os.fsencode(str(git_dir)) in cmd and alive(int(name)):
+            if b"git_pf.cli.server" in cmd and os.fsencode(str(git_dir)) in cmd and alive(int(name)):
                 out.append(int(name))
     return out
 

@@ -26,8 +26,8 @@ import struct
 import sys
 import time
 
-from . import cmdwatch
-from .cli import client as cmdclient
+from .. import cmdwatch
+from . import client as cmdclient
 
 DEFAULT_IDLE_S = 600
 KILL_GRACE_S = 2.0  # after SIGTERM to a command whose client went away, SIGKILL
@@ -90,7 +90,7 @@ class CodeWatch:
     """Notices a change to git-pf's installed files (a reinstall, an edit): the server is stale."""
 
     def __init__(self):
-        from .runs.fswatch import MASK, _libc
+        from ..runs.fswatch import MASK, _libc
 
         self.libc = _libc()
         self.fd = self.libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC) if self.libc else -1
@@ -100,7 +100,7 @@ class CodeWatch:
                 self.changed = True
 
     def stale(self) -> bool:
-        from .runs.fswatch import _EVENT
+        from ..runs.fswatch import _EVENT
 
         while self.fd >= 0 and not self.changed:
             try:
@@ -201,7 +201,7 @@ class Server:
             pid, entry = int(name), os.path.join(reg, name)
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    ours = b"git_pf.cmdserver" in f.read()
+                    ours = b"git_pf.cli.server" in f.read()
                 live.append((os.stat(entry).st_mtime, pid) if ours else None)
             except OSError:
                 ours = False
@@ -531,7 +531,7 @@ def _become_peer(peer: int) -> None:
 
 def _child(server: Server, conn, fds, argv, env, cwd, umask, sigint_ignored, report_w, watched, peer) -> None:
     """The forked child: becomes the client's command, runs it, and exits with its status."""
-    code = 1
+    code, started = 1, False
     try:
         os.setpgid(0, 0)
         import ctypes
@@ -578,12 +578,13 @@ def _child(server: Server, conn, fds, argv, env, cwd, umask, sigint_ignored, rep
         del pygit2
         cmdwatch.HINT = watched.hint(report_w) if watched is not None else None
         known = set(sys.modules)
-        _send(conn, [b"started"])
-        conn.close()
+        from .. import cli
+
         cmdclient.IN_SERVER = True
         sys.argv = ["git-pf", *argv]
-        from . import cli
-
+        _send(conn, [b"started"])
+        started = True
+        conn.close()
         try:
             cli.main()
             code = 0
@@ -595,7 +596,17 @@ def _child(server: Server, conn, fds, argv, env, cwd, umask, sigint_ignored, rep
             except Exception:
                 pass
         _report_imports(known, report_w)
-    except BaseException:
+    except BaseException as e:  # the server's own failure, not the command's
+        if not started:  # nothing ran: the client runs the command itself
+            try:
+                _send(conn, [b"refuse", b"setup failed"])
+            except BaseException:
+                pass
+            os._exit(0)
+        try:
+            os.write(2, f"git pf: internal error in the command server: {type(e).__name__}: {e}\n".encode())
+        except BaseException:
+            pass
         code = 70
     os._exit(code & 0xFF)
 
@@ -658,6 +669,7 @@ def _fresh_stdio() -> None:
                                   line_buffering=os.isatty(1))
     sys.stderr = io.TextIOWrapper(io.open(2, "wb", closefd=False), encoding=enc, errors="backslashreplace",
                                   line_buffering=True)
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr  # terminal size, isatty
 
 
 def _fresh_git_search_path() -> None:
@@ -674,7 +686,7 @@ def _fresh_git_search_path() -> None:
 
 
 def main() -> None:
-    """``python -c 'from git_pf.cmdserver import main; main()' GIT_DIR``: serve that repository."""
+    """``python -c "from git_pf.cli.server import main; main()" GIT_DIR``: serve that repository."""
     if len(sys.argv) != 2:
         sys.exit(2)
     git_dir = os.path.realpath(sys.argv[1])
