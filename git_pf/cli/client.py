@@ -212,13 +212,18 @@ def serve(argv: list[str]) -> int | None:
         global _pending
         _pending = git_dir
         return None
+    import signal
+
+    saved = {sig: signal.getsignal(sig) for sig in FORWARDED}
     try:
-        return _talk(sock, argv)
+        return _talk(sock, argv, git_dir)
     finally:
         sock.close()
+        for sig, handler in saved.items():  # a command that runs here after all gets its own handling
+            signal.signal(sig, handler)
 
 
-def _talk(sock, argv: list[str]) -> int | None:
+def _talk(sock, argv: list[str], git_dir: str) -> int | None:
     import _socket
     import signal
 
@@ -251,6 +256,8 @@ def _talk(sock, argv: list[str]) -> int | None:
             sys.stderr.write("git pf: the command server stopped in the middle of the command "
                              "(it may have done part of its work; run it again)\n")
             return LOST
+        if not fields:
+            continue
         if fields[0] == b"started":
             started = True
         elif fields[0] == b"exit" and len(fields) == 2 and fields[1].isdigit():
@@ -258,6 +265,9 @@ def _talk(sock, argv: list[str]) -> int | None:
         elif fields[0] == b"signal" and len(fields) == 2 and fields[1].isdigit() and 0 < int(fields[1]) < 65:
             return _die_by(int(fields[1]))
         elif fields[0] == b"refuse" and not started:
+            if fields[1:2] == [b"stale"]:  # git-pf changed since that server started: a new one, after this
+                global _pending
+                _pending = git_dir
             return None
 
 

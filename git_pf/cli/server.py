@@ -325,9 +325,10 @@ class Server:
                 self.stop()
                 return
             if kind != b"run" or len(fields) < 6 or len(fds) != 3 or fields[1] != self.token or self.code.stale():
-                if self.code.stale():
+                stale = self.code.stale()
+                if stale:
                     self.stop()
-                _send(conn, [b"refuse", b"stale"])
+                _send(conn, [b"refuse", b"stale" if stale else b"another environment"])
                 return
             self._run(conn, fields, fds, pid)
             fds = []
