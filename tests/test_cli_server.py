@@ -297,3 +297,19 @@ def test_the_watcher_sees_changes_and_an_overflow_never_makes_a_wrong_image(worl
     (sb / "e" / "sub" / "x").write_text("after the burst")
     image = pf("snapshot", "--fs-root", sb, "-q", cwd=repo).stdout.strip()
     _exact(repo, sb, image)
+
+
+def test_a_served_command_loads_nothing_heavy_in_the_client(world):
+    """The client of a served command imports neither Typer, pygit2 nor any command code."""
+    repo, _, ids = world
+    running_server(repo)
+    code = ("import sys, json\nsys.argv = ['git-pf', 'show', sys.argv[1]]\nimport git_pf.cli\n"
+            "try:\n    git_pf.cli.main()\nexcept SystemExit as e:\n    code = e.code\n"
+            "sys.stderr.write('MODULES ' + json.dumps([code, sorted(sys.modules)]) + '\\n')\n")
+    proc = subprocess.run([sys.executable, "-c", code, ids[1]], cwd=repo, capture_output=True, text=True,
+                          env=_env(), timeout=60)
+    line = [l for l in proc.stderr.splitlines() if l.startswith("MODULES ")]
+    exit_code, modules = json.loads(line[-1][len("MODULES "):])
+    assert exit_code == 0 and ids[1] in proc.stdout
+    assert not [m for m in modules if m.split(".")[0] in ("pygit2", "typer", "click", "zstandard", "rich")]
+    assert sorted(m for m in modules if m.startswith("git_pf")) == ["git_pf", "git_pf.cli", "git_pf.cli.client"]
