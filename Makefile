@@ -47,8 +47,10 @@ $(STAMP): pyproject.toml | sysdeps
 
 venv: sysdeps $(STAMP)
 
+# the command-line tests run a second time with the command server off (docs/server.md)
 test: venv browsers claude-code
 	$(PY) -m pytest -q
+	GIT_PF_SERVER=0 $(PY) -m pytest -q tests/test_foundation_cli.py tests/test_field_cli.py tests/test_merge_cli.py tests/test_transport_cli.py tests/test_cli_startup.py
 
 demo: venv
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m git_pf.demo
