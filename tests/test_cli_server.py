@@ -313,3 +313,16 @@ def test_a_served_command_loads_nothing_heavy_in_the_client(world):
     assert exit_code == 0 and ids[1] in proc.stdout
     assert not [m for m in modules if m.split(".")[0] in ("pygit2", "typer", "click", "zstandard", "rich")]
     assert sorted(m for m in modules if m.startswith("git_pf")) == ["git_pf", "git_pf.cli", "git_pf.cli.client"]
+
+
+def test_a_repository_too_deep_for_a_socket_path_gets_a_private_short_one(tmp_path):
+    repo = tmp_path / ("d" * 60) / ("e" * 60) / "repo"
+    pf("init", repo, cwd=tmp_path)
+    try:
+        st = running_server(repo)
+        sock = Path(st["socket"])
+        assert len(os.fsencode(str(sock))) <= 107 and not str(sock).startswith(str(tmp_path))
+        assert oct(sock.stat().st_mode & 0o777) == "0o600" and oct(sock.parent.stat().st_mode & 0o777) == "0o700"
+        assert pf("log", cwd=repo).returncode == 0 and status(repo)["served"] >= 1
+    finally:
+        pf("server", "stop", cwd=repo, check=False)
