@@ -453,18 +453,26 @@ def test_the_real_cli_saves_every_call_the_answer_and_rewinds_code_and_conversat
 
 
 # -- inside a recorded run: the run's ledger, and replay's check before a tool runs --------------------
-def test_inside_a_run_tool_calls_go_on_its_ledger_and_replay_denies_an_unrecorded_irreversible_call(claude, tmp_path):
+def test_inside_a_run_tool_calls_go_on_its_ledger_and_replay_answers_or_denies_irreversible_calls(claude, tmp_path):
     channel, replay_file = tmp_path / "channel.jsonl", tmp_path / "replay.json"
     bash = {"command": "curl -X POST https://mail.example/send", "description": "send"}
+    failing = {"command": "make deploy", "description": "deploy"}
+    keyed = {"command": "curl -H 'Authorization: Bearer sk-ant-api03-" + "x" * 40 + "' https://x/send"}
+    mcp = {"to": "a@example.com"}
     run = dict(claude.env, GIT_PF_MODE="record", GIT_PF_CHANNEL=str(channel))
     rec = Claude(claude.project, claude.transcript, run)
     rec.hook("SessionStart", source="startup")
-    rec.tool("Bash", bash, {"stdout": "sent", "stderr": "", "interrupted": False})
+    rec.tool("Bash", bash, {"stdout": "sent 'it'\n\u00e9", "stderr": "warn", "interrupted": False, "isImage": False})
     rec.tool("Read", {"file_path": str(claude.project / "app.py")}, None, error="File does not exist.")
+    rec.tool("Bash", failing, None, error="Exit code 3\nno target")
+    rec.tool("Bash", keyed, {"stdout": "token sk-ant-api03-" + "y" * 40, "stderr": ""})
+    rec.tool("mcp__mail__send", mcp, {"ok": True})
     events = [json.loads(l) for l in channel.read_text().splitlines()]
     assert [(e["t"], e["entry"]["tool"], e["entry"]["side_effect_class"]) for e in events] == [
-        ("effect", "Bash", "irreversible"), ("effect", "Read", "pure")]
-    assert events[0]["entry"]["result"]["stdout"] == "sent" and events[1]["entry"]["error"] == "File does not exist."
+        ("effect", "Bash", "irreversible"), ("effect", "Read", "pure"), ("effect", "Bash", "irreversible"),
+        ("effect", "Bash", "irreversible"), ("effect", "mcp__mail__send", "irreversible")]
+    assert events[0]["entry"]["result"]["stdout"] == "sent 'it'\n\u00e9" and events[1]["entry"]["error"] == "File does not exist."
+    assert events[3]["entry"]["redacted"] is True and "redacted" not in events[0]["entry"]
     recorded = ledger.chain([e["entry"] for e in events], "channel")  # what the run's ledger holds
 
     replay_file.write_text(json.dumps({"v": 1, "mode": "replay", "draws": [], "effects": recorded,
@@ -472,12 +480,37 @@ def test_inside_a_run_tool_calls_go_on_its_ledger_and_replay_denies_an_unrecorde
     channel.write_text("")
     play = Claude(claude.project, claude.transcript,
                   dict(claude.env, GIT_PF_MODE="replay", GIT_PF_CHANNEL=str(channel), GIT_PF_REPLAY=str(replay_file)))
-    same = play.hook("PreToolUse", tool_name="Bash", tool_input=bash, tool_use_id="toolu_a")
-    assert same.stdout == b"" and channel.read_text() == ""  # on the ledger: it may run
-    other = play.hook("PreToolUse", tool_name="Bash", tool_input={**bash, "command": "curl -X POST https://x/send"},
-                      tool_use_id="toolu_b")
-    said = json.loads(other.stdout)["hookSpecificOutput"]
-    assert said["permissionDecision"] == "deny" and "--allow-effects" in said["permissionDecisionReason"]
+    said = lambda out: json.loads(out.stdout)["hookSpecificOutput"]
+    # on the ledger: never sent again; the substitute gives back the recorded output and status
+    same = said(play.hook("PreToolUse", tool_name="Bash", tool_input=bash, tool_use_id="toolu_a"))
+    assert same["permissionDecision"] == "allow" and same["updatedInput"]["description"] == "send"
+    sub = subprocess.run(["sh", "-c", same["updatedInput"]["command"]], capture_output=True)
+    assert (sub.returncode, sub.stdout, sub.stderr) == (0, "sent 'it'\n\u00e9".encode(), b"warn")
+    fail = said(play.hook("PreToolUse", tool_name="Bash", tool_input=failing, tool_use_id="toolu_f"))
+    sub = subprocess.run(["sh", "-c", fail["updatedInput"]["command"]], capture_output=True)
+    assert (sub.returncode, sub.stdout, sub.stderr) == (3, b"no target", b"")
+    assert [(e["t"], e["how"]) for e in map(json.loads, channel.read_text().splitlines())] == [
+        ("replayed", "answered"), ("replayed", "answered")]
+    # its PostToolUse (with the rewritten input) adds nothing to a run's ledger
+    run_env = dict(play.env, GIT_PF_MODE="run")
+    Claude(claude.project, claude.transcript, run_env).hook(
+        "PostToolUse", tool_name="Bash", tool_input=same["updatedInput"], tool_response={"stdout": "x"},
+        tool_use_id="toolu_a")
+    assert len(channel.read_text().splitlines()) == 2
+    channel.write_text("")
+    # each entry answers one call: the same call again is not on the ledger any more
+    again = said(play.hook("PreToolUse", tool_name="Bash", tool_input=bash, tool_use_id="toolu_a2"))
+    assert again["permissionDecision"] == "deny" and "--allow-effects" in again["permissionDecisionReason"]
+    # a redacted output, and a tool with no substitute, are denied, saying why
+    red = said(play.hook("PreToolUse", tool_name="Bash", tool_input=keyed, tool_use_id="toolu_k"))
+    assert red["permissionDecision"] == "deny" and "redacted" in red["permissionDecisionReason"]
+    mail = said(play.hook("PreToolUse", tool_name="mcp__mail__send", tool_input=mcp, tool_use_id="toolu_m"))
+    assert mail["permissionDecision"] == "deny" and "only a Bash call" in mail["permissionDecisionReason"]
+    assert [json.loads(l)["t"] for l in channel.read_text().splitlines()] == ["diverged"] * 3
+    channel.write_text("")
+    other = said(play.hook("PreToolUse", tool_name="Bash", tool_input={**bash, "command": "curl -X POST https://x/send"},
+                           tool_use_id="toolu_b"))
+    assert other["permissionDecision"] == "deny" and "--allow-effects" in other["permissionDecisionReason"]
     assert [json.loads(l)["t"] for l in channel.read_text().splitlines()] == ["diverged"]
     assert play.hook("PreToolUse", tool_name="Write", tool_input={"file_path": "x", "content": ""},
                      tool_use_id="toolu_c").stdout == b""  # not irreversible: never denied

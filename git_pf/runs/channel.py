@@ -1,7 +1,8 @@
 """The channel between a run's child and the command that runs it (docs/record.md, "Draws").
 
 The child's hook (``git_pf.runs.hook.sitecustomize``) and ``git_pf.tool`` append one JSON event per
-line to the channel file: ``draw``, ``effect``, ``consumed``, ``diverged``. ``ChannelReader``
+line to the channel file: ``draw``, ``effect``, ``consumed``, ``diverged``; Claude Code's hook adds
+``replayed`` for each of its tool calls answered from, or made again as, a ledger entry. ``ChannelReader``
 takes the complete lines appended since its last call; ``write_replay_file`` writes what a
 replayed or run-on child is fed (the recorded draws and effects, checked first: they come from
 an image). Files only; knows no git and no HTTP.
@@ -22,7 +23,7 @@ DRAW_FNS = {
     "uuid.uuid1": "uuid", "uuid.uuid4": "uuid",
     "os.urandom": "hex", "random.seed": "int",
 }
-EVENTS = ("draw", "effect", "consumed", "diverged")
+EVENTS = ("draw", "effect", "consumed", "diverged", "replayed")
 MODES = ("replay", "run")
 
 

@@ -37,12 +37,15 @@ class Watcher:
         self.stop = stop
         self.consumed: dict | None = None
         self.diverged: dict | None = None
+        self.replayed = 0  # ledger entries a CLI agent's hook (Claude Code's) replayed
 
     def tick(self) -> None:
         for event in self.reader.new_events():
             kind = event.get("t")
             if kind == "consumed":
                 self.consumed = event
+            elif kind == "replayed":
+                self.replayed += 1
             elif kind == "diverged" and self.diverged is None:
                 self.diverged = event
                 self.stop.set()
@@ -295,8 +298,10 @@ def _replay(repo, plan, rev: str, cmd: list[str], world: Path, realtime: bool, i
 
     def counted(key: str) -> int | None:  # no word from a killed child's hook: unknown (none ran: 0)
         return int(consumed.get(key) or 0) if consumed is not None else None if killed else 0
+    effects = counted("effects")
+    effects = effects + watcher.replayed if effects is not None else None
     return ReplayReport(rev, str(world), code, replayer.served, replayer.total,
-                        (counted("draws"), len(plan.draws)), (counted("effects"), len(plan.ledger)),
+                        (counted("draws"), len(plan.draws)), (effects, len(plan.ledger)),
                         replayer.mismatch, divergence, another_agent(replayer, first, rev, watcher.diverged),
                         world_divergence=replayer.world, world_checked=checker is not None and checker.active)
 
