@@ -142,6 +142,25 @@ def test_graph_interrupts_resumes_time_travels_and_forks_as_git_history(tmp_path
     assert repo.fsck().ok
 
 
+def test_writes_sent_after_the_next_checkpoint_make_no_branch_and_are_kept(tmp_path):
+    """LangGraph saves a task's writes and the next checkpoint in different background jobs, so
+    the writes to a checkpoint may come after its child: they stay in the thread's one line."""
+    from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
+
+    saver, repo_dir = PfSaver(tmp_path / "repo"), tmp_path / "repo"
+    first = empty_checkpoint()
+    c1 = saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, first, {"step": 0}, {})
+    c2 = saver.put(c1, create_checkpoint(first, None, 1), {"step": 1}, {})
+    saver.put_writes(c1, [("messages", "late")], "task-1")
+    heads = git(repo_dir, "for-each-ref", "--format=%(refname)", "refs/pf/heads/lg/t*").split()
+    assert heads == ["refs/pf/heads/lg/t"]
+    for fresh in (saver, PfSaver(repo_dir)):
+        assert fresh.get_tuple(c1).pending_writes == [("task-1", "messages", "late")]
+        assert fresh.get_tuple({"configurable": {"thread_id": "t"}}).config == c2
+        assert [t.config for t in fresh.list({"configurable": {"thread_id": "t"}})] == [c2, c1]
+    assert Repo.open(repo_dir).fsck().ok
+
+
 def test_thread_pushes_with_plain_git_and_resumes_in_a_clone(tmp_path, run_pf):
     source, remote, clone = tmp_path / "source", tmp_path / "remote.git", tmp_path / "clone"
     config = {"configurable": {"thread_id": "t2"}}

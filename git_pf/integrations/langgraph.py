@@ -181,9 +181,9 @@ class PfSaver(BaseCheckpointSaver[int]):
 
     # -- writing ----------------------------------------------------------
     def _commit(self, thread: st.Thread, rec: st.Record, parent: st.Image | None, rev: int, subject: str,
-                world: bool) -> st.Image:
+                world: bool, *, also: str | None = None, move: bool = True) -> st.Image:
         """Write the image of ``rec`` on ``parent`` (its tree edited: ``langgraph/``, the manifest, the
-        world when captured) and move the thread's heads."""
+        world when captured; ``also``: a second git parent) and, with ``move``, move the thread's heads."""
         git = self.git
         parent_info = img.read_image(git, parent.oid) if parent is not None else None
         edit = img.TreeEdit(git, parent_info.tree if parent_info else None)
@@ -203,13 +203,14 @@ class PfSaver(BaseCheckpointSaver[int]):
         sig = pf_config.signature(git)
         with packing(git) as pack:  # one pack with what put queued, never a loose object (docs/format.md)
             oid = signing.write_commit(git, sig, sig, img.format_message(subject, trailers), edit.write(),
-                                       [parent.oid] if parent is not None else [], pack)
+                                       ([parent.oid] if parent is not None else []) + ([also] if also else []), pack)
             pack.flush()
         image = st.Image(oid, rec.checkpoint_id, rev)
         self._records[oid] = rec
         wanted = st.desired_heads(thread, image, parent.oid if parent is not None else None)
         thread.add(image)
-        st.move_heads(git, thread, wanted, f"langgraph: {subject}")
+        if move:
+            st.move_heads(git, thread, wanted, f"langgraph: {subject}")
         if cap is not None:
             self._world.done(cap)
         return image
@@ -277,7 +278,11 @@ class PfSaver(BaseCheckpointSaver[int]):
 
     def put_writes(self, config, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
         """Writes to a checkpoint make a child image of it. LangGraph may send them before the
-        checkpoint itself (its puts run in the background): they wait for its ``put``."""
+        checkpoint itself (its puts run in the background): they wait for its ``put``. It may also
+        send them after the next checkpoint's ``put`` (a task's writes and the next checkpoint are
+        saved by different background jobs): the head that holds the checkpoint's child then gets
+        a new image of its own checkpoint with the writes' image as second parent, so no branch is
+        made for them and history only grows."""
         self._stored(lambda: self._put_writes(config, writes, task_id, task_path), f"writes of task {task_id}")
 
     def _put_writes(self, config, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str) -> None:
@@ -295,7 +300,22 @@ class PfSaver(BaseCheckpointSaver[int]):
             if merged == rec.writes:
                 return
             subject = f"langgraph: writes of task {task_id} ({', '.join(sorted({c for c, _ in writes}))})"
-            self._commit(thread, replace(rec, writes=merged), image, image.rev + 1, subject, world=False)
+            below = self._head_above(thread, image)
+            written = self._commit(thread, replace(rec, writes=merged), image, image.rev + 1, subject, world=False,
+                                   move=below is None)
+            if below is not None:
+                self._commit(thread, self._record(below.oid), below, below.rev + 1,
+                             f"{subject} to the earlier checkpoint {cid}", world=False, also=written.oid)
+
+    def _head_above(self, thread: st.Thread, image: st.Image) -> st.Image | None:
+        """The image at the first head (the thread's branch first) that descends from ``image``;
+        None when ``image`` is a head itself or no head holds it."""
+        if image.oid in thread.heads.values():
+            return None
+        for _, oid in sorted(thread.heads.items()):
+            if oid in thread.by_oid and self.git.descendant_of(oid, image.oid):
+                return thread.by_oid[oid]
+        return None
 
     # -- threads ----------------------------------------------------------
     def delete_thread(self, thread_id: str) -> None:
