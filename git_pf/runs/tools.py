@@ -48,21 +48,10 @@ def _world_state(root: str) -> dict[str, tuple]:
     stack = [""]
     while stack:
         rel = stack.pop()
-        try:
-            with os.scandir(os.path.join(root, rel) if rel else root) as it:
-                for e in it:
-                    path = f"{rel}/{e.name}" if rel else e.name
-                    try:
-                        st = e.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    if e.is_dir(follow_symlinks=False):
-                        out[path] = ("dir",)
-                        stack.append(path)
-                    else:
-                        out[path] = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-        except OSError:
-            continue
+        entries: dict[str, tuple] = {}
+        _scan_dir(root, rel, entries)
+        stack.extend(path for path, state in entries.items() if state == ("dir",))
+        out.update(entries)
     return out
 
 
