@@ -150,7 +150,7 @@ def test_writes_sent_after_the_next_checkpoint_make_no_branch_and_are_kept(tmp_p
     saver, repo_dir = PfSaver(tmp_path / "repo"), tmp_path / "repo"
     first = empty_checkpoint()
     c1 = saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, first, {"step": 0}, {})
-    c2 = saver.put(c1, create_checkpoint(first, None, 1), {"step": 1}, {})
+    c2 = saver.put(c1, create_checkpoint(first, None, 1), {"step": 1, "run_id": "second"}, {})
     saver.put_writes(c1, [("messages", "late")], "task-1")
     heads = git(repo_dir, "for-each-ref", "--format=%(refname)", "refs/pf/heads/lg/t*").split()
     assert heads == ["refs/pf/heads/lg/t"]
@@ -158,6 +158,10 @@ def test_writes_sent_after_the_next_checkpoint_make_no_branch_and_are_kept(tmp_p
         assert fresh.get_tuple(c1).pending_writes == [("task-1", "messages", "late")]
         assert fresh.get_tuple({"configurable": {"thread_id": "t"}}).config == c2
         assert [t.config for t in fresh.list({"configurable": {"thread_id": "t"}})] == [c2, c1]
+    # a rewrite keeps the writes too: the child checkpoint's run is deleted, its parent stays whole
+    saver.delete_for_runs(["second"])
+    assert [t.config for t in saver.list({"configurable": {"thread_id": "t"}})] == [c1]
+    assert saver.get_tuple(c1).pending_writes == [("task-1", "messages", "late")]
     assert Repo.open(repo_dir).fsck().ok
 
 

@@ -323,28 +323,36 @@ def merged(a: Thread, b: Thread) -> Thread:
     return out
 
 
+def _tips(git: pygit2.Repository, oids) -> tuple[str, ...]:
+    """``oids`` in order, once each, without any that another of them descends from."""
+    seen = tuple(dict.fromkeys(oids))
+    return tuple(t for t in seen if not any(t != u and git.descendant_of(u, t) for u in seen))
+
+
 def rewrite(git: pygit2.Repository, thread: Thread, gone: set[str]) -> dict[str, str]:
     """Rewrite the thread's history without the images of the checkpoints ``gone``: each image
-    kept gets its nearest kept ancestor as parent (trees and messages as they were). The heads
-    to move to (``desired_heads``); a head left with nothing is dropped."""
+    kept gets its nearest kept ancestors as parents (the first parent's first; trees and messages
+    as they were), so an image reached only through a second parent (writes that came after the
+    next checkpoint) is kept too. The heads to move to (``desired_heads``); a head left with
+    nothing is dropped."""
     walker = git.walk(None, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE)
     for oid in set(thread.heads.values()):
         walker.push(pygit2.Oid(hex=oid))
-    new: dict[str, str | None] = {}
+    new: dict[str, tuple[str, ...]] = {}  # old commit -> the kept commits that stand for it
     for commit in walker:
         oid, parents = str(commit.id), [str(p) for p in commit.parent_ids]
-        parent = new.get(parents[0]) if parents else None
+        above = _tips(git, [t for p in parents for t in new.get(p, ())])
         image = thread.by_oid.get(oid)
         if image is None or image.checkpoint_id in gone:
-            new[oid] = parent
-        elif parent == (parents[0] if parents else None):
-            new[oid] = oid
+            new[oid] = above
+        elif list(above) == parents:
+            new[oid] = (oid,)
         else:
-            new[oid] = signing.write_commit(git, commit.author, commit.committer, commit.message, commit.tree_id,
-                                            [parent] if parent else [])
-            thread.add(Image(new[oid], image.checkpoint_id, image.rev))
-    tips = {new[o] for o in thread.heads.values()} - {None}
-    tips = {t for t in tips if not any(t != u and git.descendant_of(u, t) for u in tips)}
+            written = signing.write_commit(git, commit.author, commit.committer, commit.message, commit.tree_id,
+                                           list(above))
+            thread.add(Image(written, image.checkpoint_id, image.rev))
+            new[oid] = (written,)
+    tips = _tips(git, [t for o in thread.heads.values() for t in new.get(o, ())])
     kept = Thread(thread.key, {t: t for t in tips})
     for t in tips:
         kept.add(thread.by_oid[t])
