@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from . import canonjson, config, image as img, refs, signing, verify
 from .errors import UsageError
+from .store.packfile import packed
 
 MAX_FORKS = 100_000
 
@@ -67,18 +68,20 @@ def fork(repo, rev: str, n: int, prefix: str | None = None, explore: str | None 
     git = repo.git
     source, prefix, start = _plan(git, rev, n, prefix)
     tree = source.tree
-    if explore is not None and explore != source.manifest.get("label"):
-        manifest = dict(source.manifest, label=explore)
-        edit = img.TreeEdit(git, source.tree)
-        edit.put_file(img.MANIFEST, canonjson.encode(manifest))
-        tree = edit.write()
     sig = config.signature(git)
     subject = f"fork of {source.short}" + (f": {explore}" if explore else "")
+    with packed(git):  # every fork's objects in one pack before any branch moves: no loose object (docs/format.md)
+        if explore is not None and explore != source.manifest.get("label"):
+            manifest = dict(source.manifest, label=explore)
+            edit = img.TreeEdit(git, source.tree)
+            edit.put_file(img.MANIFEST, canonjson.encode(manifest))
+            tree = edit.write()
+        commits = [signing.write_commit(git, sig, sig, img.format_message(
+            subject, [("Pf-Fork", f"{source.id} {i - start + 1}/{n}")]), tree, [source.id])
+            for i in range(start, start + n)]
     forks = []
-    for i in range(start, start + n):
+    for i, commit in zip(range(start, start + n), commits):
         name = _name(prefix, i)
-        message = img.format_message(subject, [("Pf-Fork", f"{source.id} {i - start + 1}/{n}")])
-        commit = signing.write_commit(git, sig, sig, message, tree, [source.id])
         refs.update_branch(git, name, commit, None, f"pf fork: {subject}")
         forks.append(Fork(name, commit, i))
     return forks

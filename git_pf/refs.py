@@ -87,15 +87,16 @@ def update_ref(repo: pygit2.Repository, full: str, new: str, old: str | None, lo
 
 def _when_unlocked(move) -> None:
     """Run ``move``, retrying for up to LOCK_WAIT_S while another process (a background
-    ``git gc`` packing refs) holds the ref's lock file."""
+    ``git gc`` packing refs) holds the ref's lock file, or removed the empty directory the
+    lock file was to go in (gc prunes emptied ``refs/`` directories after packing refs)."""
     deadline = time.monotonic() + LOCK_WAIT_S
     delay = 0.001
     while True:
         try:
             move()
             return
-        except OSError as e:
-            if "lock" not in str(e) or time.monotonic() >= deadline:
+        except (OSError, pygit2.GitError) as e:
+            if ("lock" not in str(e) and "No such file or directory" not in str(e)) or time.monotonic() >= deadline:
                 raise
         time.sleep(delay)
         delay = min(2 * delay, 0.05)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import pygit2
 
 from .errors import UsageError
-from .store.packfile import COMMIT, commit_bytes
+from .store.packfile import COMMIT, commit_bytes, current
 
 FORMATS = ("openpgp", "ssh", "x509")
 _PROGRAMS = {"openpgp": "gpg", "ssh": "ssh-keygen", "x509": "gpgsm"}
@@ -163,11 +163,13 @@ def with_signature(raw: bytes, signature: str) -> bytes:
 def write_commit(git: pygit2.Repository, author: pygit2.Signature, committer: pygit2.Signature, message: str,
                  tree, parents: list, pack=None) -> str:
     """Write an image commit, signed when signing is on; its id. Into ``pack`` when given (the
-    caller flushes it before a ref moves), else as a loose object (as ``create_commit`` does)."""
+    caller flushes it before a ref moves), else into the writer ``packfile.packing`` set for
+    ``git`` in this thread, else as a loose object (as ``create_commit`` does)."""
     raw = commit_bytes(author, committer, message, str(tree), [str(p) for p in parents])
     s = signer(git)
     if s is not None:
         raw = with_signature(raw, sign(s, raw, committer))
+    pack = pack if pack is not None else current(git)
     if pack is not None:
         return pack.add(COMMIT, raw).hex()
     return str(git.odb.write(pygit2.enums.ObjectType.COMMIT, raw))

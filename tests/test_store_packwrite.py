@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 import subprocess
 import threading
 from pathlib import Path
@@ -173,3 +174,70 @@ def test_a_merge_that_cannot_be_written_leaves_the_packs_and_the_run_goes_on(rep
     fresh = pygit2.Repository(str(repo.git_dir))
     assert all(pygit2.Oid(raw=o) in fresh.odb for o in (first, second, third))
     assert len(_packs(repo.git_dir)) == 1
+
+
+def _loose(git_dir: Path) -> list[Path]:
+    return [f for d in (git_dir / "objects").iterdir() if len(d.name) == 2 for f in d.iterdir()]
+
+
+def _gc_loop(git_dir: Path, stop: threading.Event, done: list) -> None:
+    """``git gc`` again and again (each one packs what is loose and removes the ``objects/xx``
+    directories it empties), a fresh loose object before each so every round has some to take."""
+    k = 0
+    while not (k and stop.is_set()):  # one round at least
+        k += 1
+        subprocess.run(["git", "--git-dir", str(git_dir), "hash-object", "-w", "--stdin"], input=b"gc bait %d\n" % k,
+                       capture_output=True, check=True)
+        subprocess.run(["git", "--git-dir", str(git_dir), "gc", "-q"], capture_output=True, check=True)
+        done.append(k)
+
+
+def test_forks_and_blame_verdicts_write_no_loose_objects(repo, tmp_path):
+    from git_pf.blame import store as blame_store
+
+    world = tmp_path / "world"
+    world.mkdir()
+    (world / "a.txt").write_text("a\n")
+    tip = repo.snapshot(world, name="main").image.id
+    before = set(_loose(repo.git_dir))
+    forks = repo.fork(tip, 3, explore="try")
+    blame_store.write_verdict(repo.git, "r", 1, 0, forks[0].id, "flip", "a reason", 0.5)
+    assert set(_loose(repo.git_dir)) == before
+    assert [repo.git[f.id].parents[0].id for f in forks] == [pygit2.Oid(hex=tip)] * 3
+
+
+GC_ROUNDS = 12
+
+
+def test_fork_merge_and_blame_verdict_writes_succeed_under_a_gc_loop(repo, tmp_path):
+    """Forks, merges and blame verdicts written while ``git gc`` runs over and over: every write
+    succeeds, every ref names a complete image, and fsck is clean (the fixture)."""
+    from git_pf.blame import store as blame_store
+
+    world = tmp_path / "world"
+    world.mkdir()
+    (world / "base.txt").write_text("base\n")
+    repo.snapshot(world, name="main")
+    stop, done = threading.Event(), []
+    gc = threading.Thread(target=_gc_loop, args=(repo.git_dir, stop, done))
+    gc.start()
+    try:
+        for k in range(GC_ROUNDS):
+            side = repo.fork("main", 1, prefix=f"side{k}")[0].name
+            other = shutil.copytree(world, tmp_path / f"other{k}")
+            (other / f"side{k}.txt").write_text(f"side {k}\n")
+            repo.snapshot(other, name=side)
+            (world / "base.txt").write_text(f"main {k}\n")
+            repo.snapshot(world, name="main")
+            merged = repo.merge(side, into="main")
+            assert merged.status == "merged", merged.status
+            (world / f"side{k}.txt").write_text(f"side {k}\n")  # the world as merged
+            blame_store.write_verdict(repo.git, "r", k, 0, merged.image.id, "no-flip", "-", 0.0)
+    finally:
+        stop.set()
+        gc.join()
+    assert done, "the gc loop never finished a round"
+    subprocess.run(["git", "--git-dir", str(repo.git_dir), "gc", "-q", "--prune=now"], check=True)
+    git = pygit2.Repository(str(repo.git_dir))  # refs as the gc left them (packed)
+    tree = git[git.references["refs/pf/heads/main"].target].tree
+    assert {e.name for e in tree["world/fs"]} == {"base.txt"} | {f"side{k}.txt" for k in range(GC_ROUNDS)}

@@ -19,6 +19,7 @@ from .. import canonjson, config, image as img, refs, signing
 from ..errors import DataError, UsageError
 from ..gittree import MODE_FILE, TreeWriter
 from . import stats
+from ..store.packfile import packed
 
 ROOT = refs.ROOT + "blame/"
 TRACKING = refs.ROOT + "remotes/"  # a fetched run: refs/pf/remotes/<r>/blame/<run>/...
@@ -139,11 +140,12 @@ def read_meta(git, run: str, local: bool = False) -> dict | None:
 
 def write_meta(git, run: str, meta: dict) -> str:
     """Write run ``run``'s meta commit (its parent: the blamed tip); refuses an existing one."""
-    tw = TreeWriter(git)
-    tree = tw.write([(META_FILE.encode(), MODE_FILE, tw.write_blob(canonjson.encode(meta)))])
     sig = config.signature(git)
-    commit = signing.write_commit(git, sig, sig, f"blame {run}: settings and baseline\n", pygit2.Oid(raw=tree),
-                                  [meta["rev"]])
+    with packed(git):  # one pack, no loose object (docs/format.md)
+        tw = TreeWriter(git)
+        tree = tw.write([(META_FILE.encode(), MODE_FILE, tw.write_blob(canonjson.encode(meta)))])
+        commit = signing.write_commit(git, sig, sig, f"blame {run}: settings and baseline\n", pygit2.Oid(raw=tree),
+                                      [meta["rev"]])
     refs.update_ref(git, meta_ref(run), commit, None, f"pf blame: {run}")
     return commit
 
@@ -157,7 +159,8 @@ def write_verdict(git, run: str, step: int, k: int, tip: str, outcome: str, reas
                 (T_REASON, " ".join(reason.split()) or "-"), (T_COST, f"{cost:.6f}")]
     sig = config.signature(git)
     message = img.format_message(f"blame {run}: step {step} trial {k}: {outcome}", trailers)
-    commit = signing.write_commit(git, sig, sig, message, final.tree_id, [tip])
+    with packed(git):  # one pack, no loose object (docs/format.md)
+        commit = signing.write_commit(git, sig, sig, message, final.tree_id, [tip])
     full = verdict_ref(run, step, k)
     refs.update_ref(git, full, commit, refs.ref_tip(git, full), f"pf blame: step {step} trial {k}")
     drop_work(git, run, step, k)

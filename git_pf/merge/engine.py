@@ -19,6 +19,7 @@ from .. import canonjson, config, image as img, layercheck, refs, safepath, sign
 from .. import verify as signing_verify
 from ..errors import DataError, UsageError
 from ..gittree import lookup
+from ..store.packfile import packed
 from ..image import ImageInfo
 from ..layers import registry
 from ..layers.effects.merge import ACCEPT, EffectsMerger
@@ -228,8 +229,9 @@ def build_tree(ctx: MergeContext, results: list[LayerResult]) -> str:
         if merged is not None:
             layers[name] = merged
     manifest = dict(ctx.ours.manifest, layers=layers)
-    edit.put_file(img.MANIFEST, canonjson.encode(manifest))
-    tree = edit.write()
+    with packed(git):  # the merged tree in one pack, read back below: no loose object (docs/format.md)
+        edit.put_file(img.MANIFEST, canonjson.encode(manifest))
+        tree = edit.write()
     _check_parses(ctx, tree)
     return tree
 
@@ -260,7 +262,8 @@ def write_image(ctx: MergeContext, results: list[LayerResult], tree: str) -> Ima
     trailers += [("Pf-Merge", r.trailer) for r in results if r.trailer]
     message = img.format_message(f"merge {ctx.theirs_name} into {ctx.ours_name}", trailers)
     sig = config.signature(git)
-    commit = signing.write_commit(git, sig, sig, message, tree, [ctx.ours.id, ctx.theirs.id])
+    with packed(git):  # no loose object (docs/format.md)
+        commit = signing.write_commit(git, sig, sig, message, tree, [ctx.ours.id, ctx.theirs.id])
     refs.update_branch(git, ctx.ours_name, commit, ctx.ours.id, f"pf merge: {message.splitlines()[0]}")
     return img.read_image(git, commit)
 

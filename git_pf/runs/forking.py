@@ -21,6 +21,7 @@ from ..errors import DataError, UsageError
 from ..fork import _next_index
 from ..layers.trace import messages as trace, tape as tape_mod, wire
 from .steps import FORKED_TRAILER, RUN_END_TRAILER, STEP_TRAILER, at_step, check_target, step_of
+from ..store.packfile import packed
 
 
 def default_name(git, rev: str, n: int) -> str:
@@ -65,17 +66,18 @@ def fork_at_step(repo, rev: str, n: int, *, entry_change: Callable[[dict], dict]
     messages = wire.messages(json.loads(tape.files[at[0]][1])) or trace.decode(
         img.read_file(git, source.tree, img.TRACE_MESSAGES) or b"")
 
-    edit = img.TreeEdit(git, source.tree)
-    layers = dict(source.manifest.get("layers", {}), tape=tape.write(repo, edit, source))
-    edit.put_file(img.TRACE_MESSAGES, trace.encode(messages))
-    layers["trace"] = dict(layers.get("trace") or {}, messages=len(messages),
-                           tokens_estimate=trace.estimate_tokens(messages))
-    edit.put_file(img.MANIFEST, canonjson.encode(dict(source.manifest, layers=layers)))
     kept = [(k, v) for k, v in source.trailers if k not in (STEP_TRAILER, RUN_END_TRAILER, FORKED_TRAILER, "Pf-Fork")]
     message = img.format_message(f"step {n}: fork of {source.short}",
                                  kept + [(STEP_TRAILER, str(n)), (FORKED_TRAILER, source.id)])
     sig = config.signature(git)
-    commit = signing.write_commit(git, sig, sig, message, edit.write(), [parent])
+    with packed(git):  # the fork's objects in one pack before its ref moves: no loose object (docs/format.md)
+        edit = img.TreeEdit(git, source.tree)
+        layers = dict(source.manifest.get("layers", {}), tape=tape.write(repo, edit, source))
+        edit.put_file(img.TRACE_MESSAGES, trace.encode(messages))
+        layers["trace"] = dict(layers.get("trace") or {}, messages=len(messages),
+                               tokens_estimate=trace.estimate_tokens(messages))
+        edit.put_file(img.MANIFEST, canonjson.encode(dict(source.manifest, layers=layers)))
+        commit = signing.write_commit(git, sig, sig, message, edit.write(), [parent])
     if ref is not None:
         refs.update_ref(git, ref, commit, refs.ref_tip(git, ref), f"pf fork: step {n} of {source.short}")
     else:

@@ -67,6 +67,12 @@ def commit_bytes(author: pygit2.Signature, committer: pygit2.Signature, message:
     return b"\n".join(head) + b"\n\n" + message.encode()
 
 
+def add_commit(pack: "PackWriter", author: pygit2.Signature, committer: pygit2.Signature, message: str, tree,
+               parents: list) -> str:
+    """Queue an unsigned commit into ``pack`` (the same object ``create_commit`` writes); its id."""
+    return pack.add(COMMIT, commit_bytes(author, committer, message, str(tree), [str(p) for p in parents])).hex()
+
+
 def entry_header(kind: int, size: int) -> bytes:
     """A pack entry's type-and-size varint header."""
     out = bytearray()
@@ -361,6 +367,16 @@ def packing(repo: pygit2.Repository, writer: PackWriter | None = None):
         yield _scope.writer
     finally:
         _scope.writer = outer
+
+
+@contextmanager
+def packed(repo: pygit2.Repository):
+    """``packing`` whose writer is flushed when the block ends without an error: what the block
+    wrote (trees, blobs, commits) is one pack, durable before the caller moves a ref after it.
+    The block must not read back what it wrote (a queued object is not in the odb yet)."""
+    with packing(repo) as pack:
+        yield pack
+        pack.flush()
 
 
 def current(repo: pygit2.Repository) -> PackWriter | None:

@@ -21,6 +21,7 @@ import pygit2
 
 from ..errors import DataError
 from ..gittree import MODE_FILE, MODE_TREE, TreeWriter, read_blob, read_tree
+from ..store.packfile import add_commit, packed
 
 VERSION = b"https://git-pf.dev/spec/objects/v1\n"
 MAX_BLOB = 64 * 1024 * 1024
@@ -81,22 +82,27 @@ def read_index(git: pygit2.Repository, commit: str | None) -> Index:
 
 def write_data_commit(git: pygit2.Repository, blobs: dict[str, Entry]) -> str:
     """A parentless commit whose tree holds the blobs of ``blobs`` (already in the odb)."""
-    writer = TreeWriter(git)
     fan: dict[bytes, list] = {}
     for oid, entry in blobs.items():
         for n, blob in enumerate(entry.blobs):
             name = oid[2:] if len(entry.blobs) == 1 else f"{oid[2:]}.{n}"
             fan.setdefault(oid[:2].encode(), []).append((name.encode(), MODE_FILE, bytes.fromhex(blob)))
-    top = [(d, MODE_TREE, writer.write(entries)) for d, entries in fan.items()]
-    tree = writer.write(top)
     msg = f"pf objects: {len(blobs)} objects, {sum(e.size for e in blobs.values())} bytes\n"
-    return str(git.create_commit(None, _SIG, _SIG, msg, pygit2.Oid(raw=tree), []))
+    with packed(git) as pack:  # one pack, no loose object (docs/format.md)
+        writer = TreeWriter(git)
+        tree = writer.write([(d, MODE_TREE, writer.write(entries)) for d, entries in fan.items()])
+        return add_commit(pack, _SIG, _SIG, msg, tree.hex(), [])
 
 
 def write_index_commit(git: pygit2.Repository, base: str | None, base_index: Index, added: Index,
                        data_commit: str) -> str:
     """The index commit for ``base_index`` plus ``added``, parents ``base`` (if any) and ``data_commit``."""
-    writer = TreeWriter(git)
+    with packed(git) as pack:  # one pack, no loose object (docs/format.md)
+        return _write_index_commit(git, TreeWriter(git), pack, base, base_index, added, data_commit)
+
+
+def _write_index_commit(git, writer: TreeWriter, pack, base: str | None, base_index: Index, added: Index,
+                        data_commit: str) -> str:
     buckets: dict[bytes, tuple[int, bytes]] = {}
     if base is not None:
         top = _tree_of(git, base)
@@ -109,9 +115,9 @@ def write_index_commit(git: pygit2.Repository, base: str | None, base_index: Ind
         buckets[prefix.encode()] = (MODE_FILE, writer.write_blob(encode_bucket(merged)))
     index_tree = writer.write([(n, m, o) for n, (m, o) in buckets.items()])
     tree = writer.write([(b"version", MODE_FILE, writer.write_blob(VERSION)), (b"index", MODE_TREE, index_tree)])
-    parents = ([pygit2.Oid(hex=base)] if base else []) + [pygit2.Oid(hex=data_commit)]
+    parents = ([base] if base else []) + [data_commit]
     msg = f"pf objects index: +{sum(1 for o in added if o not in base_index)} objects\n"
-    return str(git.create_commit(None, _sig(), _sig(), msg, pygit2.Oid(raw=tree), parents))
+    return add_commit(pack, _sig(), _sig(), msg, tree.hex(), parents)
 
 
 _TIP_TRAILER = "Pf-Remote-Tip: "
@@ -124,7 +130,8 @@ def wrap(git: pygit2.Repository, tip: str) -> str:
     tip gives the same commit."""
     tree = git[tip].peel(pygit2.Tree).id
     msg = f"pf objects index of a remote\n\n{_TIP_TRAILER}{tip}\n"
-    return str(git.create_commit(None, _SIG, _SIG, msg, tree, []))
+    with packed(git) as pack:  # no loose object (docs/format.md)
+        return add_commit(pack, _SIG, _SIG, msg, tree, [])
 
 
 def unwrap(git: pygit2.Repository, commit: str) -> str:

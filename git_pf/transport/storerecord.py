@@ -32,7 +32,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pygit2
 
 from ..errors import DataError, TransferFailed, UsageError
-from ..gittree import blob_size
+from ..gittree import MODE_FILE, MODE_TREE, TreeWriter, blob_size
+from ..store.packfile import add_commit, packed
 from . import gitcmd
 from .remotes import Remote
 
@@ -234,25 +235,22 @@ def recorded(repo, remote: Remote) -> tuple[str, str | None] | None:
 
 def write_commit(git: pygit2.Repository, kind: str, url: str | None, sizes: dict[str, int] | None = None,
                  bundles: dict[str, tuple[str, int, int]] | None = None) -> str:
-    builder = git.TreeBuilder()
-    builder.insert(FILE, git.create_blob(encode(kind, url)), pygit2.enums.FileMode.BLOB)
     lines = {"sizes": {o: f"{o} {n}\n" for o, n in (sizes or {}).items()},
              "bundles": {o: f"{o} {b} {n} {off}\n" for o, (b, n, off) in (bundles or {}).items()}}
-    for listing, by_oid in lines.items():
-        if by_oid:
-            builder.insert(listing, _bucket_tree(git, by_oid), pygit2.enums.FileMode.TREE)
-    return str(git.create_commit(None, _SIG, _SIG, f"git-pf store record: {kind}\n", builder.write(), []))
+    with packed(git) as pack:  # one pack, no loose object (docs/format.md)
+        writer = TreeWriter(git)
+        top = [(FILE.encode(), MODE_FILE, writer.write_blob(encode(kind, url)))]
+        top += [(listing.encode(), MODE_TREE, _bucket_tree(writer, by_oid)) for listing, by_oid in lines.items() if by_oid]
+        return add_commit(pack, _SIG, _SIG, f"git-pf store record: {kind}\n", writer.write(top).hex(), [])
 
 
-def _bucket_tree(git: pygit2.Repository, lines: dict[str, str]) -> pygit2.Oid:
+def _bucket_tree(writer: TreeWriter, lines: dict[str, str]) -> bytes:
     """A tree of ``<2 hex>`` blobs holding ``lines`` (oid -> its line), sorted by oid."""
     buckets: dict[str, list[str]] = {}
     for oid in sorted(lines):
         buckets.setdefault(oid[:2], []).append(lines[oid])
-    inner = git.TreeBuilder()
-    for name, bucket in buckets.items():
-        inner.insert(name, git.create_blob("".join(bucket).encode("ascii")), pygit2.enums.FileMode.BLOB)
-    return inner.write()
+    return writer.write([(name.encode(), MODE_FILE, writer.write_blob("".join(bucket).encode("ascii")))
+                         for name, bucket in buckets.items()])
 
 
 def _cwd(repo):
