@@ -9,6 +9,7 @@ import json
 import os
 import pty
 import re
+import shlex
 import signal
 import subprocess
 import time
@@ -21,6 +22,7 @@ from git_pf.layers.effects import ledger
 from git_pf.layers.world.restore import iter_world
 
 import claude_cli_helpers as cli
+from runs_helpers import report
 from conftest import BIN, git_fsck_clean
 
 SID = "3f2a9c1e-7b4d-4e2a-9f10-5c6d7e8f9a0b"
@@ -596,3 +598,45 @@ def test_the_real_cli_recorded_by_git_pf_record_puts_its_tool_calls_on_the_runs_
     assert [(e["tool"], e["side_effect_class"], e.get("error")) for e in effects] == [
         ("Write", "idempotent", None), ("Bash", "irreversible", "Exit code 3"), ("Edit", "idempotent", None)]
     assert ledger.verify(effects) == []
+
+
+@pytest.mark.skipif(cli.missing() is not None, reason=str(cli.missing()))
+def test_the_real_cli_replayed_never_sends_a_recorded_irreversible_call_again(project, tmp_path):
+    """A Bash call that appends to a file outside the world (an email sent, say) runs once, at record:
+    replay answers it from the ledger through updatedInput, and stays bit-exact."""
+    root, env = project
+    marker, proj = tmp_path / "outside" / "sent.log", tmp_path / "proj"
+    marker.parent.mkdir()
+    assert subprocess.run(["git", "pf", "install", "--claude-code"], cwd=root, env=env).returncode == 0
+    # the agent's project is no git work tree (a replay's world holds no .git, and Claude Code's
+    # requests say whether there is one); the hooks are the ones install wrote
+    (proj / ".claude").mkdir(parents=True)
+    (root / ".claude" / "settings.json").rename(proj / ".claude" / "settings.json")
+    env = dict(env, GIT_PF_REPO=str(root), CLAUDE_PROJECT_DIR=str(proj))
+    send = {"command": f"echo mail >> '{marker}' && echo 'sent 1 mail' && echo 'queued' >&2",
+            "description": "send the mail"}
+    script = [{"tool": "Write", "args": {"file_path": str(proj / "hello.py"), "content": "print('hi')\n"}},
+              {"tool": "Bash", "args": send}, "Sent."]
+    claude = ["sh", "-c", f"cd '{proj}' && exec " + " ".join(map(shlex.quote, [
+        str(cli.CLAUDE), "-p", "send it", "--dangerously-skip-permissions", "--output-format", "json"]))]
+    with cli.ScriptedAnthropic(script) as server:
+        cenv = cli.claude_env(env, server.url, tmp_path / "claude-config")
+        del cenv["ANTHROPIC_BASE_URL"]  # the recorder points the CLI at its proxy
+        out = subprocess.run(["git", "pf", "record", "--name", "mail", "--fs-root", str(proj), "--upstream",
+                              f"anthropic={server.url}", "--json", "--", *claude],
+                             cwd=root, env=cenv, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        served = len(server.served())
+    assert marker.read_text() == "mail\n"
+    effects = _ledger(Repo.open(root), "mail")
+    assert [(e["tool"], e["side_effect_class"]) for e in effects] == [("Write", "idempotent"), ("Bash", "irreversible")]
+    assert effects[1]["result"]["stdout"].startswith("sent 1 mail")
+    played = subprocess.run(["git", "pf", "replay", "mail", "--json", "--", *claude], cwd=root, env=cenv,
+                            capture_output=True, text=True, timeout=300)
+    got = report(played.stdout)
+    assert played.returncode == 0 and got["bit_exact"] is True, (got.get("mismatch"), got.get("divergence"),
+                                                                 played.stderr[-2000:])
+    assert got["effects"] == {"replayed": 2, "of": 2}
+    assert marker.read_text() == "mail\n"  # sent once, at record; the replay sent nothing
+    assert len(server.served()) == served
+    assert (proj / "hello.py").read_text() == "print('hi')\n"  # the replay wrote in its own world
