@@ -245,6 +245,26 @@ def test_a_failure_is_logged_and_never_blocks_the_tool_call(claude, tmp_path):
     assert out.returncode == 0 and b"not a git repository" in out.stderr and len(out.stderr.splitlines()) == 1
 
 
+def test_the_installed_hook_command_loads_no_site_and_no_git_pf_machinery_on_the_warm_path(claude):
+    """The command install writes starts Python without ``site`` and hands the event to the warm hook
+    server; ``-X importtime`` shows what that process imported. Without the server it loads what it needs."""
+    from git_pf.integrations.claude_code_settings import hook_command
+
+    subprocess.run(["git", "config", "pf.claudeCode.server", "true"], cwd=claude.project, check=True)
+    claude.hook("SessionStart", source="startup")  # starts the server
+    env = dict(claude.env, PYTHONPROFILEIMPORTTIME="1")
+    out = Claude(claude.project, claude.transcript, env).run(hook_command(), claude.payload("SessionEnd"),
+                                                              check_stderr=False)
+    imported = {line.split("|")[-1].strip() for line in out.stderr.decode().splitlines() if line.startswith("import time:")}
+    assert "git_pf.integrations.claude_code_hook" in imported, out.stderr[-2000:]
+    assert not imported & {"site", "pygit2", "typer", "git_pf.repo", "git_pf.integrations.claude_code", "subprocess"}
+    assert len(Repo.open(claude.project).log(f"cc/{SID}")) == 2  # the server wrote the final image
+    claude.run("git pf hook claude-code --stop-server", b"")
+    subprocess.run(["git", "config", "pf.claudeCode.server", "false"], cwd=claude.project, check=True)
+    out = claude.run(hook_command(), claude.payload("Stop", last_assistant_message="Done."))  # handled in-process
+    assert out.returncode == 0 and len(Repo.open(claude.project).log(f"cc/{SID}")) == 3
+
+
 # -- install / uninstall --------------------------------------------------------------------------
 USER_SETTINGS = {
     "permissions": {"allow": ["Bash(npm run test:*)"]},
@@ -321,7 +341,7 @@ def test_install_into_no_settings_and_user_scope_and_a_broken_file(claude):
     assert not (claude.project / ".claude").exists()
     user = Path(claude.env["HOME"]) / ".claude" / "settings.json"
     assert run("install", "--claude-code", "--scope", "user").returncode == 0
-    assert "/git-pf hook claude-code" in user.read_text() and not settings.exists()
+    assert "claude_code_hook.py hook claude-code" in user.read_text() and not settings.exists()
     assert run("uninstall", "--claude-code", "--scope", "user").returncode == 0 and not user.exists()
     claude.env["CLAUDE_CONFIG_DIR"] = str(claude.project.parent / "claude-config")  # where Claude Code reads it
     assert run("install", "--claude-code", "--scope", "user").returncode == 0 and not user.exists()

@@ -12,8 +12,11 @@ may deny an irreversible call replay must not make (``claude_code_effects``).
 Any failure is appended to
 ``$GIT_DIR/pf/claude-code/hook.log`` and shown as one line on stderr; the exit
 status is always 0. This module imports only the standard library at load
-time: a warm call costs one small Python process. Writes nothing but the log
-(the server or ``claude_code`` write the images).
+time: a warm call costs one small Python process. The command ``install`` writes
+runs this file with ``python -S`` (no ``site``: no site-packages, no ``.pth``
+files), which halves a bare start; ``full_path`` loads ``site`` only when the
+event is handled in this process. Writes nothing but the log (the server or
+``claude_code`` write the images).
 """
 from __future__ import annotations
 
@@ -100,6 +103,7 @@ def handle_request(git_dir: str, request: dict, sessions=None) -> dict:
     ``{"ok": outcome}`` or ``{"error": line}``. Events are handled one at a time per repository."""
     import fcntl
 
+    full_path()
     from ..errors import PfError
 
     try:
@@ -123,6 +127,14 @@ def handle_request(git_dir: str, request: dict, sessions=None) -> dict:
         return {"error": e.message}
     except Exception as e:  # noqa: BLE001
         return {"error": _line(e)}
+
+
+def full_path() -> None:
+    """The installed packages on ``sys.path`` when this process started without ``site`` (``-S``)."""
+    if sys.flags.no_site and "site" not in sys.modules:
+        import site
+
+        site.main()
 
 
 def _line(e: BaseException) -> str:
@@ -232,3 +244,10 @@ def _via_server(git_dir: str, request: dict) -> dict | None:
             return None if reply.get("restart") else reply
         time.sleep(0.01)
     return None
+
+
+if __name__ == "__main__":  # the installed command: python -S <this file> hook claude-code
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # git_pf's parent
+    from git_pf.integrations.claude_code_hook import main as _main
+
+    sys.exit(_main())

@@ -39,15 +39,18 @@ CHECK_TIMEOUT_S = 60.0
 # PreToolUse only matters inside a recorded run: a shell test spares Claude Code a Python process per call
 RUN_GUARD = '[ -z "$GIT_PF_CHANNEL" ] || '
 GUARDED = ("PreToolUse",)
-_OURS = re.compile(r"^(\[ -z \"\$GIT_PF_CHANNEL\" \] \|\| )?(git pf|\S*git-pf'?|\S+ -m git_pf) hook claude-code$")
+_OURS = re.compile(r"^(\[ -z \"\$GIT_PF_CHANNEL\" \] \|\| )?(git pf|\S*git-pf'?|\S+ -m git_pf|\S+ -S \S*claude_code_hook\.py'?) "
+                   r"hook claude-code$")
 
 
 def hook_command() -> str:
-    """The hook command for the ``git-pf`` running now, by its absolute path."""
-    exe = sys.argv[0] if sys.argv and os.path.basename(sys.argv[0]) == "git-pf" else shutil.which("git-pf")
-    if exe:
-        return f"{shlex.quote(os.path.abspath(exe))} hook claude-code"
-    return f"{shlex.quote(sys.executable)} -m git_pf hook claude-code"
+    """The hook command for the git-pf running now: its interpreter without ``site`` (``-S``) running
+    the hook client's file, both by absolute path. ``site`` (the installed packages' paths and
+    ``.pth`` files, an editable install's finder) is two thirds of a bare Python start; the client
+    needs none of it unless it handles the event itself (``claude_code_hook.full_path``)."""
+    from . import claude_code_hook
+
+    return f"{shlex.quote(sys.executable)} -S {shlex.quote(os.path.abspath(claude_code_hook.__file__))} hook claude-code"
 
 
 def command_problem(command: str) -> str | None:
