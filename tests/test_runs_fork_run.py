@@ -45,3 +45,24 @@ def test_bad_fork_and_run_input_is_one_line(repo, run_pf, tmp_path):
             proc = run_pf(*args, cwd=root, check=False)
             assert proc.returncode == code, (args, proc.stderr)
             assert proc.stderr.count("\n") == 1 and words in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_run_step_that_cannot_be_written_is_reported_as_record_reports_it(repo, run_pf, tmp_path):
+    from git_pf.store.packfile import FAILPOINT_ENV
+
+    root = repo.git_dir.parent
+    with FakeLLM(SCRIPT) as fake:
+        record(run_pf, root, fake, "openai.chat", tmp_path / "sb")
+    (tmp_path / "reply.txt").write_text("Changed my mind: writing plan.txt.")
+    run_pf("fork", "run", "--at-step", "3", "--response", tmp_path / "reply.txt", "--name", "alt", cwd=root)
+    with FakeLLM(["live four", "live five"]) as live:
+        proc = run_pf("run", "alt", "--upstream", live.url, "--fs-root", tmp_path / "w", "--json", "--",
+                      *agent_cmd("openai.chat", tmp_path / "w"), cwd=root, check=False,
+                      env={FAILPOINT_ENV: "1-3"})  # the first step write and its two retries fail (a full disk)
+    assert agent_line(proc.stdout)["exchanges"] == 5  # the agent's run went through
+    assert proc.returncode == 1  # docs/cli.md: could not finish writing
+    out = report(proc.stdout)
+    assert out["exit"] == 0 and out["steps"] == 2 and out["steps_lost"] == 1
+    assert any("No space left on device" in f for f in out["failures"])
+    assert "step images lost" in proc.stderr
+    assert "Pf-Steps-Lost: 1" in git(root, "log", "-1", "--format=%B", "refs/pf/heads/alt")

@@ -156,6 +156,13 @@ class RunResult:
         return (f"{self.steps_lost} step images lost of {self.steps} exchanges recorded "
                 f"({self.write_failures[0]}); the agent exited {self.exit}")
 
+    @classmethod
+    def of(cls, branch: str, tip: str | None, recorder, code: int, proxy, writer) -> "RunResult":
+        """The result of a run a ``StepWriter`` recorded (``record`` and ``run``): the proxy's
+        failures, and the steps the writer could not write (``failures``, ``steps_lost``)."""
+        return cls(branch, tip, recorder.steps, code, recorder.failure(), list(proxy.failures),
+                   list(writer.failures), writer.lost)
+
 
 def default_branch(git) -> str:
     k = 1
@@ -209,5 +216,4 @@ def record(repo, cmd: list[str], *, name: str | None = None, fs_root: Path | Non
         info = writer.finish(code)
     finally:
         writer.close()
-    return RunResult(branch, info.id, recorder.steps, code, recorder.failure(), list(proxy.failures),
-                     list(writer.failures), writer.lost)
+    return RunResult.of(branch, info.id, recorder, code, proxy, writer)

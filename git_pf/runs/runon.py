@@ -105,5 +105,5 @@ def run(repo, branch: str, cmd: list[str], *, upstreams: list[str] = (), fs_root
         writer.close()
         if checker is not None:
             checker.close()
-    result = RunResult(branch, tip, recorder.steps, code, recorder.failure(), list(proxy.failures))
+    result = RunResult.of(branch, tip, recorder, code, proxy, writer)
     return result, replayer
