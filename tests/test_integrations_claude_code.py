@@ -660,3 +660,4 @@ def test_the_real_cli_replayed_never_sends_a_recorded_irreversible_call_again(pr
     assert marker.read_text() == "mail\n"  # sent once, at record; the replay sent nothing
     assert len(server.served()) == served
     assert (proj / "hello.py").read_text() == "print('hi')\n"  # the replay wrote in its own world
+    assert not [r for r in Repo.open(root).git.references if "/cc/" in r]  # the run is the record: no session branch

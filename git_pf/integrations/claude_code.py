@@ -37,7 +37,7 @@ from ..layers.trace import messages as messages_mod
 from ..runs.steps import RUN_END_TRAILER, STEP_TRAILER, step_of
 from ..snapshot import DirWorld, SnapshotRequest, take
 from .claude_code_effects import DEFAULT_CLASSES
-from .claude_code_hook import log_line, state_dir
+from .claude_code_hook import CHECK_EVENT, log_line, state_dir
 
 BRANCH_PREFIX = "cc/"
 SESSION_TRAILER = "Pf-Claude-Session"
@@ -51,7 +51,6 @@ WORLD_IGNORE = ("/.claude/settings.json", "/.claude/settings.local.json")
 TRANSCRIPT_WAIT_S = 0.2  # how long a step waits for the transcript line naming its tool call
 MAX_TRANSCRIPT = 256 << 20  # a larger transcript is skipped (a long session's is a few MiB to tens of MiB)
 ERROR_KEPT_CHARS = 4000
-CHECK_EVENT = "PfCheck"  # the test event of 'git pf install --claude-code --check'; writes nothing
 RESULT_KEPT_BYTES = 16 * 1024  # a larger tool response is kept in the ledger by its hash only
 _SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _CALL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")  # what a tool call id may be to go in a trailer

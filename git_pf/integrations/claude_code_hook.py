@@ -7,8 +7,10 @@ one when none runs, so that the repository, the project's stat cache and the
 transcript read so far stay warm between tool calls. With
 ``pf.claudeCode.server=false``, or when no server can be reached, it handles
 the event in this process. Inside a recorded run (``git pf record``, ``replay``,
-``run``) each tool call also goes onto the run's ledger, and ``PreToolUse``
-may deny an irreversible call replay must not make (``claude_code_effects``).
+``run``) each tool call goes onto the run's ledger instead, and ``PreToolUse``
+answers or denies an irreversible call replay must not make
+(``claude_code_effects``); the run is the record, so no session images are
+written then.
 Any failure is appended to
 ``$GIT_DIR/pf/claude-code/hook.log`` and shown as one line on stderr; the exit
 status is always 0. This module imports only the standard library at load
@@ -30,6 +32,7 @@ STATE_DIR = ("pf", "claude-code")
 SOCKET = "server.sock"
 REPLY_WAIT_S = 50.0  # under Claude Code's 60 s hook timeout
 START_WAIT_S = 5.0
+CHECK_EVENT = "PfCheck"  # the test event of 'git pf install --claude-code --check'; writes nothing
 
 
 def state_dir(git_dir: str | os.PathLike) -> str:
@@ -81,6 +84,8 @@ def main(data: bytes | None = None) -> int:
             said = claude_code_effects.handle(event)
             if said is not None:
                 sys.stdout.write(json.dumps(said) + "\n")
+            if event.get("hook_event_name") != CHECK_EVENT:
+                return 0  # the recorded run is the record: no session images of its own (a replay adds none)
         if isinstance(event, dict) and event.get("hook_event_name") == "PreToolUse":
             return 0  # only a recorded run has anything to check before a tool runs
         git_dir = git_dir_of(_start_dir(event if isinstance(event, dict) else {}))
