@@ -247,22 +247,28 @@ def test_a_failure_is_logged_and_never_blocks_the_tool_call(claude, tmp_path):
 
 def test_the_installed_hook_command_loads_no_site_and_no_git_pf_machinery_on_the_warm_path(claude):
     """The command install writes starts Python without ``site`` and hands the event to the warm hook
-    server; ``-X importtime`` shows what that process imported. Without the server it loads what it needs."""
+    server; ``-X importtime`` shows what that process imported. SessionEnd is answered before the server
+    writes its image, which still comes, in order. Without the server the client loads what it needs."""
     from git_pf.integrations.claude_code_settings import hook_command
 
     subprocess.run(["git", "config", "pf.claudeCode.server", "true"], cwd=claude.project, check=True)
     claude.hook("SessionStart", source="startup")  # starts the server
     env = dict(claude.env, PYTHONPROFILEIMPORTTIME="1")
-    out = Claude(claude.project, claude.transcript, env).run(hook_command(), claude.payload("SessionEnd"),
-                                                              check_stderr=False)
+    out = Claude(claude.project, claude.transcript, env).run(hook_command(), claude.payload(
+        "Stop", stop_hook_active=False, last_assistant_message="Done."), check_stderr=False)
     imported = {line.split("|")[-1].strip() for line in out.stderr.decode().splitlines() if line.startswith("import time:")}
     assert "git_pf.integrations.claude_code_hook" in imported, out.stderr[-2000:]
     assert not imported & {"site", "pygit2", "typer", "git_pf.repo", "git_pf.integrations.claude_code", "subprocess"}
-    assert len(Repo.open(claude.project).log(f"cc/{SID}")) == 2  # the server wrote the final image
-    claude.run("git pf hook claude-code --stop-server", b"")
+    repo = Repo.open(claude.project)
+    assert len(repo.log(f"cc/{SID}")) == 2  # the server wrote the final image before it answered
+    (claude.project / "late.txt").write_text("late\n")
+    assert claude.run(hook_command(), claude.payload("SessionEnd", reason="other")).stdout == b""
+    claude.run("git pf hook claude-code --stop-server", b"")  # answered after the queued event was handled
+    assert len(repo.log(f"cc/{SID}")) == 3 and "late.txt" in _world(repo, f"cc/{SID}")
     subprocess.run(["git", "config", "pf.claudeCode.server", "false"], cwd=claude.project, check=True)
+    (claude.project / "later.txt").write_text("later\n")
     out = claude.run(hook_command(), claude.payload("Stop", last_assistant_message="Done."))  # handled in-process
-    assert out.returncode == 0 and len(Repo.open(claude.project).log(f"cc/{SID}")) == 3
+    assert out.returncode == 0 and len(repo.log(f"cc/{SID}")) == 4
 
 
 # -- install / uninstall --------------------------------------------------------------------------

@@ -32,6 +32,9 @@ STATE_DIR = ("pf", "claude-code")
 SOCKET = "server.sock"
 REPLY_WAIT_S = 50.0  # under Claude Code's 60 s hook timeout
 START_WAIT_S = 5.0
+# Events after which Claude Code changes no file before the next event: the server answers them
+# before it writes, and handles every event in the order it came (a failure goes to the log only).
+UNAWAITED = ("UserPromptSubmit", "SessionEnd")
 CHECK_EVENT = "PfCheck"  # the test event of 'git pf install --claude-code --check'; writes nothing
 
 
@@ -91,6 +94,8 @@ def main(data: bytes | None = None) -> int:
         git_dir = git_dir_of(_start_dir(event if isinstance(event, dict) else {}))
         request = {"event": data.decode("utf-8", "replace"), "project_dir": os.environ.get("CLAUDE_PROJECT_DIR") or None,
                    "version": _version()}
+        if isinstance(event, dict) and event.get("hook_event_name") in UNAWAITED:
+            request["wait"] = False
         reply = _via_server(git_dir, request)
         if reply is None:
             reply = handle_request(git_dir, request)

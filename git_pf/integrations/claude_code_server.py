@@ -4,7 +4,10 @@
 ``$GIT_DIR/pf/claude-code/server.sock`` (mode 0600) and handles the events
 ``git pf hook claude-code`` sends it, one at a time, with one long-lived
 ``claude_code.Sessions`` (the repository open, each project's stat cache and
-directory watch in memory, each transcript read incrementally). A second
+directory watch in memory, each transcript read incrementally). A request
+with ``"wait": false`` (an event that changes no world: ``UserPromptSubmit``,
+``SessionEnd``) is answered "queued" before it is handled, and a failure of
+it goes to the hook log only; events are still handled in the order they came. A second
 server for the same repository exits at once (a lock). It ends after
 ``pf.claudeCode.serverIdle`` seconds without an event (default 600), on
 SIGTERM, on a ``{"stop": true}`` request, or when a client of another git-pf
@@ -21,7 +24,7 @@ import socket
 import sys
 from pathlib import Path
 
-from .claude_code_hook import SOCKET, handle_request, state_dir
+from .claude_code_hook import SOCKET, handle_request, log_line, state_dir
 
 DEFAULT_IDLE_S = 600.0
 MAX_REQUEST = 64 << 20
@@ -68,6 +71,16 @@ def _answer(conn: socket.socket, git_dir: str, sessions, version: str) -> bool:
             reply, go_on = {"restart": True}, False
         elif not isinstance(request.get("event"), str):
             reply, go_on = {"error": "the hook server got a request without an event"}, True
+        elif request.get("wait") is False:  # the client has gone on: it hears "queued", the log hears a failure
+            try:
+                conn.sendall(json.dumps({"ok": {"action": "queued"}}).encode("utf-8"))
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            reply = handle_request(git_dir, request, sessions)
+            if reply.get("error"):
+                log_line(git_dir, "event", reply["error"])
+            return True
         else:
             reply, go_on = handle_request(git_dir, request, sessions), True
         try:
