@@ -219,10 +219,8 @@ def test_another_user_is_refused():
         repo = base / "repo"
         pf("init", repo, cwd=base)
         status_ = running_server(repo)
-        sock_path = status_["socket"]
-        os.chmod(os.path.dirname(sock_path), 0o711)
-        for d in (repo, repo / ".git", repo / ".git" / "pf"):
-            os.chmod(d, 0o711)
+        sock_path = str(base / "sock")  # the socket's private directory stays 0700: a hard link reaches it
+        os.link(status_["socket"], sock_path)
         os.chmod(sock_path, 0o666)  # only the peer check stands between that user and the server
         code = ("import socket, sys\n"  # the wire by hand: that user may not reach git-pf's code
                 "s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])\n"
@@ -326,3 +324,19 @@ def test_a_repository_too_deep_for_a_socket_path_gets_a_private_short_one(tmp_pa
         assert pf("log", cwd=repo).returncode == 0 and status(repo)["served"] >= 1
     finally:
         pf("server", "stop", cwd=repo, check=False)
+
+
+def test_a_served_repository_copies_with_its_server_running(world, tmp_path):
+    """The socket lives in the user's private directory, never in the repository: a plain copy
+    of a served repository works (``shutil.copytree`` refuses a socket) and gets its own server."""
+    repo, _, ids = world
+    st = running_server(repo)
+    assert not Path(st["socket"]).is_relative_to(repo)
+    copy = tmp_path / "copy"
+    shutil.copytree(repo, copy, symlinks=True)
+    try:
+        assert ids[2] in pf("log", cwd=copy).stdout
+        other = running_server(copy)
+        assert other["socket"] != st["socket"] and other["pid"] != st["pid"]
+    finally:
+        pf("server", "stop", cwd=copy, check=False)

@@ -73,12 +73,10 @@ def server_dir(git_dir: str) -> str:
 
 
 def socket_path(git_dir: str) -> str | None:
-    """Where the server of ``git_dir`` listens: ``pf/server/sock`` in it, or, when that path is
-    longer than a unix socket path may be, a short one in a private (0700) directory of this
-    user keyed by a hash of the git directory; None when no such directory can be trusted."""
-    path = os.path.join(server_dir(git_dir), "sock")
-    if len(os.fsencode(path)) <= SUN_PATH_MAX:
-        return path
+    """Where the server of ``git_dir`` listens: a private (0700) directory of this user, the
+    socket named by a hash of the git directory; None when no such directory can be trusted.
+    Never inside the repository: a socket there breaks a plain copy of it (``shutil.copytree``,
+    ``rsync``, ``tar``), and a copy would carry it."""
     import _sha256
 
     base = private_dir()
