@@ -19,7 +19,7 @@ points, a full disk in the middle of a recording (``make soak``; not part of ``m
   in one line.
 
 Prints one table: exchanges recorded, steps lost, fsck problems, agent runs broken by git-pf, and the
-recorder's peak RSS per tenth of the run (flat: no growth with run length). Exit 1 when a must-be-zero
+recorder's peak RSS per tenth of the run, anonymous + file-backed (flat: no growth with run length). Exit 1 when a must-be-zero
 column is not.
 """
 from __future__ import annotations
@@ -85,14 +85,16 @@ def steps_of(repo: Path, ref: str) -> dict[int, str]:
     return steps
 
 
-def rss_kib(pid: int) -> int:
+def rss_kib(pid: int) -> tuple[int, int]:
+    """The process's resident memory in KiB: (anonymous, file-backed: mapped packs and libraries)."""
+    got = {}
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
+            if line.startswith(("RssAnon:", "RssFile:")):
+                got[line[:7]] = int(line.split()[1])
     except OSError:
         pass
-    return 0
+    return got.get("RssAnon", 0), got.get("RssFile", 0)
 
 
 class Hook:
@@ -154,7 +156,7 @@ def load(base: Path, fake: FakeLLM, n: int, rows: dict) -> None:
                             stderr=subprocess.PIPE, text=True)
     samples = []
     while proc.poll() is None:
-        samples.append((time.monotonic() - t0, rss_kib(proc.pid)))
+        samples.append((time.monotonic() - t0, *rss_kib(proc.pid)))
         time.sleep(0.5)
     out, err = proc.communicate()
     took = time.monotonic() - t0
@@ -166,8 +168,9 @@ def load(base: Path, fake: FakeLLM, n: int, rows: dict) -> None:
     rows["agent runs broken by git-pf"] = int(proc.returncode != 0) + len(broken)
     rows["record time"] = f"{took:.0f} s ({took / max(1, n) * 1000:.1f} ms per exchange)"
     rows["other writers"] = ", ".join(f"{v} {k}" for k, v in counts.items())
-    tenths = [max([r for t, r in samples if k * took / 10 <= t < (k + 1) * took / 10] or [0]) for k in range(10)]
-    rows["recorder peak RSS per tenth (MiB)"] = " ".join(f"{r / 1024:.0f}" for r in tenths)
+    tenths = [max([r for t, *r in samples if k * took / 10 <= t < (k + 1) * took / 10] or [(0, 0)], key=sum)
+              for k in range(10)]
+    rows["recorder peak RSS per tenth (MiB, anon+file)"] = " ".join(f"{a / 1024:.0f}+{f / 1024:.0f}" for a, f in tenths)
     rows["packs at the end"] = len(list((repo / ".git" / "objects" / "pack").glob("*.pack")))
     pf("hook", "claude-code", "--stop-server", cwd=repo)
     rows["fsck problems"] = fsck_problems(repo)

@@ -67,7 +67,10 @@ class TreeWriter:
         return current(self.repo) or self.own
 
     def write(self, entries: Iterable[Entry]) -> bytes:
-        data = encode_tree(entries)
+        return self.write_encoded(encode_tree(entries))
+
+    def write_encoded(self, data: bytes) -> bytes:
+        """Write a tree given as its raw bytes (entries already in git's order)."""
         pack = self.pack
         if pack is not None:
             return pack.add(TREE, data)

@@ -120,6 +120,21 @@ def test_a_run_of_many_flushes_leaves_a_few_packs_and_every_object(repo):
     assert len(read_index(idx.read_bytes())) == 300
 
 
+def test_a_run_stops_merging_a_pack_of_merge_objects_until_it_ends(repo, monkeypatch):
+    # a merge of the whole run so far at every doubling made the recorder's memory grow with the run
+    monkeypatch.setattr(RunPackWriter, "MERGE_OBJECTS", 16)
+    writer = RunPackWriter(repo.git)
+    for step in range(200):
+        writer.add(BLOB, b"run step %d\n" % step)
+        writer.flush()
+        assert all(n < 2 * 16 for _, _, n in writer.packs)  # no merge ever copies more than about two caps
+    assert len(writer.packs) >= 200 // 32
+    writer.consolidate()
+    assert len(_packs(repo.git_dir)) == 1
+    (idx,) = (repo.git_dir / "objects" / "pack").glob("*.idx")
+    assert len(read_index(idx.read_bytes())) == 200
+
+
 def test_a_merge_skips_packs_a_gc_took_and_keeps_the_objects(repo):
     writer = RunPackWriter(repo.git)
     blobs = [writer.add(BLOB, b"before gc %d\n" % i) for i in range(5)]

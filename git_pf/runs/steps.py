@@ -144,21 +144,29 @@ class StepToken:
 
 class _StepTape:
     """The run's tape as a snapshot's tape input: each entry's blob is written once, when it
-    is added; a step writes only the tape's tree (``tape.TapeInput`` writes every blob)."""
+    is added; a step writes only the tape's tree (``tape.TapeInput`` writes every blob).
+
+    The tree's bytes are kept and grow by one entry per exchange: entry names sort in tape
+    order, so a step encodes nothing again. Re-encoding every entry at every step made
+    Python objects in proportion to the run's length, and the recorder's memory grew with it
+    (its allocator keeps the arenas such a peak needed)."""
 
     name = tape_mod.NAME
 
     def __init__(self, git):
         self.writer = TreeWriter(git)
-        self.entries: list[tuple[bytes, bytes]] = []  # (entry file name, raw blob id)
+        self.count = 0
+        self.body = bytearray()  # the tape tree's raw bytes, entry by entry
 
     def add(self, data: bytes) -> None:
-        self.entries.append((tape_mod.entry_name(len(self.entries), data), self.writer.write_blob(data)))
+        name = tape_mod.entry_name(self.count, data)
+        self.body += b"%o %s\x00%s" % (MODE_FILE, name, self.writer.write_blob(data))
+        self.count += 1
 
     def write(self, repo, edit: img.TreeEdit, parent) -> dict:
-        tree = edit.writer.write([(name, MODE_FILE, oid) for name, oid in self.entries])
+        tree = edit.writer.write_encoded(bytes(self.body))
         edit.put_tree(tape_mod.PATH, tree.hex())
-        return tape_mod.summary(len(self.entries))
+        return tape_mod.summary(self.count)
 
 
 def check_target(name: str) -> str:

@@ -252,23 +252,29 @@ class RunPackWriter(PackWriter):
     queued is durable before the caller moves a ref; then the packs this writer wrote are merged
     geometrically (the newest two while the older is less than twice the newer's size), so a
     run of N flushes leaves about log2(N) packs, and ``consolidate`` makes them one at the
-    run's end. A merge copies the entries as they are (no inflate, no deflate) into a new pack,
+    run's end. During the run a pack of ``MERGE_OBJECTS`` objects or more is merged no further
+    (a 10,000-step run keeps a pack per ~600 steps until its end): a merge holds a few Python
+    objects per object it copies, and merging the whole run so far made that peak grow with
+    the run, and the recorder's memory with it (the allocator keeps the arenas a peak needed). A merge copies the entries as they are (no inflate, no deflate) into a new pack,
     then removes the packs it merged; one that ``git gc`` already took is left out (its objects
     are in gc's pack). Every ``FORGET_AFTER`` packs merged away the repository gets a fresh object
     database, so the process does not keep them open (``_forget``)."""
 
     FORGET_AFTER = 128  # merged-away packs after which the repository gets a fresh object database
+    MERGE_OBJECTS = 4096  # a pack this big is merged again only by ``consolidate``
 
     def __init__(self, repo: pygit2.Repository):
         super().__init__(repo)
-        self.packs: list[tuple[Path, int]] = []  # (pack path without suffix, bytes), oldest first
+        self.packs: list[tuple[Path, int, int]] = []  # (pack path without suffix, bytes, objects), oldest first
         self._removed = 0
 
     def flush(self) -> Path | None:
+        count = len(self._objects)
         stem = super().flush()
         if stem is not None:
-            self.packs.append((stem, _size(stem)))
-            while len(self.packs) >= 2 and self.packs[-2][1] < 2 * self.packs[-1][1]:
+            self.packs.append((stem, _size(stem), count))
+            while len(self.packs) >= 2 and self.packs[-2][2] < self.MERGE_OBJECTS \
+                    and self.packs[-2][1] < 2 * self.packs[-1][1]:
                 if not self._merge(2):
                     break  # no room for the merged pack (a full disk): the packs stay as they are
         return stem
@@ -288,10 +294,10 @@ class RunPackWriter(PackWriter):
         complete object database, only more packs)."""
         olds = self.packs[-k:]
         try:
-            stem = merge_packs(self.pack_dir, [s for s, _ in olds])
+            stem = merge_packs(self.pack_dir, [s for s, _, _ in olds])
         except (OSError, ValueError):
             return False
-        self.packs[-k:] = [(stem, _size(stem))] if stem is not None else []
+        self.packs[-k:] = [(stem, _size(stem), sum(n for _, _, n in olds))] if stem is not None else []
         self._removed += k
         if self._removed >= self.FORGET_AFTER:
             self._forget()
