@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 
 from git_pf.runs.fakellm import FakeLLM
 
-from .common import git_env, report, workdir
+from .common import git_env, recorded_run, report, workdir
 
 AGENT = '''import json, os, sys, urllib.request
 from pathlib import Path
@@ -54,7 +53,6 @@ def main(argv=None) -> int:
     ap.add_argument("--delay-ms", type=float, default=200.0)
     ap.add_argument("--world", choices=("auto", "mount", "checkout"), default="auto")
     args = ap.parse_args(argv)
-    from git_pf import Repo
     from git_pf.blame.engine import BlameOptions, blame
     from git_pf.blame.trials import fuse_available
 
@@ -62,14 +60,7 @@ def main(argv=None) -> int:
     kind = "mount" if (fuse_available() if mount is None else mount) else "checkout"
     os.environ.update(git_env(), BENCH_STEPS=str(args.steps))
     with workdir("blame") as base, FakeLLM(by_step(args.steps), delay_ms=args.delay_ms) as fake:
-        agent = base / "agent.py"
-        agent.write_text(AGENT)
-        (base / "world").mkdir()
-        pf = [sys.executable, "-m", "git_pf"]
-        subprocess.run([*pf, "init", str(base / "repo")], check=True, capture_output=True)
-        subprocess.run([*pf, "record", "--name", "run", "--fs-root", str(base / "world"), "--upstream", fake.url,
-                        "--", sys.executable, str(agent)], cwd=base / "repo", check=True, capture_output=True)
-        repo = Repo.open(base / "repo")
+        repo, agent = recorded_run(base, AGENT, fake.url)
         rows, outcomes = [], []
         rates = {}
         for jobs in (1, 2):

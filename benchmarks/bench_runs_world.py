@@ -26,7 +26,7 @@ from pathlib import Path
 
 from git_pf.runs.fakellm import FakeLLM
 
-from .common import git_env, report, verdict, workdir
+from .common import git_env, recorded_run, report, verdict, workdir
 
 AGENT = '''import json, os, urllib.request
 from pathlib import Path
@@ -130,18 +130,10 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("-k", type=int, default=2)
     args = ap.parse_args(argv)
-    from git_pf import Repo
 
     os.environ.update(git_env(), BENCH_STEPS=str(args.steps))
     with workdir("runs-world") as base, FakeLLM(by_step(args.steps)) as fake:
-        agent = base / "agent.py"
-        agent.write_text(AGENT)
-        (base / "world").mkdir()
-        pf = [sys.executable, "-m", "git_pf"]
-        subprocess.run([*pf, "init", str(base / "repo")], check=True, capture_output=True)
-        subprocess.run([*pf, "record", "--name", "run", "--fs-root", str(base / "world"), "--upstream", fake.url,
-                        "--", sys.executable, str(agent)], cwd=base / "repo", check=True, capture_output=True)
-        repo = Repo.open(base / "repo")
+        repo, agent = recorded_run(base, AGENT, fake.url)
         report(f"A run from step 0 against from step N: a {args.steps}-step agent, fork at {args.fork_at}",
                prefix_cost(repo, base, agent, fake, args.steps, args.fork_at, args.rounds))
         report(f"The world check per step, a {args.files}-file world", check_cost(repo, base, args.files, 40))

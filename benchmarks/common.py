@@ -50,3 +50,19 @@ def report(title: str, rows: list[tuple[str, str, str]]) -> None:
 
 def verdict(ok: bool) -> str:
     return "ok" if ok else "MISSED"
+
+
+def recorded_run(base: Path, agent_source: str, upstream: str):
+    """A repository at ``base/repo`` holding one recorded run ``run`` of the Python agent
+    ``agent_source`` (written to ``base/agent.py``, its sandbox ``base/world``) against the LLM
+    server at ``upstream``; returns (the opened ``Repo``, the agent's path)."""
+    from git_pf import Repo
+
+    agent = base / "agent.py"
+    agent.write_text(agent_source)
+    (base / "world").mkdir()
+    pf = [sys.executable, "-m", "git_pf"]
+    subprocess.run([*pf, "init", str(base / "repo")], check=True, capture_output=True)
+    subprocess.run([*pf, "record", "--name", "run", "--fs-root", str(base / "world"), "--upstream", upstream,
+                    "--", sys.executable, str(agent)], cwd=base / "repo", check=True, capture_output=True)
+    return Repo.open(base / "repo"), agent
