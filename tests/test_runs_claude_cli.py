@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 
 import pytest
 
@@ -87,3 +88,28 @@ def test_a_claude_code_session_forked_at_step_2_runs_on_live_from_the_recordings
     assert (tmp_path / "w" / "forked.txt").read_text() == "forked\n"  # the forked call ran, live, in the world
     assert max(now) > 2
     assert {p: p.read_bytes() for p in proj.rglob("*") if p.is_file()} == before  # the project was never written
+
+
+def test_a_claude_code_session_in_a_git_repository_replays_bit_exact_and_leaves_the_repository(cli, repo, run_pf,
+                                                                                                tmp_path):
+    root, proj, cfg = repo.git_dir.parent, tmp_path / "proj", tmp_path / "cfg"
+    proj.mkdir()
+    cfg.mkdir()
+    (proj / "README").write_text("a project\n")
+    for args in (["init", "-q"], ["add", "README"], ["-c", "user.name=u", "-c", "user.email=u@e", "commit", "-qm", "one"]):
+        subprocess.run(["git", "-C", str(proj), *args], check=True)
+    with ScriptedAnthropic(session(proj)) as fake:
+        rec = _claude(run_pf, root, proj, cfg, fake, "record", "--name", "cc", "--fs-root", proj, "--upstream",
+                      f"anthropic={fake.url}", "--json")
+        assert rec.returncode == 0 and report(rec.stdout)["steps"] == 4, rec.stderr[-2000:]
+        # the CLI saw a repository: its system prompt says so and carries the git status block
+        assert "Is a git repository: true" in json.dumps(tape(root, "refs/pf/heads/cc"))
+        served = len(fake.requests)
+        state = lambda: ({p: p.read_bytes() for p in proj.rglob("*") if p.is_file()},
+                         subprocess.run(["git", "-C", str(proj), "status", "--porcelain"], capture_output=True).stdout)
+        before = state()
+        played = _claude(run_pf, root, proj, cfg, fake, "replay", "cc", "--json")
+        out = report(played.stdout)
+        assert played.returncode == 0 and out["bit_exact"] is True, (out["mismatch"], played.stderr[-2000:])
+        assert len(fake.requests) == served
+    assert state() == before  # the project and its .git are as they were
