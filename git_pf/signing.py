@@ -133,15 +133,22 @@ def _sign_ssh(s: Signer, payload: bytes) -> str:
     return out.stdout.decode("ascii", "replace")
 
 
-def _run(argv: list[str], payload: bytes, s: Signer) -> subprocess.CompletedProcess:
+def run_program(argv: list[str], payload: bytes, role: str, program: str, error: type[Exception], hint: str = ""
+                ) -> subprocess.CompletedProcess:
+    """``argv`` fed ``payload``, within the time limit; a program that is missing, hangs or cannot
+    start is one ``error`` line naming its ``role`` ("signing", "verification")."""
     try:
-        out = subprocess.run(argv, input=payload, capture_output=True, timeout=_TIMEOUT_S)
+        return subprocess.run(argv, input=payload, capture_output=True, timeout=_TIMEOUT_S)
     except FileNotFoundError:
-        raise SigningFailed(f"signing program '{s.program}' not found (gpg.format={s.format})") from None
+        raise error(f"{role} program '{program}' not found{hint}") from None
     except subprocess.TimeoutExpired:
-        raise SigningFailed(f"signing program '{s.program}' did not finish in {_TIMEOUT_S} s") from None
+        raise error(f"{role} program '{program}' did not finish in {_TIMEOUT_S} s") from None
     except OSError as e:
-        raise SigningFailed(f"signing program '{s.program}' cannot run: {e.strerror}") from None
+        raise error(f"{role} program '{program}' cannot run: {e.strerror}") from None
+
+
+def _run(argv: list[str], payload: bytes, s: Signer) -> subprocess.CompletedProcess:
+    out = run_program(argv, payload, "signing", s.program, SigningFailed, f" (gpg.format={s.format})")
     if out.returncode != 0:
         raise SigningFailed(f"signing with {s.format} key '{s.key or 'of the committer'}' failed: {_line(out.stderr)}")
     return out

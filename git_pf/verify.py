@@ -32,13 +32,13 @@ import pygit2
 
 from . import refs
 from .errors import DataError, UsageError
+from .signing import run_program
 
 POLICIES = ("off", "warn", "require")
 GOOD, UNSIGNED, BAD, UNKNOWN, EXPIRED, UNTRUSTED, REVOKED = (
     "good", "unsigned", "bad signature", "unknown key", "expired", "untrusted key", "revoked")
 _TRUST = ("undefined", "never", "marginal", "fully", "ultimate")
 _PROGRAMS = {"openpgp": "gpg", "ssh": "ssh-keygen", "x509": "gpgsm"}
-_TIMEOUT_S = 60
 
 
 class Untrusted(DataError):
@@ -451,14 +451,7 @@ class Verifier:
 
 
 def _run(argv: list[str], payload: bytes, program: str) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(argv, input=payload, capture_output=True, timeout=_TIMEOUT_S)
-    except FileNotFoundError:
-        raise UsageError(f"verification program '{program}' not found") from None
-    except subprocess.TimeoutExpired:
-        raise UsageError(f"verification program '{program}' did not finish in {_TIMEOUT_S} s") from None
-    except OSError as e:
-        raise UsageError(f"verification program '{program}' cannot run: {e.strerror}") from None
+    return run_program(argv, payload, "verification", program, UsageError)
 
 
 def _last_line(text: str) -> str | None:
