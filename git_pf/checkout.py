@@ -2,38 +2,29 @@
 
 The result is built in a temporary sibling directory and moved into place
 only when complete, so a failure (a corrupt or missing object) leaves the
-destination as it was; every name and path is checked first
-(``safepath``), and a world holding ``.pf`` is refused when other layers
-go there. A temporary directory left by a killed checkout is removed by the
-next checkout into the same target (``siblings``). The world goes to the directory itself; other
-layers go under ``.pf/`` when the world is included, else straight into the
-directory, with their paths as in the image tree (docs/format.md). A layer
-with its own writer (``EXTRA_LAYERS``: model, cache) writes into the
-directory itself when it is the only layer asked for, else into
-``<side>/<layer>/``.
+destination as it was; every layer checks what it will write first
+(``Layer.checkout_plan``: names and paths by ``safepath``, each layer file by its
+reader), and a root layer holding ``.pf`` is refused when other layers go there. A
+temporary directory left by a killed checkout is removed by the next checkout into the
+same target (``siblings``). The root layer (the world) goes to the directory itself;
+other layers go under ``.pf/`` when it is included, else straight into the directory,
+with their paths as in the image tree (docs/format.md). A layer with its own writer
+(model, cache) writes into the directory itself when it is the only layer asked for,
+else into ``<side>/<layer>/``. Every layer is reached through the registry
+(``git_pf.layers.registry``); none is named here.
 """
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from . import image as img, layercheck, refs, safepath, siblings, verify
-from .layers import registry
-from .layers.trace import tape
+from . import image as img, refs, safepath, siblings, verify
 from .errors import DataError, UsageError
-from .gittree import MODE_TREE, lookup, read_blob
-from .layers.world.restore import RestoreStats, restore
+from .layers import registry
 
-# From the registry (git_pf.layers.registry): the layers whose files are written as they are
-# (a tree there: the tape, entry by entry) ...
-LAYER_FILES = {layer.name: list(layer.files) for layer in registry.layers() if layer.files}
-# ... and the layers with a writer of their own, imported only when asked for (so the core never
-# imports torch): name -> "module:function", function(repo, image, dest: Path) -> None writing the
-# layer's files into ``dest`` (created, empty).
-EXTRA_LAYERS: dict[str, str] = {layer.name: layer.writer for layer in registry.layers() if layer.writer}
-LAYERS = ("world",) + tuple(LAYER_FILES) + tuple(EXTRA_LAYERS)
+LAYERS = tuple(layer.name for layer in sorted(registry.layers(), key=lambda layer: not layer.root))
 SIDECAR = ".pf"
 
 
@@ -42,7 +33,7 @@ class CheckoutResult:
     image: img.ImageInfo
     path: Path
     layers: tuple[str, ...]
-    stats: RestoreStats  # the world's files
+    stats: Any  # the root layer's files: files, bytes, pointers (the world's)
     layer_files: tuple[str, ...] = ()  # files the other layers wrote, relative to ``path``
 
     def to_json(self) -> dict:
@@ -59,103 +50,68 @@ def parse_layers(spec: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def _prepare_dest(dest: Path, force: bool) -> bool:
-    """Check the destination; True when it exists and must be replaced."""
+def check_dest(dest: Path, param: str, force: bool | None = False) -> bool:
+    """Check a directory a command writes into; True when it exists and must be replaced.
+    It must be a directory or absent; one not empty is refused unless ``force``. Missing
+    parents are made later, unless ``force`` is None (``merge --checkout``): then the parent
+    must exist and a directory is never replaced."""
     if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
-        raise UsageError(f"'{dest}' exists and is not a directory", param="into")
-    if not dest.exists():
-        above = dest.parent
-        while not above.exists() and not above.is_symlink():  # missing parents are made (checkout)
-            above = above.parent
-        if not above.is_dir():
-            raise UsageError(f"'{above}' is not a directory, so '{dest}' cannot be made", param="into")
+        raise UsageError(f"'{dest}' exists and is not a directory", param=param)
+    if dest.exists():
+        if any(os.scandir(dest)) and not force:
+            hint = "" if force is None else " (use --force to replace its contents)"
+            raise UsageError(f"'{dest}' is not empty{hint}", param=param)
+        return True
+    if force is None:
+        if not dest.parent.is_dir():
+            raise UsageError(f"parent directory of '{dest}' does not exist", param=param)
         return False
-    if any(os.scandir(dest)) and not force:
-        raise UsageError(f"'{dest}' is not empty (use --force to replace its contents)", param="into")
-    return True
+    above = dest.parent
+    while not above.exists() and not above.is_symlink():  # missing parents are made (checkout)
+        above = above.parent
+    if not above.is_dir():
+        raise UsageError(f"'{above}' is not a directory, so '{dest}' cannot be made", param=param)
+    return False
 
 
-def checkout(repo, rev: str, into: Path, layers=("world",), force: bool = False) -> CheckoutResult:
+def checkout(repo, rev: str, into: Path, layers=(registry.root().name,), force: bool = False) -> CheckoutResult:
     git = repo.git
     image = img.read_image(git, refs.resolve(git, rev))
     verify.check_use(git, image.id, rev)
     layers = parse_layers(layers)
     dest = Path(os.path.abspath(into))
-    replace = _prepare_dest(dest, force)
-    _check_layer_data(git, image, layers)
-    with _naming(image):  # every path is checked before anything is written
-        world = safepath.validate_image(git, image.tree) if "world" in layers else None
-        files = _layer_files(git, image.tree, layers)
-        if world is not None and len(layers) > 1 and SIDECAR.encode() in world.kinds:
-            raise DataError(f"world/fs: '{SIDECAR}' is where checkout writes the other layers")
+    replace = check_dest(dest, "into", force)
+    chosen = [registry.get(name) for name in layers]
+    # every layer checks what it will write before anything is written: the root layer last
+    plans = {layer.name: layer.checkout_plan(git, image) for layer in sorted(chosen, key=lambda x: x.root)}
+    root = next((layer for layer in chosen if layer.root), None)
+    if root is not None and len(layers) > 1 and root.holds(plans[root.name], SIDECAR.encode()):
+        raise DataError(f"image {image.short}: {os.fsdecode(root.claims[0])}: "
+                        f"'{SIDECAR}' is where checkout writes the other layers")
     dest.parent.mkdir(parents=True, exist_ok=True)
     siblings.remove_leftovers(dest, repo.git_dir)
     tmp = siblings.make(dest, "checkout", repo.git_dir)
     try:
-        with _naming(image):  # the object may be missing on a remote
-            stats, written = _fill(repo, image, layers, tmp, world, files)
+        stats, written = _fill(repo, image, chosen, plans, tmp, root is not None)
         _swap_into_place(tmp, dest, replace, repo.git_dir)
     finally:
         siblings.drop(tmp, repo.git_dir)
-    return CheckoutResult(image, dest, layers, stats, written)
+    return CheckoutResult(image, dest, layers, stats if stats is not None else registry.root().empty_stats(), written)
 
 
-def _fill(repo, image: img.ImageInfo, layers: tuple[str, ...], tmp: Path, world, files) -> tuple[RestoreStats, tuple[str, ...]]:
-    """Write the layers into ``tmp``: the world's stats, and the paths the other layers wrote."""
-    git = repo.git
-    stats = RestoreStats()
-    written: list[bytes] = []
-    if world is not None:
-        stats = restore(git, repo.store, world, os.fsencode(tmp))
-    side = SIDECAR.encode() if world is not None else b""
+def _fill(repo, image: img.ImageInfo, chosen: list, plans: dict, tmp: Path, rooted: bool) -> tuple[Any, tuple[str, ...]]:
+    """Write the layers into ``tmp``: the root layer's stats (None without it), and the paths
+    the other layers wrote."""
+    stats, written = None, []
+    side = SIDECAR.encode() if rooted else b""
+    for layer in (x for x in chosen if x.root):  # the root layer writes the directory itself
+        with registry.naming(image):  # an object may be missing on a remote
+            stats, _ = layer.checkout(repo, image, plans[layer.name], tmp, None, side, len(chosen) == 1)
     with safepath.SafeDir(os.fsencode(tmp)) as out:
-        for layer in layers:
-            if layer in EXTRA_LAYERS:
-                target = os.path.join(side, layer.encode()) if len(layers) > 1 else b""
-                out.mkdirs(target)
-                registry.load(EXTRA_LAYERS[layer])(repo, image, tmp / os.fsdecode(target))
-                for base, _, names in os.walk(os.path.join(os.fsencode(tmp), target)):
-                    written += [os.path.relpath(os.path.join(base, n), os.fsencode(tmp)) for n in names]
-        for name, blob in files:
-            out.write_bytes(os.path.join(side, name), read_blob(git, blob))
-            written.append(os.path.join(side, name))
+        for layer in (x for x in chosen if not x.root):
+            with registry.naming(image):
+                written += layer.checkout(repo, image, plans[layer.name], tmp, out, side, len(chosen) == 1)[1]
     return stats, tuple(sorted(os.fsdecode(p) for p in written))
-
-
-def _check_layer_data(git, image: img.ImageInfo, layers: tuple[str, ...]) -> None:
-    """Parse every layer file the plain layers write, with the one reader of each (``layercheck``,
-    the tape's own), before anything is written: a malformed one is a DataError naming the image."""
-    for layer in layers:
-        for path in LAYER_FILES.get(layer, []):
-            if path in layercheck.PARSERS:
-                layercheck.load(git, image, path)
-    if "trace" in layers:
-        with _naming(image):
-            tape.read(git, image.tree)
-
-
-@contextmanager
-def _naming(image: img.ImageInfo):
-    """A DataError raised inside names ``image``."""
-    try:
-        yield
-    except DataError as e:
-        raise DataError(f"image {image.short}: {e.message}", e.code) from None
-
-
-def _layer_files(git, tree: str, layers: tuple[str, ...]) -> list[tuple[bytes, bytes]]:
-    """(path, raw blob oid) of every file the plain layers write: each layer file (a tree there is
-    absent, as its reader has it) and each tape entry (``tape.entries``, which checks their names)."""
-    out = []
-    for layer in layers:
-        for path in LAYER_FILES.get(layer, []):
-            if path == tape.PATH:
-                out += [(path + b"/" + name, oid) for name, oid in sorted(tape.entries(git, tree).items())]
-                continue
-            found = lookup(git, bytes.fromhex(tree), path)
-            if found is not None and found[0] != MODE_TREE:
-                out.append((path, found[1]))
-    return out
 
 
 def _swap_into_place(tmp: Path, dest: Path, replace: bool, git_dir: Path) -> None:

@@ -54,6 +54,11 @@ def step_ids(repo_dir: Path, branch: str) -> dict[int, str]:
 
 
 def tape(repo_dir: Path, rev: str) -> list[dict]:
-    """The tape entries of image ``rev`` (a commit id or ``refs/pf/...``), in tape order."""
-    names = git(repo_dir, "ls-tree", "--name-only", f"{rev}:trace/tape").split()
-    return [json.loads(git(repo_dir, "cat-file", "blob", f"{rev}:trace/tape/{n}")) for n in names]
+    """The tape entries of image ``rev`` (a commit id or ``refs/pf/...``), in tape order, loose or packed."""
+    import pygit2
+
+    from git_pf import Repo
+    from git_pf.layers.trace import tape as tape_mod
+
+    r = Repo.open(repo_dir)
+    return tape_mod.read(r.git, str(r.git.revparse_single(rev).peel(pygit2.Tree).id))

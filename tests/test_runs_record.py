@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from git_pf.runs.fakellm import COOKIE, FakeLLM
-from runs_helpers import SCRIPT, agent_line, git, record, report, step_ids
+from runs_helpers import SCRIPT, agent_line, git, record, report, step_ids, tape
 
 SECRET = "ghp_" + "Zq8" * 12  # a GitHub token the agent puts in its system prompt
 OPENAI_KEY = "sk-proj-" + "Rk3vT9" * 8
@@ -52,8 +52,7 @@ def test_streamed_responses_keep_their_chunks(repo, run_pf, tmp_path, api, extra
         proc = record(run_pf, repo.git_dir.parent, fake, api, tmp_path / "sb", *extra, "--steps", "3", effects=tmp_path / "fx")
     assert agent_line(proc.stdout)["exchanges"] == 3
     tip = report(proc.stdout)["tip"]
-    names = git(repo.git_dir.parent, "ls-tree", "--name-only", f"{tip}:trace/tape").split()
-    entry = json.loads(git(repo.git_dir.parent, "cat-file", "blob", f"{tip}:trace/tape/{names[0]}"))
+    entry = tape(repo.git_dir.parent, tip)[0]
     assert entry["v"] == 2 and entry["response"]["body"] is None
     chunks = entry["response"]["chunks"]
     assert len(chunks) > 2 and all(c["ms"] >= 0 for c in chunks)

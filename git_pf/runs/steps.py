@@ -33,7 +33,7 @@ import pygit2
 from .. import image as img, refs, secrets, verify
 from ..errors import InputFormatError, PfError, UnknownRevision, UsageError, WriteFailed
 from ..layers.effects import ledger as effects_mod
-from ..layers.trace import exchange, tape as tape_mod, wire
+from ..layers.trace import exchange, tape as tape_mod, tapechunk, wire
 from ..gittree import MODE_FILE, TreeWriter
 from ..signing import SigningFailed
 from ..snapshot import SnapshotRequest, take
@@ -143,28 +143,45 @@ class StepToken:
 
 
 class _StepTape:
-    """The run's tape as a snapshot's tape input: each entry's blob is written once, when it
-    is added; a step writes only the tape's tree (``tape.TapeInput`` writes every blob).
-
-    The tree's bytes are kept and grow by one entry per exchange: entry names sort in tape
-    order, so a step encodes nothing again. Re-encoding every entry at every step made
-    Python objects in proportion to the run's length, and the recorder's memory grew with it
-    (its allocator keeps the arenas such a peak needed)."""
+    """The run's tape as a snapshot's tape input, packed as it grows (docs/record.md, "Step
+    images"): each full chunk of entries is packed into one blob (``tapechunk``) when it fills and
+    only referenced after; the unfinished last chunk's entries are loose blobs, each written once,
+    when it is added. A step writes only the tape's tree: one line per full chunk and one per entry
+    of the last chunk, kept as bytes, so neither its cost nor the memory it holds grows with the
+    run (one loose blob per entry and the whole tree rewritten at every step grew both)."""
 
     name = tape_mod.NAME
 
     def __init__(self, git):
         self.writer = TreeWriter(git)
         self.count = 0
-        self.body = bytearray()  # the tape tree's raw bytes, entry by entry
+        self.chunks = bytearray()  # the tree lines of the full chunks
+        self.tail: list[bytes] = []  # the last chunk's entries
+        self.tail_lines = bytearray()  # ... and their tree lines
 
     def add(self, data: bytes) -> None:
+        if not tapechunk.fits(len(self.tail), sum(map(len, self.tail)), len(data)):
+            self.pack()
         name = tape_mod.entry_name(self.count, data)
-        self.body += b"%o %s\x00%s" % (MODE_FILE, name, self.writer.write_blob(data))
+        self.tail_lines += self._line(name, self.writer.write_blob(data))
+        self.tail.append(data)
         self.count += 1
+        if len(self.tail) == tapechunk.CHUNK_ENTRIES:
+            self.pack()
+
+    def pack(self) -> None:
+        """Close the last chunk: its entries go into one packed blob (the run's end packs its last one)."""
+        if self.tail:
+            name, blob = tapechunk.pack(self.count - len(self.tail), self.tail)
+            self.chunks += self._line(name, self.writer.write_blob(blob))
+            self.tail, self.tail_lines = [], bytearray()
+
+    @staticmethod
+    def _line(name: bytes, oid: bytes) -> bytes:
+        return b"%o %s\x00%s" % (MODE_FILE, name, oid)
 
     def write(self, repo, edit: img.TreeEdit, parent) -> dict:
-        tree = edit.writer.write_encoded(bytes(self.body))
+        tree = edit.writer.write_encoded(bytes(self.chunks + self.tail_lines))  # in tape order: git's order
         edit.put_tree(tape_mod.PATH, tree.hex())
         return tape_mod.summary(self.count)
 
@@ -281,7 +298,7 @@ class StepWriter:
             draws = self._carried_before(None) + draws
             self._pending.append((MAX_STEP, effects))
             self._take_effects(MAX_STEP)
-            self._append({"v": 2, "kind": "end", "step": self.step, "draws": draws, "exit": exit_code})
+            self._append({"v": 2, "kind": "end", "step": self.step, "draws": draws, "exit": exit_code}, last=True)
             try:
                 world = self._capture()
             except STORAGE_ERRORS as e:
@@ -349,11 +366,14 @@ class StepWriter:
                 except InputFormatError:  # not a ledger entry: the child's tool wrapper is broken
                     self.bad_effects += 1
 
-    def _append(self, entry: dict) -> bytes:
-        """Add one entry to the tape (encoded once, secrets redacted); its stored bytes."""
+    def _append(self, entry: dict, last: bool = False) -> bytes:
+        """Add one entry to the tape (encoded once, secrets redacted); its stored bytes. ``last``:
+        the run's end, whose image holds the tape packed whole."""
         data = tape_mod.encode([entry], self.keep)[0][1]
         with packing(self.repo.git, self._packs):  # queued: written with the step's pack, never loose
             self._tape.add(data)
+            if last:
+                self._tape.pack()
         return data
 
     def _write(self, cap, subject: str, trailers: list[tuple[str, str]]) -> img.ImageInfo:

@@ -2,25 +2,26 @@
 
 ``tape_problems`` is the tape's reader in the registry (``Layer.tree_checks``, used by
 ``layercheck.check``: show, a fast-forward merge): one line per problem, each malformed entry on
-its own (a name that is not ``<seq:08d>-<16 hex>.json``, a blob that is missing, too large, not a
-JSON object or whose name does not carry its hash, a v2 entry that ``exchange.parse_entry``
-refuses). ``problems`` is the layer's fsck check (``Layer.fsck``): every bad entry, and two
-exchanges with one step number. An entry found sound is remembered by name and blob id, so the
-step images of a run, which share their entries, are each read once. Reads blobs; writes nothing.
+its own (a name that is neither an entry's ``<seq:08d>-<16 hex>.json`` nor a chunk's, a blob that
+is missing, too large, not a JSON object or whose name does not carry its hash, a chunk whose
+frame or content is not what its name says, a v2 entry that ``exchange.parse_entry`` refuses).
+``problems`` is the layer's fsck check (``Layer.fsck``): every bad entry, and two exchanges with
+one step number. An entry or chunk found sound is remembered by name and blob id, so the step
+images of a run, which share them, are each read once. Reads blobs; writes nothing.
 """
 from __future__ import annotations
 
 from ... import image as img, limits
-from ...errors import PfError
-from ...gittree import MODE_FILE, MODE_TREE, lookup, read_tree
+from ...errors import DataError, PfError
+from ...gittree import MODE_TREE, lookup, read_tree
 from . import exchange, tape
 
-_SOUND_MAX = 1 << 17  # entries remembered as sound: (name, blob id, size limit) -> its exchange's step
-_sound: dict[tuple[bytes, bytes, int], int | None] = {}
+_SOUND_MAX = 1 << 17  # entries and chunks remembered as sound: (name, blob id, size limit) -> entry name -> step
+_sound: dict[tuple[bytes, bytes, int], dict[bytes, int | None]] = {}
 
 
-def _entries(git, tree_hex: str, out: dict[bytes, str]) -> list[tuple[bytes, bytes]]:
-    """``(name, raw oid)`` of each well-named entry; a problem of the tape itself goes to ``out``."""
+def _items(git, tree_hex: str, out: dict[bytes, str]) -> list[tuple[bytes, bytes]]:
+    """``(name, raw oid)`` of each well-named loose entry or chunk; a problem of the tape itself goes to ``out``."""
     found = lookup(git, bytes.fromhex(tree_hex), tape.PATH)
     if found is None:
         return []
@@ -29,31 +30,48 @@ def _entries(git, tree_hex: str, out: dict[bytes, str]) -> list[tuple[bytes, byt
         return []
     good = []
     for name, mode, oid in read_tree(git, found[1]):
-        if mode != MODE_FILE or not tape._ENTRY_NAME.match(name):
-            out[tape.PATH + b"/" + name] = (f"{tape._where(name)}: not a tape entry "
-                                            "(a file named <seq:08d>-<16 hex>.json)")
-        else:
-            good.append((name, oid))
+        try:
+            good.append((tape.check_name(name, mode), oid))
+        except DataError as e:
+            out[tape.PATH + b"/" + name] = e.message
     return good
 
 
 def _steps(git, tree_hex: str, out: dict[bytes, str]) -> list[int]:
-    """The step of each sound v2 exchange of the tape; each bad entry's line goes to ``out``."""
-    limit, steps = limits.active().max_json_line, []
-    for name, oid in _entries(git, tree_hex, out):
+    """The step of each sound v2 exchange of the tape (an entry two chunks hold, once); each bad
+    entry's or chunk's line goes to ``out``."""
+    limit, steps = limits.active().max_json_line, {}
+    for name, oid in _items(git, tree_hex, out):
         key = (name, oid, limit)
-        if key not in _sound:
-            try:
-                entry = tape.read_entry(git, name, oid)
-            except PfError as e:  # DataError, MissingObject
-                out[tape.PATH + b"/" + name] = e.message
-                continue
+        sound, bad = _sound.get(key), {}
+        if sound is None:
+            sound = _judge(git, name, oid, bad)
+            out.update(bad)
+        if not bad:
             if len(_sound) >= _SOUND_MAX:
                 _sound.clear()
-            _sound[key] = entry["step"] if exchange.is_v2(entry) and entry["kind"] == "exchange" else None
-        if _sound[key] is not None:
-            steps.append(_sound[key])
-    return steps
+            _sound[key] = sound
+        steps.update(sound)
+    return [s for s in steps.values() if s is not None]
+
+
+def _judge(git, name: bytes, oid: bytes, out: dict[bytes, str]) -> dict[bytes, int | None]:
+    """Entry name -> the step of each sound entry a loose entry or chunk holds (None: not a v2
+    exchange); each bad one's line goes to ``out``."""
+    try:
+        loaded = tape.load(git, name, oid)
+    except PfError as e:  # DataError, MissingObject
+        out[tape.PATH + b"/" + name] = e.message
+        return {}
+    sound = {}
+    for member, data, where in loaded:
+        try:
+            entry = tape.parse(data, where)
+        except PfError as e:
+            out[tape.PATH + b"/" + member] = e.message
+            continue
+        sound[member] = entry["step"] if exchange.is_v2(entry) and entry["kind"] == "exchange" else None
+    return sound
 
 
 def tape_problems(git, tree_hex: str) -> dict[bytes, str]:

@@ -1,7 +1,7 @@
 """The trace layer's part of ``git pf diff``: messages appended, or whether the history was
 rewritten (A's messages are not a prefix of B's), and recorded exchanges (``trace/tape/``)
 added / removed. The messages are parsed by their reader (``layercheck``), the tape's
-entries are listed by ``tape.entries`` (which checks their names). Read-only.
+entries are listed by ``tape.names`` (which checks them, and opens packed chunks). Read-only.
 """
 from __future__ import annotations
 
@@ -36,5 +36,5 @@ class TraceDiff(DiffPart):
 def diff(git, a: img.ImageInfo, b: img.ImageInfo) -> TraceDiff:
     ma, mb = (load(git, x, img.TRACE_MESSAGES, []) for x in (a, b))
     prefix = messages.is_prefix(ma, mb)
-    ta, tb = set(tape.entries(git, a.tree)), set(tape.entries(git, b.tree))
+    ta, tb = tape.names(git, a.tree), tape.names(git, b.tree)
     return TraceDiff(len(ma), len(mb), len(mb) - len(ma) if prefix else 0, not prefix, len(tb - ta), len(ta - tb))

@@ -2,18 +2,23 @@
 
 A tape is an ordered list of exchanges, each one JSON object (request and
 response bodies, nondeterminism draws): any object, or, with ``"v": 2``, an
-entry of a recorded run as ``exchange`` specifies it. Each exchange is stored
-as its own canonical JSON blob named ``<seq:08d>-<first 16 hex of its
-sha256>.json``, so unchanged exchanges keep their blob and name from image to
-image, and two forks that each append exchanges get different names and merge
-path-wise without conflict. Secrets
-are redacted on the way in by ``secrets.redact_json`` (values under
+entry of a recorded run as ``exchange`` specifies it. Each exchange is one
+canonical JSON document named ``<seq:08d>-<first 16 hex of its sha256>.json``;
+it is stored either as its own blob of that name (a loose entry: the tape of a
+recording's step image, up to its last unfinished chunk, and every tape written
+before packed chunks) or inside a packed chunk of consecutive entries
+(``tapechunk``: a tape written whole, and every full chunk of a recording). Tape
+order is entry name order; an entry held twice is one. Unchanged entries and
+chunks keep their blob and name from image to image, and two forks that each
+append exchanges get different names and merge path-wise without conflict.
+Secrets are redacted on the way in by ``secrets.redact_json`` (values under
 secret-looking keys and header names, credentials inside text, URLs and
 JSON-in-string bodies) unless their key is named with ``--no-redact``.
 
-A stored tape is untrusted: reading one checks every entry's name, size and
-content, and a malformed one is a ``DataError`` naming it. Reads the user's
-tape file or directory and writes blobs through a ``TreeEdit``; moves no refs.
+A stored tape is untrusted: reading one checks every entry's and chunk's name,
+size and content (a chunk's sizes before it is decompressed), and a malformed
+one is a ``DataError`` naming it. Reads the user's tape file or directory and
+writes blobs through a ``TreeEdit``; moves no refs.
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ from ...errors import DataError, InputFormatError, MissingObject
 from ...gittree import MODE_FILE, MODE_TREE, lookup, read_blob, read_tree
 from ...safepath import show
 from ...secrets import redact_json
+from . import tapechunk
 from .exchange import is_v2, parse_entry
 
 PATH = img.TRACE_TAPE
@@ -67,24 +73,58 @@ def read_input(path: Path, flag: str = "--tape") -> list[dict]:
     return out
 
 
-def _where(name: bytes) -> str:
-    """An entry's path for an error message: one line, whatever bytes the name holds."""
-    return PATH.decode() + "/" + show(name)
+def _where(name: bytes, chunk: bytes | None = None) -> str:
+    """An entry's path for an error message (and the chunk holding it): one line, whatever bytes the names hold."""
+    return PATH.decode() + "/" + show(name) + (f" (in {show(chunk)})" if chunk is not None else "")
 
 
-def entries(git, tree_hex: str) -> dict[bytes, bytes]:
-    """File name -> raw blob oid of each exchange of an image tree (empty when it has no tape).
-    An entry that is not a file named ``<seq:08d>-<16 hex>.json`` is a DataError."""
+def items(git, tree_hex: str) -> list[tuple[bytes, bytes]]:
+    """``(name, raw oid)`` of each loose entry and packed chunk of an image tree's tape, in tree
+    order (empty when it has no tape). Anything else there is a DataError."""
     found = lookup(git, bytes.fromhex(tree_hex), PATH)
     if not found:
-        return {}
+        return []
     if found[0] != MODE_TREE:
         raise DataError(f"{PATH.decode()}: not a directory")
-    out = {}
-    for name, mode, oid in read_tree(git, found[1]):
-        if mode != MODE_FILE or not _ENTRY_NAME.match(name):
-            raise DataError(f"{_where(name)}: not a tape entry (a file named <seq:08d>-<16 hex>.json)")
-        out[name] = oid
+    return [(check_name(name, mode), oid) for name, mode, oid in read_tree(git, found[1])]
+
+
+def check_name(name: bytes, mode: int) -> bytes:
+    """``name`` when it names a loose entry or a chunk (a file), else a DataError naming it."""
+    if mode != MODE_FILE or not (_ENTRY_NAME.match(name) or tapechunk.span(name)):
+        raise DataError(f"{_where(name)}: not a tape entry (a file named <seq:08d>-<16 hex>.json, or a "
+                        "chunk named <seq:08d>+<count:04d>-<16 hex>.zst)")
+    return name
+
+
+def _blob(git, oid: bytes, limit: int, what: str, where: str) -> bytes:
+    """Blob ``oid``, read only once its header says it is at most ``limit`` bytes."""
+    try:
+        size = git.odb.read_header(pygit2.Oid(raw=oid))[1]
+    except (KeyError, pygit2.GitError):
+        raise MissingObject(f"{where}: blob {oid.hex()} is missing") from None
+    if size > limit:
+        raise DataError(f"{where}: {size} bytes, over {what}")
+    return read_blob(git, oid, limit)
+
+
+def load(git, name: bytes, oid: bytes) -> list[tuple[bytes, bytes, str]]:
+    """``(entry name, bytes, where)`` of each entry a loose entry or a chunk holds, its size, hash
+    and (for a chunk) frame checked; a DataError or MissingObject naming it."""
+    limit = limits.active().max_json_line
+    span = tapechunk.span(name)
+    if span is None:
+        data = _blob(git, oid, limit, "pf.maxJsonLine", _where(name))
+        if name[9:25].decode() != hashlib.sha256(data).hexdigest()[:16]:
+            raise DataError(f"{_where(name)}: its name does not match its content")
+        return [(name, data, _where(name))]
+    blob = _blob(git, oid, tapechunk.stored_cap(span[1]), "a chunk's size bound", _where(name))
+    out = []
+    for seq, data in enumerate(tapechunk.unpack(name, blob, _where(name)), span[0]):
+        member = entry_name(seq, data)
+        if len(data) > limit:
+            raise DataError(f"{_where(member, name)}: {len(data)} bytes, over pf.maxJsonLine")
+        out.append((member, data, _where(member, name)))
     return out
 
 
@@ -92,30 +132,36 @@ def _not_json(name: str):
     raise ValueError(f"{name} is not JSON")
 
 
-def read_entry(git, name: bytes, oid: bytes) -> dict:
-    """One stored exchange: a JSON object within the size limit whose name carries its hash;
-    a v2 entry (``"v": 2``) is also checked field by field (``exchange.parse_entry``)."""
-    try:
-        size = git.odb.read_header(pygit2.Oid(raw=oid))[1]
-    except KeyError:
-        raise MissingObject(f"{_where(name)}: blob {oid.hex()} is missing") from None
-    if size > limits.active().max_json_line:
-        raise DataError(f"{_where(name)}: {size} bytes, over pf.maxJsonLine")
-    data = read_blob(git, oid)
+def parse(data: bytes, where: str) -> dict:
+    """One stored exchange: a JSON object; a v2 entry (``"v": 2``) is also checked field by
+    field (``exchange.parse_entry``)."""
     try:
         obj = json.loads(data, parse_constant=_not_json)
     except (ValueError, RecursionError):  # UnicodeDecodeError included
-        raise DataError(f"{_where(name)}: not valid JSON") from None
+        raise DataError(f"{where}: not valid JSON") from None
     if not isinstance(obj, dict):
-        raise DataError(f"{_where(name)}: must hold one JSON object")
-    if name[9:25].decode() != hashlib.sha256(data).hexdigest()[:16]:
-        raise DataError(f"{_where(name)}: its name does not match its content")
-    return parse_entry(obj, _where(name)) if is_v2(obj) else obj
+        raise DataError(f"{where}: must hold one JSON object")
+    return parse_entry(obj, where) if is_v2(obj) else obj
+
+
+def stored(git, tree_hex: str) -> list[tuple[bytes, bytes, str]]:
+    """Every entry of the tape, loose or packed, as ``load`` gives them, in tape order (entry name
+    order); an entry held twice (the same name: the same bytes) is given once."""
+    found = {}
+    for name, oid in items(git, tree_hex):
+        for entry in load(git, name, oid):
+            found.setdefault(entry[0], entry)
+    return [found[name] for name in sorted(found)]
+
+
+def names(git, tree_hex: str) -> set[bytes]:
+    """The entry names of the tape (a chunk is opened for its entries' names)."""
+    return {name for name, _, _ in stored(git, tree_hex)}
 
 
 def read(git, tree_hex: str) -> list[dict]:
     """The exchanges of an image tree, in tape order (empty when it has no tape)."""
-    return [read_entry(git, name, oid) for name, oid in sorted(entries(git, tree_hex).items())]
+    return [parse(data, where) for _, data, where in stored(git, tree_hex)]
 
 
 def summary(exchanges: int) -> dict:
@@ -126,22 +172,41 @@ def summary(exchanges: int) -> dict:
 def merged_summary(git, ours_tree: str, changes: dict) -> dict | None:
     """``layers.tape`` after a merge applied ``changes`` to ours' tree; None when the tape did not change."""
     prefix = PATH + b"/"
-    touched = {p: c for p, c in changes.items() if p.startswith(prefix)}
+    touched = {p[len(prefix):]: c for p, c in changes.items() if p.startswith(prefix)}
     if not touched:
         return None
-    names = {prefix + name for name in entries(git, ours_tree)}
-    for path, change in touched.items():
-        (names.discard if change is None else names.add)(path)
-    return summary(len(names))
+    found = dict(items(git, ours_tree))
+    for name, change in touched.items():
+        if change is None:
+            found.pop(name, None)
+        else:
+            found[name] = change[1]
+    return summary(len({entry for name, oid in found.items() for entry, _, _ in load(git, name, oid)}))
+
+
+def layout(files: list[tuple[bytes, bytes]], sealed: bool = False) -> list[tuple[bytes, bytes]]:
+    """``(file name, blob)`` of the tape ``files`` (``encode``'s) as stored: each full chunk
+    (``tapechunk.groups``) packed, the last chunk's entries loose unless it is full or ``sealed``
+    (a recorded run's end)."""
+    out, seq = [], 0
+    cut = tapechunk.groups([data for _, data in files])
+    for i, group in enumerate(cut):
+        if i < len(cut) - 1 or sealed or len(group) == tapechunk.CHUNK_ENTRIES:
+            out.append(tapechunk.pack(seq, group))
+        else:
+            out += files[seq:]
+        seq += len(group)
+    return out
 
 
 class TapeInput:
-    """A tape to write into the next snapshot (replaces the parent's tape, like --messages)."""
+    """A tape to write into the next snapshot (replaces the parent's tape, like --messages), laid out by ``layout``."""
 
     name = NAME
 
     def __init__(self, exchanges: list[dict], keep: frozenset[str] = frozenset()):
-        self.files = encode(exchanges, keep)
+        self.count = len(exchanges)
+        self.files = layout(encode(exchanges, keep))
 
     def write(self, repo, edit: img.TreeEdit, parent: img.ImageInfo | None) -> dict:
         if not self.files:
@@ -149,4 +214,4 @@ class TapeInput:
             return summary(0)
         tree = edit.writer.write((name, MODE_FILE, edit.writer.write_blob(data)) for name, data in self.files)
         edit.put_tree(PATH, tree.hex())
-        return summary(len(self.files))
+        return summary(self.count)

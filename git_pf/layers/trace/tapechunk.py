@@ -1,0 +1,96 @@
+"""Packed tape chunks: consecutive tape entries in one zstd-compressed blob (docs/format.md,
+"8.1 trace/tape/", "Packed chunks").
+
+A chunk holds up to ``CHUNK_ENTRIES`` entries (fewer when the next one would take its content
+past ``CHUNK_BYTES``, or when the tape ends). Its content is the entries' canonical bytes one
+after another (canonical JSONL: each ends in its one newline); it is stored as one zstd frame
+declaring its content size, named ``<first seq:08d>+<count:04d>-<first 16 hex of the content's
+sha256>.zst``. ``fits`` is the one grouping rule, ``pack`` the one encoding; ``unpack`` checks an
+untrusted chunk (sizes before anything is decompressed, the decoded size capped) and gives back
+its entries. Pure computation on bytes: no git.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+
+import zstandard
+
+from ... import limits
+from ...errors import DataError
+from ...store.frames import compressor, decompressor, stored_bound
+
+CHUNK_ENTRIES = 256
+CHUNK_BYTES = 8 << 20
+NAME = re.compile(rb"\A([0-9]{8})\+([0-9]{4})-([0-9a-f]{16})\.zst\Z")
+_MAX_SEQ = 10**8
+
+
+def fits(count: int, size: int, entry: int) -> bool:
+    """Whether an entry of ``entry`` bytes joins a chunk holding ``count`` entries of ``size`` bytes
+    (an empty chunk takes any entry)."""
+    return count == 0 or (count < CHUNK_ENTRIES and size + entry <= CHUNK_BYTES)
+
+
+def groups(entries: list[bytes]) -> list[list[bytes]]:
+    """``entries`` cut into chunks by ``fits``, in order."""
+    out: list[list[bytes]] = []
+    size = 0
+    for data in entries:
+        if not out or not fits(len(out[-1]), size, len(data)):
+            out.append([])
+            size = 0
+        out[-1].append(data)
+        size += len(data)
+    return out
+
+
+def pack(first: int, entries: list[bytes]) -> tuple[bytes, bytes]:
+    """``(name, blob)`` of the chunk holding ``entries`` (canonical bytes, newline-ended) from seq ``first``."""
+    content = b"".join(entries)
+    digest = hashlib.sha256(content).hexdigest()[:16].encode()
+    return b"%08d+%04d-%s.zst" % (first, len(entries), digest), compressor().compress(content)
+
+
+def span(name: bytes) -> tuple[int, int] | None:
+    """``(first seq, count)`` a well-formed chunk name gives, else None."""
+    m = NAME.match(name)
+    if not m:
+        return None
+    first, count = int(m[1]), int(m[2])
+    return (first, count) if 1 <= count <= CHUNK_ENTRIES and first + count <= _MAX_SEQ else None
+
+
+def cap(count: int) -> int:
+    """The most bytes a chunk of ``count`` entries may decode to: ``CHUNK_BYTES``, or for a chunk
+    of one entry the larger of that and ``pf.maxJsonLine`` (an entry alone may be that large)."""
+    return CHUNK_BYTES if count > 1 else max(CHUNK_BYTES, limits.active().max_json_line)
+
+
+def stored_cap(count: int) -> int:
+    """The largest blob a chunk of ``count`` entries may be: checked before it is read."""
+    return stored_bound(cap(count))
+
+
+def unpack(name: bytes, blob: bytes, where: str) -> list[bytes]:
+    """The entries of chunk ``name`` (already checked by ``span``) held in ``blob``; a DataError
+    ``where: ...`` when the blob is not one zstd frame declaring a content size within ``cap``,
+    or its content's hash, entry count or line ends are not what the name says."""
+    first, count = span(name)
+    try:
+        declared = zstandard.frame_content_size(blob)
+    except zstandard.ZstdError:
+        raise DataError(f"{where}: not a zstd frame") from None
+    if declared < 0 or declared > cap(count):
+        raise DataError(f"{where}: its frame must declare a content size of at most {cap(count)} bytes"
+                        f" ({'none' if declared < 0 else declared} declared)")
+    try:
+        content = decompressor().decompress(blob, max_output_size=declared, allow_extra_data=False)
+    except zstandard.ZstdError as e:
+        raise DataError(f"{where}: does not decode as one zstd frame ({e})") from None
+    if hashlib.sha256(content).hexdigest()[:16].encode() != NAME.match(name)[3]:
+        raise DataError(f"{where}: its name does not match its content")
+    lines = content.split(b"\n")
+    if lines[-1] or len(lines) - 1 != count:
+        raise DataError(f"{where}: must hold {count} newline-ended entries")
+    return [line + b"\n" for line in lines[:-1]]
