@@ -45,7 +45,14 @@ $(STAMP): pyproject.toml | sysdeps
 	$(PY) -m pip install -q -e '.[fuse,model,dev]'
 	touch $(STAMP)
 
-venv: sysdeps $(STAMP)
+# git-pf as the command server's C client (docs/server.md): built with the system C compiler,
+# the console script kept as git-pf-python; with no compiler git-pf stays the Python client
+CLIENT := $(VENV)/.c-client
+$(CLIENT): $(STAMP) git_pf/cli/client.c git_pf/cli/client.py git_pf/cli/build_client.py git_pf/__init__.py
+	$(PY) -m git_pf.cli.build_client $(VENV)/bin
+	touch $(CLIENT)
+
+venv: sysdeps $(STAMP) $(CLIENT)
 
 # the command-line tests run a second time with the command server off (docs/server.md)
 test: venv browsers claude-code
