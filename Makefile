@@ -43,6 +43,7 @@ $(STAMP): pyproject.toml | sysdeps
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[fuse,model,dev]'
+	$(PY) -m pip install -q ray==2.60.0
 	touch $(STAMP)
 
 # git-pf as the command server's C client (docs/server.md): built with the system C compiler,

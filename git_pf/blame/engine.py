@@ -3,7 +3,10 @@
 ``blame`` checks the settings, grades the baseline (the recorded run itself
 must fail), estimates the cost (refused above the budget before anything is
 written), writes the run's ``meta`` and runs the trials not finished yet, up to
-``jobs`` at a time, each in its own world (``trials``). A blame run that exists
+``jobs`` at a time, each in its own world (``trials``), or as tasks on a Ray
+cluster (``executor="ray"``, ``cluster``: the meta is pushed to the remote
+first, the workers push their verdicts there, and they are fetched back
+before the summary is read). A blame run that exists
 is resumed: its finished trials are kept, its settings must be the same. The
 spend meter stops the trials at the budget (exit 1; the same command resumes).
 Returns ``store.summary`` plus ``resumed``. Writes refs under
@@ -15,18 +18,19 @@ import math
 import os
 import tempfile
 import threading
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import pygit2
 
-from .. import refs
+from .. import executors, refs
 from ..errors import EXIT_NEGATIVE, PfError, UsageError
 from ..runs import child
 from ..runs.replaying import fresh_world, plan_of, remove_world
-from . import perturb, store, trials as trials_mod
+from ..executors import node
+from ..transport import gitcmd, remotes
+from . import cluster, perturb, store, trials as trials_mod
 from .cost import Meter, Prices, estimate, rerun_steps
 from .grade import FAIL, Grader
 
@@ -53,6 +57,8 @@ class BlameOptions:
     min_valid: int = 3
     mount: bool | None = None
     ignore: object = ()  # matching.Rules (or --ignore-field paths) besides those stored with the run
+    executor: str = "local"  # or "ray" (docs/scale.md)
+    ray_address: str | None = None
 
 
 class Refused(PfError):
@@ -101,6 +107,9 @@ def blame(repo, rev: str, agent_cmd: list[str], opts: BlameOptions, *,
     """Blame the failed run REV ends (docs/blame.md); the summary dict plus ``resumed``."""
     git = repo.git
     _check(opts)
+    ex = executors.make(opts.executor, jobs=opts.jobs, address=opts.ray_address)
+    remote = _cluster_remote(repo) if ex.remote else None
+    spec = node.RemoteSpec.of(repo, remote) if remote is not None else None
     grader = Grader(opts.oracle, opts.success_re, opts.failure_re, opts.oracle_timeout_s).check()
     fn = perturb.load(opts.perturb)
     tip = refs.resolve(git, rev)
@@ -143,10 +152,15 @@ def blame(repo, rev: str, agent_cmd: list[str], opts: BlameOptions, *,
         store.write_meta(git, run, dict(settings, v=1, run=run, baseline=base,
                                         estimate_usd=estimate(prices, entries, every, resample)))
     meter = Meter(prices, opts.budget_usd)
-    setup = trials_mod.Setup(run, tip, entries, list(agent_cmd), opts.perturb, fn, opts.seed, grader,
-                             list(opts.upstreams), meter,
-                             trials_mod.fuse_available() if opts.mount is None else opts.mount, opts.ignore)
-    finished = _run_all(repo, setup, pending, opts.jobs, progress)
+    if remote is not None:
+        tasks = [cluster.TrialTask(spec, run, tip, s, k, tuple(agent_cmd), opts.perturb, opts.seed, grader,
+                                   tuple(opts.upstreams), opts.mount, opts.ignore) for s, k in pending]
+        finished = _on_cluster(repo, remote, ex, run, tasks, progress)
+    else:
+        setup = trials_mod.Setup(run, tip, entries, list(agent_cmd), opts.perturb, fn, opts.seed, grader,
+                                 list(opts.upstreams), meter,
+                                 trials_mod.fuse_available() if opts.mount is None else opts.mount, opts.ignore)
+        finished = _run_all(repo, setup, pending, ex, progress)
     if meter.tripped.is_set():
         left = len(pending) - finished
         raise Refused(f"the spend reached --budget ${opts.budget_usd:g} (${meter.spent:.4f}) with {left} "
@@ -156,37 +170,40 @@ def blame(repo, rev: str, agent_cmd: list[str], opts: BlameOptions, *,
     return out
 
 
-def _run_all(repo, setup: trials_mod.Setup, pending: list[tuple[int, int]], jobs: int, progress) -> int:
-    """Run the pending trials, ``jobs`` at a time; how many finished."""
+def _run_all(repo, setup: trials_mod.Setup, pending: list[tuple[int, int]], ex, progress) -> int:
+    """Run the pending trials on the local executor (``jobs`` threads); how many finished."""
     local = threading.local()
-    count = [0]
-    lock = threading.Lock()
 
-    def one(step: int, k: int) -> None:
+    def one(trial: tuple[int, int]) -> dict | None:
         if setup.meter.stopping.is_set():
-            return
+            return None
         if not hasattr(local, "repo"):  # a repository object per thread
             local.repo = type(repo)(pygit2.Repository(str(repo.git_dir)))
-        row = trials_mod.run_trial(local.repo, setup, step, k)
-        if row is not None:
-            with lock:
-                count[0] += 1
-            if progress is not None:
-                progress(row)
+        return trials_mod.run_trial(local.repo, setup, *trial)
 
-    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="pf-blame") as pool:
-        futures = [pool.submit(one, s, k) for s, k in pending]
-        try:
-            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-            failed = [f for f in done if f.exception() is not None]
-            if failed:
-                setup.meter.halt()
-                for f in futures:
-                    f.cancel()
-                raise failed[0].exception()
-        except BaseException:
-            setup.meter.halt()
-            for f in futures:
-                f.cancel()
-            raise
-    return count[0]
+    def done(row: dict | None) -> None:
+        if row is not None and progress is not None:
+            progress(row)
+
+    rows = ex.map(one, pending, on_result=done, on_error=lambda e: setup.meter.halt())
+    return sum(1 for row in rows if row is not None)
+
+
+def _cluster_remote(repo) -> remotes.Remote:
+    """The remote cluster workers fetch from and push verdicts to: origin, else the only one."""
+    if not remotes.names(repo):
+        raise UsageError("--executor ray needs a remote the workers can reach (git remote add origin URL)")
+    return remotes.resolve(repo, None)
+
+
+def _on_cluster(repo, remote: remotes.Remote, ex, run: str, tasks: list, progress) -> int:
+    """Publish the run's meta (and so the blamed run) to ``remote``, run ``tasks`` on the cluster,
+    fetch their verdicts back; how many trials finished."""
+    git = repo.git
+    if not node.publish(repo, remote, refs.ref_tip(git, store.meta_ref(run)), store.meta_ref(run)):
+        raise UsageError(f"blame run '{run}' exists on remote '{remote.arg}' with another meta; "
+                         f"give another --name")
+    rows = ex.map(cluster.run_task, tasks, on_result=progress)
+    gitcmd.run(repo.git_dir, ["fetch", "--no-tags", "--refmap=", "--quiet", remote.arg,
+                              f"{store.ROOT}{run}/step-*:{store.ROOT}{run}/step-*"], cwd=repo.git.workdir or repo.git_dir)
+    return len(rows)

@@ -58,6 +58,8 @@ def blame(
     perturb: Optional[str] = typer.Option(None, "--perturb", metavar="text|drop|resample|none|module:function", help="How a step's response is changed (default: text; resample with --validate)."),
     budget: Optional[float] = typer.Option(None, "--budget", metavar="USD", help="Refuse above this estimate; stop when live spending reaches it."),
     jobs: int = typer.Option(1, "--jobs", "-j", help="Trials run in parallel, each in its own world."),
+    executor: str = typer.Option("local", "--executor", metavar="local|ray", help="Where trials run: threads here (--jobs), or tasks on a Ray cluster (docs/scale.md)."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDR", help="With --executor ray: the cluster (default: RAY_ADDRESS, else ray.init()'s)."),
     upstream: List[str] = typer.Option([], "--upstream", metavar="[openai=|anthropic=]URL", help="Where live requests go (repeatable)."),
     name: Optional[str] = typer.Option(None, "--name", metavar="RUN", help="The blame run's name (default: REV's branch)."),
     seed: int = typer.Option(0, "--seed", help="The seed of the perturbations."),
@@ -91,7 +93,8 @@ def blame(
                         steps=parse_steps(steps) if steps is not None else None, perturb=perturb or "text",
                         budget_usd=budget, jobs=jobs, upstreams=list(upstream), name=name, null_rate=null_rate,
                         alpha=alpha, seed=seed, oracle_timeout_s=oracle_timeout, mount=mount,
-                        ignore=match_rules(ignore_field, mask, profile)[0])
+                        ignore=match_rules(ignore_field, mask, profile)[0], executor=executor,
+                        ray_address=ray_address)
 
     def progress(row: dict) -> None:
         say(f"step {row['step']} trial {row['trial']}: {row['outcome']} ({row['reason']})")

@@ -1,0 +1,46 @@
+"""Where fanned-out work runs (docs/scale.md): an ``Executor`` maps one function over many items.
+
+``local`` runs them on threads of this process (``--jobs N``); ``ray`` submits
+them as tasks to a Ray cluster (``--executor ray``), imported only when chosen.
+What a cluster task is given is its own dataclass (a blame trial's, a fork's):
+commit ids, the remote's URL and store settings, parameters and the agent
+command, never a path of the driver's machine nor a secret (``node`` is the
+worker's side). ``make`` picks one by name; bad names are one line, exit 2.
+"""
+from __future__ import annotations
+
+from typing import Callable, Protocol, Sequence, TypeVar
+
+from ..errors import UsageError
+
+T = TypeVar("T")
+R = TypeVar("R")
+KINDS = ("local", "ray")
+
+
+class Executor(Protocol):
+    """Runs ``fn`` over ``items``; results in the items' order."""
+
+    name: str
+    remote: bool  # True: ``fn`` runs on other machines, so it gets a task spec and no repository of ours
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T], on_result: Callable[[R], None] | None = None,
+            on_error: Callable[[BaseException], None] | None = None) -> list[R]:
+        """Each result goes to ``on_result`` as it arrives (in this thread). The first failure goes to
+        ``on_error``, no further item starts, and it is raised once the running ones are done."""
+        ...
+
+
+def make(kind: str, *, jobs: int = 1, address: str | None = None) -> Executor:
+    """The executor ``kind`` names; for ``ray``, Ray must import (else one line naming the extra, exit 2)."""
+    if kind == "local":
+        from .local import LocalExecutor
+
+        if address is not None:
+            raise UsageError("--ray-address needs --executor ray")
+        return LocalExecutor(jobs)
+    if kind == "ray":
+        from .ray_cluster import RayExecutor
+
+        return RayExecutor(address)
+    raise UsageError(f"--executor must be one of {', '.join(KINDS)}, not '{kind}'")

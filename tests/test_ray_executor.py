@@ -1,0 +1,181 @@
+"""Blame trials and fan-outs on a real Ray cluster (docs/scale.md): a one-node cluster started for
+the module, the remote a bare repository behind ``git daemon`` on 127.0.0.1 (a fan-out's large
+objects in moto's S3 server), workers with a working directory and HOME of their own that are
+given only the remote's URL. And without Ray, ``--executor ray`` is one line naming the extra."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import s3_helpers
+from git_pf.blame import scripted
+from git_pf.runs.fakellm import FakeLLM
+from ray_helpers import ancestors, processes_with, ray_cluster
+from transport_helpers import BIN, bare, git_daemon, sh
+
+PATH = f"{BIN}:{os.environ.get('PATH', '')}"
+
+
+def _one_line(proc, code: int, words: str) -> None:
+    assert proc.returncode == code, proc.stderr
+    assert proc.stderr.count("\n") == 1 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_without_ray_the_ray_executor_is_one_line_naming_the_extra(repo, run_pf, tmp_path):
+    hidden = tmp_path / "no-ray" / "ray"  # Ray not installed: its import fails as a missing module's does
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'ray'\", name='ray')\n")
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(hidden.parent), os.environ.get("PYTHONPATH")) if p)}
+    root = repo.git_dir.parent
+    world = tmp_path / "w"
+    world.mkdir()
+    (world / "a.txt").write_text("a\n")
+    run_pf("snapshot", "--fs-root", world, "-q", cwd=root)
+    before = sh("git", "for-each-ref", cwd=root).stdout
+    _one_line(run_pf("fanout", "main", "-n", "2", "--executor", "ray", "--", "true", cwd=root, check=False, env=env),
+              2, "git-pf[ray]")
+    _one_line(run_pf("blame", "main", "--oracle", "true", "--executor", "ray", "--", "true", cwd=root, check=False,
+                     env=env), 2, "git-pf[ray]")
+    assert sh("git", "for-each-ref", cwd=root).stdout == before  # nothing was forked or written
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """``(ray address, node dir, daemon base, daemon url, moto server)``, for the module."""
+    tmp = tmp_path_factory.mktemp("cluster")
+    base = tmp / "served"
+    base.mkdir()
+    with s3_helpers.moto_s3(tmp) as s3, git_daemon(base) as url, \
+            ray_cluster(tmp, env=dict(s3_helpers.env(), PATH=PATH)) as (address, node):
+        yield address, node, base, url, s3
+
+
+def _remote(repo_root: Path, cluster, name: str) -> tuple[Path, str]:
+    _, _, base, url, _ = cluster
+    bare(base / f"{name}.git")
+    sh("git", "remote", "add", "origin", f"{url}/{name}.git", cwd=repo_root)
+    return base / f"{name}.git", f"{url}/{name}.git"
+
+
+def test_fanout_of_16_forks_on_ray_pushes_each_world_as_its_image_and_sorts_by_score(repo, run_pf, tmp_path,
+                                                                                    cluster):
+    address, node, *_ = cluster
+    root = repo.git_dir.parent
+    served, _ = _remote(root, cluster, "fanout")
+    s3_helpers.config(root, cluster[4])
+    sh("git", "config", "pf.largeFileThreshold", "1k", cwd=root)  # big.bin goes to the object store
+    world = tmp_path / "w"
+    world.mkdir()
+    big = os.urandom(8192)
+    (world / "big.bin").write_bytes(big)
+    run_pf("snapshot", "--fs-root", world, "-q", cwd=root)
+    cmd = ("wc -c < big.bin > size.txt; echo \"fork $GIT_PF_FORK\" > out.txt; "
+           "echo noise; echo \"pf-score: $(( (GIT_PF_FORK * 7) % 16 ))\"")
+    proc = run_pf("fanout", "main", "-n", "16", "--name", "try", "--executor", "ray", "--ray-address", address,
+                  "--json", "--", "sh", "-c", cmd, cwd=root, env=s3_helpers.env())
+    out = json.loads(proc.stdout)
+    rows = out["forks"]
+    assert sorted(r["fork"] for r in rows) == list(range(1, 17))
+    assert [r["score"] for r in rows] == sorted((k * 7 % 16 for k in range(1, 17)), reverse=True)
+    assert all(r["exit"] == 0 and r["ran"] for r in rows)
+    on_remote = dict(line.split("\t")[::-1] for line in sh("git", "ls-remote", served, "refs/pf/heads/*").stdout.splitlines())
+    for r in rows:
+        name = f"refs/pf/heads/try-{r['fork']}"
+        assert on_remote[name] == r["image"]
+        assert sh("git", "rev-parse", name, cwd=root).stdout.strip() == r["image"]  # fetched back here
+        show = lambda path: sh("git", "show", f"{r['image']}:world/fs/{path}", cwd=root).stdout
+        assert show("out.txt") == f"fork {r['fork']}\n" and show("size.txt").strip() == str(len(big))
+        trailers = sh("git", "log", "-1", "--format=%B", r["image"], cwd=root).stdout
+        assert f"Pf-Fanout-Score: {float(r['score'])!r}" in trailers and "Pf-Fanout-Exit: 0" in trailers
+    # the workers worked in the node's own cache, fetched by URL; big.bin came from the bucket
+    assert list((node / "home" / ".cache" / "git-pf" / "remotes").glob("*.git"))
+    assert any(r.method == "GET" for r in cluster[4].requests())
+
+
+def _scripted_run(repo, tmp_path, monkeypatch):
+    """A recorded run of the scripted agent whose fault step is 2 or later; (plan, fake server, agent)."""
+    from git_pf.blame.validate import case_plan
+    from git_pf.runs.record import record
+
+    monkeypatch.setenv("PATH", PATH)  # the agent and oracle are 'python -m ...', as on a worker
+    plan = next(p for p in (case_plan(0, c) for c in range(40)) if p.step >= 2 and p.steps <= 6)
+    world = tmp_path / "world"
+    world.mkdir()
+    (world / scripted.TASK).write_bytes(scripted.task_json(plan.seed))
+    agent = ["python", "-m", "git_pf.blame.scripted", "agent", "--task-seed", str(plan.seed)]
+    fake = FakeLLM(scripted.ScriptedModel(plan))
+    fake.__enter__()
+    run = record(repo, agent, name="case", fs_root=world, upstreams=[fake.url])
+    assert run.exit == 0 and run.steps == plan.steps
+    return plan, fake, agent
+
+
+def _blame(run_pf, root, plan, fake, agent, name, steps, k, *extra, **kw):
+    oracle = f"python -m git_pf.blame.scripted check --task-seed {plan.seed}"
+    return run_pf("blame", "case", "--oracle", oracle, "-k", str(k), "--steps", steps, "--perturb", "resample",
+                  "--upstream", fake.url, "--no-mount", "--name", name, "--json", *extra, "--", *agent, cwd=root, **kw)
+
+
+def test_blame_on_ray_equals_jobs_1_and_its_verdicts_are_on_the_remote(repo, run_pf, tmp_path, cluster, monkeypatch):
+    address = cluster[0]
+    root = repo.git_dir.parent
+    served, _ = _remote(root, cluster, "blame")
+    plan, fake, agent = _scripted_run(repo, tmp_path, monkeypatch)
+    try:
+        steps = f"{plan.step - 1}..{plan.step}"
+        here = json.loads(_blame(run_pf, root, plan, fake, agent, "here", steps, 3, "--jobs", "1").stdout)
+        there = json.loads(_blame(run_pf, root, plan, fake, agent, "there", steps, 3, "--executor", "ray",
+                                  "--ray-address", address).stdout)
+    finally:
+        fake.__exit__(None, None, None)
+    outcomes = lambda s: [(t["step"], t["trial"], t["outcome"]) for t in s["trials"]]
+    assert outcomes(there) == outcomes(here) and len(here["trials"]) == 6
+    assert there["decisive"] == here["decisive"] == plan.step
+    on_remote = sh("git", "ls-remote", served, "refs/pf/blame/there/*").stdout.splitlines()
+    verdicts = {line.split("\t")[1]: line.split("\t")[0] for line in on_remote if "/step-" in line}
+    assert verdicts == {f"refs/pf/blame/there/step-{t['step']}/{t['trial']}": t["commit"] for t in there["trials"]}
+    assert not [line for line in on_remote if "/work/" in line]
+
+
+def test_a_worker_killed_mid_trial_is_retried_and_every_verdict_comes_once(repo, run_pf, tmp_path, cluster,
+                                                                            monkeypatch):
+    address = cluster[0]
+    root = repo.git_dir.parent
+    served, _ = _remote(root, cluster, "killed")
+    plan, fake, agent = _scripted_run(repo, tmp_path, monkeypatch)
+    fake.delay_ms = 300  # live answers are slow, so a trial is still running when its worker is killed
+    killed = []
+
+    def kill_one() -> None:
+        end = time.time() + 120
+        while not killed and time.time() < end:
+            for pid in processes_with("git_pf.blame.scripted agent"):
+                worker = [p for p, cmdline in ancestors(pid) if cmdline.startswith("ray::")]
+                if worker:
+                    os.kill(worker[0], signal.SIGKILL)
+                    killed.append(worker[0])
+                    return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_one)
+    killer.start()
+    try:
+        proc = _blame(run_pf, root, plan, fake, agent, "killed", f"{plan.step}..{plan.step}", 3, "--executor", "ray",
+                      "--ray-address", address, check=False)
+    finally:
+        killer.join()
+        fake.__exit__(None, None, None)
+    assert killed and proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert [(t["step"], t["trial"]) for t in out["trials"]] == [(plan.step, k) for k in (1, 2, 3)]
+    on_remote = sh("git", "ls-remote", served, "refs/pf/blame/killed/step-*").stdout.splitlines()
+    assert sorted(line.split("\t")[1] for line in on_remote) == [f"refs/pf/blame/killed/step-{plan.step}/{k}"
+                                                                 for k in (1, 2, 3)]
+    assert {line.split("\t")[0] for line in on_remote} == {t["commit"] for t in out["trials"]}
