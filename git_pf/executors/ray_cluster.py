@@ -22,6 +22,29 @@ def _import_ray():
     return ray
 
 
+def _quiet_stdout() -> None:
+    """Ray's driver prints the raylet's error messages (a worker that died under a task, which Ray
+    then retries) on stdout, where a command's output goes: make each one line of ours on stderr."""
+    import sys
+
+    from ray._private import worker
+
+    if getattr(worker.print_to_stdstream, "_pf", False):
+        return
+    original = worker.print_to_stdstream
+
+    def to_stderr(data, ignore_prefix):
+        if data.get("is_err") or data.get("pid") != "raylet":
+            return original(data, ignore_prefix)
+        for line in data.get("lines", []):
+            first = " ".join(str(line).split())
+            first = first.split(". ")[0][:200]
+            if first:
+                print(f"git pf: ray: {first}", file=sys.stderr, flush=True)
+    to_stderr._pf = True
+    worker.print_to_stdstream = to_stderr
+
+
 class RayExecutor:
     name = "ray"
     remote = True
@@ -34,6 +57,7 @@ class RayExecutor:
         ray = self.ray
         if ray.is_initialized():
             return
+        _quiet_stdout()
         try:
             ray.init(address=self.address, log_to_driver=False, logging_level="ERROR")
         except (ConnectionError, RuntimeError, ValueError) as e:
