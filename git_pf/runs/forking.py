@@ -63,7 +63,7 @@ def fork_at_step(repo, rev: str, n: int, *, entry_change: Callable[[dict], dict]
                    batch=original.get("batch"), draws=original.get("draws", []))
     stored[at[0]] = changed
     tape = tape_mod.TapeInput(stored)
-    messages = wire.messages(json.loads(tape.files[at[0]][1])) or trace.decode(
+    messages = wire.messages(json.loads(tape.entries[at[0]][1])) or trace.decode(
         img.read_file(git, source.tree, img.TRACE_MESSAGES) or b"")
 
     kept = [(k, v) for k, v in source.trailers if k not in (STEP_TRAILER, RUN_END_TRAILER, FORKED_TRAILER, "Pf-Fork")]

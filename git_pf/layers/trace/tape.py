@@ -205,8 +205,9 @@ class TapeInput:
     name = NAME
 
     def __init__(self, exchanges: list[dict], keep: frozenset[str] = frozenset()):
-        self.count = len(exchanges)
-        self.files = layout(encode(exchanges, keep))
+        self.entries = encode(exchanges, keep)  # (entry name, canonical bytes), in tape order
+        self.count = len(self.entries)
+        self.files = layout(self.entries)
 
     def write(self, repo, edit: img.TreeEdit, parent: img.ImageInfo | None) -> dict:
         if not self.files:

@@ -1,0 +1,194 @@
+"""Tape layout 2 (docs/format.md §8.1): a recorded run longer than one chunk of 256 entries is
+packed as it grows, replays bit-exact and forks across the chunk boundary; a tape of layout 1
+(every entry loose) still reads, replays and diffs; a hostile chunk is one clear error.
+On real repositories, the real git-pf command and a real child process."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pygit2
+import pytest
+import zstandard
+
+from git_pf import Repo, image as img
+from git_pf.errors import DataError, MissingObject
+from git_pf.gittree import MODE_FILE, TreeWriter
+from git_pf.layers.trace import tape, tapechunk
+from git_pf.runs.fakellm import FakeLLM
+
+EXCHANGES = 300  # past the first chunk of 256
+PF = str(Path(sys.executable).with_name("git-pf"))
+CHILD = """
+import http.client, json, os, sys
+from pathlib import Path
+from urllib.parse import urlsplit
+url = urlsplit(os.environ["OPENAI_BASE_URL"])
+conn = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+for i in range(int(sys.argv[1])):
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": f"exchange {i}"}]})
+    conn.request("POST", url.path.rstrip("/") + "/chat/completions", body, {"content-type": "application/json"})
+    resp = conn.getresponse()
+    data = resp.read()
+    if resp.status != 200:
+        sys.exit(3)
+    if i % 100 == 0:
+        (Path(os.environ["GIT_PF_WORLD"]) / f"out{i}.txt").write_bytes(data)
+"""
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """A repository holding run ``run`` of EXCHANGES exchanges, and the child's command line."""
+    base = tmp_path_factory.mktemp("chunks")
+    root, sandbox = base / "repo", base / "sb"
+    sandbox.mkdir()
+    _git(base, "init", "-q", str(root))
+    (base / "child.py").write_text(CHILD)
+    child = [sys.executable, str(base / "child.py"), str(EXCHANGES)]
+    with FakeLLM(["ok"]) as fake:
+        subprocess.run([PF, "record", "--name", "run", "--fs-root", sandbox, "--upstream", fake.url, "--",
+                        *child], cwd=root, check=True, capture_output=True)
+    return root, child
+
+
+def _pf(root: Path, *args, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([PF, *map(str, args)], cwd=root, capture_output=True, text=True)
+    assert not check or proc.returncode == 0, proc.stderr
+    return proc
+
+
+def _tape_names(root: Path, rev: str) -> list[str]:
+    return _git(root, "ls-tree", "--name-only", f"{rev}:trace/tape").split()
+
+
+def _step(root: Path, n: int) -> str:
+    return _pf(root, "show", "run", "--step", n, "--json").stdout
+
+
+def test_a_run_longer_than_a_chunk_is_packed_as_it_grows_and_replays_bit_exact(recorded):
+    root, child = recorded
+    steps = {n: json.loads(_step(root, n))["id"] for n in (255, 256, 257, EXCHANGES)}
+    assert len(_tape_names(root, steps[255])) == 255  # all loose until the chunk is full
+    assert _tape_names(root, steps[256]) == [n for n in _tape_names(root, steps[256]) if n.endswith(".zst")] != []
+    first, *rest = _tape_names(root, steps[257])
+    assert first.startswith("00000000+0256-") and len(rest) == 1 and rest[0].startswith("00000256-")
+    assert all(n.endswith(".zst") for n in _tape_names(root, "refs/pf/heads/run"))  # the end image packs its last chunk
+    repo = Repo.open(root)
+    entries = tape.read(repo.git, repo.resolve("run").tree)
+    assert [e["step"] for e in entries[:-1]] == list(range(1, EXCHANGES + 1)) and entries[-1]["kind"] == "end"
+    proc = _pf(root, "replay", "run", "--json", "--", *child)
+    report = json.loads(proc.stdout[proc.stdout.index("{"):])
+    assert report["bit_exact"] and report["exchanges"] == {"served": EXCHANGES, "of": EXCHANGES}
+    assert _pf(root, "fsck").returncode == 0
+
+
+def test_fork_diff_and_checkout_work_across_the_chunk_boundary(recorded, tmp_path):
+    root, _ = recorded
+    reply = tmp_path / "reply.txt"
+    reply.write_text("changed at 258")
+    _pf(root, "fork", "run", "--at-step", 258, "--response", reply, "--name", "edited")
+    repo = Repo.open(root)
+    forked, source = (tape.read(repo.git, repo.resolve(r).tree) for r in ("edited", "run"))
+    assert len(forked) == 258 and forked[:257] == source[:257] and forked[257] != source[257]
+    assert "changed at 258" in json.dumps(forked[257]["response"])
+    diff = _pf(root, "diff", "run", "edited").stdout
+    assert "tape 1 added, 44 removed" in diff, diff  # 258 changed; 259..300 and the end are not in the fork
+    _pf(root, "checkout", "edited", "--layers", "trace", "--into", tmp_path / "co")
+    files = sorted((tmp_path / "co" / "trace" / "tape").iterdir())
+    assert len(files) == 258 and json.loads(files[257].read_bytes())["step"] == 258
+
+
+def test_report_reads_a_packed_run(recorded, tmp_path):
+    root, _ = recorded
+    proc = _pf(root, "report", "run", "-o", tmp_path / "r.html")
+    assert (tmp_path / "r.html").stat().st_size > 0, proc.stderr
+
+
+def _relayout(repo: Repo, rev: str, branch: str, files: list[tuple[bytes, bytes]]) -> str:
+    """Branch ``branch``: a copy of the image ``rev`` (same parents, message and the rest of its
+    tree) whose tape tree holds ``files``."""
+    git, image = repo.git, repo.resolve(rev)
+    writer = TreeWriter(git)
+    edit = img.TreeEdit(git, image.tree)
+    edit.put_tree(tape.PATH, writer.write((n, MODE_FILE, git.create_blob(d).raw) for n, d in files).hex())
+    commit = git[image.id]
+    oid = git.create_commit(None, commit.author, commit.committer, commit.message, pygit2.Oid(hex=edit.write()),
+                            commit.parent_ids)
+    git.references.create(f"refs/pf/heads/{branch}", oid)
+    return str(oid)
+
+
+def _layout_1(repo: Repo, rev: str) -> list[tuple[bytes, bytes]]:
+    """The tape of ``rev`` as tapes were written before packed chunks: every entry loose."""
+    return [(name, data) for name, data, _ in tape.stored(repo.git, repo.resolve(rev).tree)]
+
+
+def test_a_tape_of_layout_1_still_reads_replays_and_diffs(recorded):
+    root, child = recorded
+    repo = Repo.open(root)
+    _relayout(repo, "run", "old", _layout_1(repo, "run"))
+    assert len(_tape_names(root, "refs/pf/heads/old")) == EXCHANGES + 1
+    assert tape.read(repo.git, repo.resolve("old").tree) == tape.read(repo.git, repo.resolve("run").tree)
+    assert "tape" not in _pf(root, "diff", "old", "run").stdout  # the same entries, however stored
+    proc = _pf(root, "replay", "old", "--json", "--", *child)
+    assert json.loads(proc.stdout[proc.stdout.index("{"):])["bit_exact"]
+    assert _pf(root, "show", "old").returncode == 0
+
+
+def _chunk_of(repo: Repo, rev: str) -> tuple[bytes, list[bytes]]:
+    name, oid = tape.items(repo.git, repo.resolve(rev).tree)[0]
+    return name, [data for _, data, _ in tape.load(repo.git, name, oid)]
+
+
+def _frame(content: bytes, **kw) -> bytes:
+    return zstandard.ZstdCompressor(level=3, **kw).compress(content)
+
+
+HOSTILE = {  # case -> (chunk name, blob) made from the good chunk's name and entries, and what the error says
+    "bomb": (lambda name, e: (name, _frame(b"\n" * (64 << 20))), "must declare a content size of at most"),
+    "no-size": (lambda name, e: (name, _frame(b"".join(e), write_content_size=False)), "must declare a content size"),
+    "not-zstd": (lambda name, e: (name, b"no frame here"), "not a zstd frame"),
+    "oversized": (lambda name, e: (name, b"\0" * (tapechunk.stored_cap(256) + 1)), "over a chunk's size bound"),
+    "two-frames": (lambda name, e: (name, _frame(b"".join(e)) * 2), "one zstd frame"),
+    "missing-entry": (lambda name, e: _claiming_256(tapechunk.pack(0, e[:-1])[1]), "must hold 256 newline-ended"),
+    "hash": (lambda name, e: (name, tapechunk.pack(0, e[1:] + e[:1])[1]), "does not match its content"),
+}
+
+
+def _claiming_256(blob: bytes) -> tuple[bytes, bytes]:
+    """``blob`` under a name that claims 256 entries but carries the hash of what the blob holds."""
+    content = zstandard.ZstdDecompressor().decompress(blob)
+    return tapechunk.pack(0, [content])[0].replace(b"+0001-", b"+0256-"), blob
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_a_hostile_chunk_is_one_clear_error(recorded, case, tmp_path):
+    root, _ = recorded
+    repo = Repo.open(root)
+    name, entries = _chunk_of(repo, "run")
+    make, says = HOSTILE[case]
+    bad = make(name, entries)
+    _relayout(repo, "run", f"bad-{case}", [bad])
+    with pytest.raises(DataError, match=says):
+        tape.read(repo.git, repo.resolve(f"bad-{case}").tree)
+    for args in (("show", f"bad-{case}"), ("fsck",)):
+        proc = _pf(root, *args, check=False)
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+        assert says in proc.stdout + proc.stderr and "trace/tape/" in proc.stdout + proc.stderr
+    subprocess.run(["git", "update-ref", "-d", f"refs/pf/heads/bad-{case}"], cwd=root, check=True)
+
+
+def test_a_chunk_whose_blob_is_missing_is_named(recorded):
+    root, _ = recorded
+    repo = Repo.open(root)
+    name, _ = _chunk_of(repo, "run")
+    with pytest.raises(MissingObject, match=re.escape(name.decode())):
+        tape.load(repo.git, name, b"\x01" * 20)
