@@ -42,10 +42,10 @@ def _image_refs(git: pygit2.Repository) -> dict[str, str]:
 
 def _check_layer_objects(git, store: SideStore, image: img.ImageInfo, report: FsckReport, seen: set[str],
                          remote_has=lambda oid: False) -> None:
-    """Side-store objects a layer names without pointer blobs (model tensors), as registered
-    in the registry (``git_pf.layers.registry``), must exist."""
-    for layer in (layer for layer in registry.layers() if layer.object_refs):
-        for oid in registry.load(layer.object_refs)(git, image.tree):
+    """Side-store objects a layer names without pointer blobs (``Layer.object_refs``: model
+    tensors, cache pages) must exist."""
+    for layer in registry.layers():
+        for oid in layer.object_refs(git, image.tree):
             if oid not in seen:
                 seen.add(oid)
                 if not store.has(oid) and not remote_has(oid):
@@ -57,8 +57,8 @@ def _check_image(git, store, image: img.ImageInfo, report: FsckReport, seen: set
     report.problems += [f"image {image.short}: {line}" for line in bad.values()]
     try:
         for layer in registry.layers():  # each layer's own checks, once its files parse
-            if layer.fsck and not any(path in bad for path in layer.parsers):
-                registry.load(layer.fsck)(git, store, image, report.problems, seen, remote_has)
+            if not any(path in bad for path in layer.parsers):
+                layer.fsck(git, store, image, report.problems, seen, remote_has)
         _check_layer_objects(git, store, image, report, seen, remote_has)
     except PfError as e:
         report.problems.append(f"image {image.short}: {e}")

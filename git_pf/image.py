@@ -28,10 +28,6 @@ TRACE_TAPE = b"trace/tape"
 EFFECTS_LEDGER = b"effects/ledger.jsonl"
 
 AGENT_KEYS = ("kind", "version", "fingerprint")
-# Summary fields that are counts (docs/format.md, ``pf.json``); other fields are for display only.
-SUMMARY_COUNTS = {"world": ("files", "bytes", "pointers", "env_vars", "redacted"),
-                  "trace": ("messages", "tokens_estimate"), "effects": ("entries", "irreversible"),
-                  "tape": ("exchanges",), "procs": ("processes",)}
 
 _TRAILER = re.compile(r"^(Pf-[A-Za-z-]+): (.*)$")
 
@@ -160,6 +156,14 @@ def _is_count(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def _summary_counts() -> dict[str, tuple[str, ...]]:
+    """Summary fields that are counts (docs/format.md, ``pf.json``), as each layer declares
+    them (``Layer.counts``); other fields are for display only."""
+    from .layers import registry  # the layer packages import this module
+
+    return registry.summary_counts()
+
+
 def _manifest_problem(manifest: dict) -> str | None:
     agent = manifest.get("agent", {})
     if not isinstance(agent, dict) or not agent.keys() <= set(AGENT_KEYS) \
@@ -175,7 +179,7 @@ def _manifest_problem(manifest: dict) -> str | None:
             continue
         if not isinstance(summary, dict):
             return f"layers.{ascii(name[:40])} must be an object or null"
-        for key in SUMMARY_COUNTS.get(name, ()):
+        for key in _summary_counts().get(name, ()):
             if key in summary and not _is_count(summary[key]):
                 return f"layers.{name}.{key} must be a non-negative integer"
     return None

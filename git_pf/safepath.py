@@ -13,7 +13,9 @@ not share, and a merge marks the world roots it found sound in
 skip them (fsck reads every tree regardless). ``SafeDir``
 writes under one directory by ``openat``-style descent, never opening a path
 through a symlink it created or found. Writes nothing outside the directory a
-``SafeDir`` is given; knows no layer but the world.
+``SafeDir`` is given. Knows the world's tree format (names are escaped as
+``to_tree`` / ``from_tree`` say) but imports no layer: the attrs file is parsed by the
+reader its layer registers. ``resolve_fs_root`` refuses a sandbox path that cannot be captured.
 """
 from __future__ import annotations
 
@@ -24,12 +26,11 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from . import image as img
-from .errors import DataError
+from .errors import DataError, UsageError
 from .gittree import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, read_tree
-from .layers.world import attrs as attrs_mod
-from .layers.world.names import ESCAPE_PREFIX, from_tree, to_tree
 from .markfile import MarkFile
 
 DIR, FILE, LINK = "dir", "file", "symlink"
@@ -37,6 +38,35 @@ _FILE_MODES = {MODE_FILE: FILE, MODE_EXEC: FILE, 0o100664: FILE, MODE_LINK: LINK
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_DIR_FDS = 64  # directory descriptors a SafeDir keeps open
+
+
+# The escaping of sandbox file names that git trees may not hold: git refuses a tree entry
+# named ``.git`` (any case), so such a name is stored as ``.pf-esc-`` + name; a name that
+# already starts with ``.pf-esc-`` is escaped the same way, so the mapping is a bijection
+# (docs/format.md). ``tree_path`` / ``real_path`` apply it to each component of a path.
+ESCAPE_PREFIX = b".pf-esc-"
+
+
+def to_tree(name: bytes) -> bytes:
+    if name[:1] == b"." and (name.lower() == b".git" or name.startswith(ESCAPE_PREFIX)):
+        return ESCAPE_PREFIX + name
+    return name
+
+
+def from_tree(name: bytes) -> bytes:
+    if name.startswith(ESCAPE_PREFIX):
+        return name[len(ESCAPE_PREFIX) :]
+    return name
+
+
+def tree_path(real: bytes) -> bytes:
+    """A sandbox path as the world tree stores it (each component escaped)."""
+    return b"/".join(to_tree(c) for c in real.split(b"/"))
+
+
+def real_path(tree: bytes) -> bytes:
+    """A world tree path as the sandbox names it (each component unescaped)."""
+    return b"/".join(from_tree(c) for c in tree.split(b"/"))
 
 
 def show(path: bytes) -> str:
@@ -93,7 +123,7 @@ class World:
 
     entries: list[tuple[bytes, int, bytes]] = field(default_factory=list)
     kinds: dict[bytes, str] = field(default_factory=dict)
-    attrs: dict[bytes, attrs_mod.PathAttrs] = field(default_factory=dict)
+    attrs: dict[bytes, Any] = field(default_factory=dict)
 
 
 def _directory(git, oid: bytes, rel_dir: bytes):
@@ -127,7 +157,7 @@ def _directory(git, oid: bytes, rel_dir: bytes):
         yield rel, kind, mode, child
 
 
-def validate_world(git, tree_hex: str | None, attrs: dict[bytes, attrs_mod.PathAttrs]) -> World:
+def validate_world(git, tree_hex: str | None, attrs: dict[bytes, Any]) -> World:
     """Walk ``world/fs`` once and check it and its attrs; DataError naming the first bad path.
     The result lists the world (what a checkout writes)."""
     world = World(attrs=attrs)
@@ -204,7 +234,7 @@ def prune_sound_trees(git, keep=None) -> None:
     sound_marks(git).prune(keep or (lambda t: t in odb))
 
 
-def check_world(git, tree_hex: str | None, attrs: dict[bytes, attrs_mod.PathAttrs], persistent: bool = True) -> None:
+def check_world(git, tree_hex: str | None, attrs: dict[bytes, Any], persistent: bool = True) -> None:
     """``validate_world``'s checks without listing the world: subtrees already found sound in
     this process are not read again, nor (``persistent``) world roots marked sound by an earlier
     process, and only the paths the attrs name are looked up."""
@@ -236,7 +266,7 @@ class _Kinds:
         return _FILE_MODES.get(mode) if oid is not None else None
 
 
-def _check_attrs(attrs: dict[bytes, attrs_mod.PathAttrs], kind_of) -> None:
+def _check_attrs(attrs: dict[bytes, Any], kind_of) -> None:
     """Every attrs path against the world's kinds (``kind_of(path)``: DIR, FILE, LINK or None)."""
     where = img.WORLD_ATTRS.decode()
     attr_dirs = {p for p, e in attrs.items() if e.is_dir}
@@ -261,7 +291,9 @@ def _check_attrs(attrs: dict[bytes, attrs_mod.PathAttrs], kind_of) -> None:
 
 
 def _image_world(git, tree_hex: str) -> tuple[str | None, dict]:
-    attrs = attrs_mod.decode(img.read_file(git, tree_hex, img.WORLD_ATTRS) or b"")
+    from .layercheck import PARSERS  # the attrs file's reader, registered by its layer
+
+    attrs = PARSERS[img.WORLD_ATTRS](img.read_file(git, tree_hex, img.WORLD_ATTRS) or b"")
     return img.subtree(git, tree_hex, img.WORLD_FS), attrs
 
 
@@ -392,3 +424,22 @@ class SafeDir:
             if mode is not None:
                 os.fchmod(fd, mode)
 
+
+def resolve_fs_root(fs_root: Path, git_dir: Path) -> bytes:
+    """The real absolute path of the sandbox, refusing ones that cannot be captured."""
+    try:
+        real = os.path.realpath(fs_root, strict=True)
+    except FileNotFoundError:
+        raise UsageError(f"'{fs_root}' does not exist", param="fs_root") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UsageError(f"'{fs_root}' is a symlink loop", param="fs_root") from None
+        raise UsageError(f"cannot resolve '{fs_root}': {e.strerror}", param="fs_root") from None
+    if not os.path.isdir(real):
+        raise UsageError(f"'{fs_root}' is not a directory", param="fs_root")
+    if not os.access(real, os.R_OK | os.X_OK):
+        raise UsageError(f"'{fs_root}' is not readable", param="fs_root")
+    git_real = os.path.realpath(git_dir)
+    if real == git_real or real.startswith(git_real + os.sep):
+        raise UsageError(f"'{fs_root}' is inside the git directory", param="fs_root")
+    return os.fsencode(real)

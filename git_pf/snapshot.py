@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Mapping, Protocol
 
-from . import canonjson, cmdwatch, config, image as img, maintenance, refs, signing
+from . import canonjson, config, image as img, maintenance, refs, signing
 from .errors import UsageError
 from .layers import registry
-from .layers.world.capture import Capture, CaptureStats, capture
-from .layers.world.env import Env
-from .layers.world.statcache import StatCache
+from .safepath import resolve_fs_root  # noqa: F401  (where a sandbox path is checked; imported from here too)
 from .store.packfile import packing
+
+Capture = Any  # a WorldSource's capture: ``tree``, ``attrs``, ``stats`` (the root layer's, ``Layer.source``)
 
 
 class LayerInput(Protocol):
@@ -48,15 +48,15 @@ class WorldSource(Protocol):
     def done(self, cap: Capture) -> None: ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class SnapshotRequest:
+    """What one snapshot is asked to write. ``inputs`` maps a layer's name to that layer's
+    input (``Layer.input_from`` builds one from the request keywords the layer takes, e.g.
+    ``messages=``, ``effects=``, ``env=``); a layer given nothing inherits the parent's."""
+
     fs_root: Path
     branch: str | None = None
     agent: img.Agent = img.Agent()
-    messages: list[dict] | None = None
-    effects: list[dict] | None = None
-    env: Env | None = None
-    no_redact: frozenset[str] = frozenset()
     message: str | None = None
     label: str | None = None
     ignore: tuple[str, ...] = ()
@@ -64,10 +64,23 @@ class SnapshotRequest:
     layers: tuple[LayerInput, ...] = ()
     world: WorldSource | None = None  # replaces the capture of fs_root when given
     parent: str | None = None  # the image the new one must follow (the branch must be absent or there)
-    rewrite_effects: str | None = None  # the reason a given ledger may drop or change the parent's entries
     switch: bool = False  # make the branch current (else only when there is no current image)
     trailers: tuple[tuple[str, str], ...] = ()  # more Pf-* trailers for the commit (a run's Pf-Step: N)
     ref: str | None = None  # a full ref (refs/pf/...) the image goes on instead of a branch; HEAD is left alone
+    inputs: Mapping[str, Any] = field(default_factory=dict)  # layer name -> that layer's input
+
+    def __init__(self, fs_root: Path, branch: str | None = None, agent: img.Agent = img.Agent(),
+                 message: str | None = None, label: str | None = None, ignore: tuple[str, ...] = (),
+                 allow_empty: bool = False, layers: tuple[LayerInput, ...] = (), world: WorldSource | None = None,
+                 parent: str | None = None, switch: bool = False, trailers: tuple[tuple[str, str], ...] = (),
+                 ref: str | None = None, inputs: Mapping[str, Any] | None = None, **per_layer):
+        given = dict(inputs or {})
+        given.update(registry.inputs_from(per_layer))  # each layer builds its input from its keywords
+        values = dict(fs_root=fs_root, branch=branch, agent=agent, message=message, label=label, ignore=ignore,
+                      allow_empty=allow_empty, layers=layers, world=world, parent=parent, switch=switch,
+                      trailers=trailers, ref=ref, inputs=given)
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
 
 
 @dataclass(frozen=True)
@@ -75,7 +88,7 @@ class SnapshotResult:
     image: img.ImageInfo
     branch: str
     unchanged: bool  # True when the state equals the parent's and no image was written
-    stats: CaptureStats
+    stats: Any  # the capture's: files, bytes, pointers, files_read, skipped
 
     def to_json(self) -> dict:
         return {
@@ -100,26 +113,6 @@ def rewrite_reason(value: bool | str | None) -> str | None:
     return text or "yes"
 
 
-def resolve_fs_root(fs_root: Path, git_dir: Path) -> bytes:
-    """The real absolute path of the sandbox, refusing ones that cannot be captured."""
-    try:
-        real = os.path.realpath(fs_root, strict=True)
-    except FileNotFoundError:
-        raise UsageError(f"'{fs_root}' does not exist", param="fs_root") from None
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise UsageError(f"'{fs_root}' is a symlink loop", param="fs_root") from None
-        raise UsageError(f"cannot resolve '{fs_root}': {e.strerror}", param="fs_root") from None
-    if not os.path.isdir(real):
-        raise UsageError(f"'{fs_root}' is not a directory", param="fs_root")
-    if not os.access(real, os.R_OK | os.X_OK):
-        raise UsageError(f"'{fs_root}' is not readable", param="fs_root")
-    git_real = os.path.realpath(git_dir)
-    if real == git_real or real.startswith(git_real + os.sep):
-        raise UsageError(f"'{fs_root}' is inside the git directory", param="fs_root")
-    return os.fsencode(real)
-
-
 class SnapshotWrite:
     """What a layer's snapshot writer (``Layer.input``) is handed: the request, the world's
     capture, the image tree being edited and the parent image. It adds the layer's files to
@@ -129,6 +122,10 @@ class SnapshotWrite:
         self.repo, self.req, self.capture, self.edit, self.parent = repo, req, capture, edit, parent
         self.trailers: list[tuple[str, str]] = []
         self._pending = list(req.layers)  # the LayerInputs no layer has written yet
+
+    def given(self, name: str) -> Any:
+        """The request's input for the layer ``name`` (its own type), or None when none is given."""
+        return self.req.inputs.get(name)
 
     def inherited(self, path: bytes, decode, default):
         """The parent's file at ``path``, decoded; ``default`` when there is no parent or no file."""
@@ -148,30 +145,11 @@ class SnapshotWrite:
         return out
 
 
-class DirWorld:
-    """The default world source: a sandbox directory, captured with the stat cache."""
-
-    def __init__(self, repo, fs_root: Path, ignore: tuple[str, ...]):
-        self.repo, self.ignore = repo, ignore
-        self.root = resolve_fs_root(fs_root, repo.git_dir)
-        self.name = os.fsdecode(os.path.basename(self.root))
-        self.cache: StatCache | None = None
-
-    def capture(self, repo, parent) -> Capture:
-        git = repo.git
-        threshold = config.large_file_threshold(git)
-        settings = (threshold, tuple(self.ignore))
-        # under the command server, its file watcher may vouch for directories nothing changed in
-        self.cache, unchanged = cmdwatch.load(self.root, StatCache.path_for(repo.git_dir, self.root),
-                                              lambda: StatCache.load(repo.git_dir, self.root, settings,
-                                                                     lambda t: t in git.odb))
-        exclude = {os.fsencode(os.path.realpath(repo.git_dir))}
-        return capture(git, repo.store, self.root, threshold=threshold, ignore=list(self.ignore), cache=self.cache,
-                       exclude=exclude, unchanged=unchanged)
-
-    def done(self, cap: Capture) -> None:
-        self.cache.save(self.root, cap.tree)
-        cmdwatch.saved(self.root, self.cache.path)
+def __getattr__(name: str):
+    """``DirWorld``, the default world source, as the registry's root layer provides it."""
+    if name == "DirWorld":
+        return registry.root().source
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _parent(git, full: str, branch: str, expected: str | None) -> tuple[str | None, img.ImageInfo | None]:
@@ -190,7 +168,7 @@ def take(repo, req: SnapshotRequest) -> SnapshotResult:
 
     Agent and label not given are inherited from the parent image."""
     git = repo.git
-    world = req.world or DirWorld(repo, req.fs_root, req.ignore)
+    world = req.world or registry.root().source(repo, req.fs_root, req.ignore)
     branch = req.ref or refs.check_name(req.branch or refs.current_branch(git) or refs.DEFAULT_BRANCH)
     full, what = (req.ref, None) if req.ref else (refs.HEADS + branch, f"branch '{branch}'")
     tip, parent = _parent(git, full, branch, req.parent)
@@ -242,7 +220,7 @@ def _write_tree(repo, req: SnapshotRequest, world: WorldSource, parent) -> tuple
     snap = SnapshotWrite(repo, req, cap, img.TreeEdit(git, parent.tree if parent else None), parent)
     fresh: dict[str, dict] = {}  # manifest key -> summary; two layers may share a key (world, env)
     for layer in registry.layers():
-        written = registry.load(layer.input)(snap) if layer.input else snap.write_given(layer.name)
+        written = layer.input(snap)
         for key, summary in written.items():
             fresh.setdefault(key, {}).update(summary)
     fresh.update(snap.write_given())  # inputs no layer takes: written as their own

@@ -86,6 +86,8 @@ def request(fs_root, *, name: str | None = None, agent: Any = None, trace: Trace
     extra += tuple(x for x in (_typed(model, "model", "model"), _typed(cache, "cache", "cache")) if x is not None)
     if isinstance(agent, str) or agent is None:
         agent = img.Agent.parse(agent)
-    return SnapshotRequest(Path(fs_root), name, agent, trace.messages, effects, _env(env_input.env),
-                           frozenset(no_redact), message, label, tuple(ignore), allow_empty, extra,
-                           rewrite_effects=rewrite_reason(rewrite_effects), switch=switch)
+    # each layer builds its input (SnapshotRequest.inputs) from the keywords it takes (Layer.input_from)
+    return SnapshotRequest(Path(fs_root), branch=name, agent=agent, message=message, label=label,
+                           ignore=tuple(ignore), allow_empty=allow_empty, layers=extra, switch=switch,
+                           messages=trace.messages, effects=effects, env=_env(env_input.env),
+                           no_redact=frozenset(no_redact), rewrite_effects=rewrite_reason(rewrite_effects))

@@ -52,9 +52,10 @@ def _under(module: str, prefix: str) -> bool:
 
 
 def _layer(module: str) -> str | None:
-    """The layer package ``module`` belongs to (None outside them; the registry is no layer)."""
+    """The layer package ``module`` belongs to (None outside them; the registry and the protocol
+    (``base``) are no layer)."""
     parts = module.split(".")
-    return parts[2] if len(parts) > 2 and parts[1] == "layers" and parts[2] != "registry" else None
+    return parts[2] if len(parts) > 2 and parts[1] == "layers" and parts[2] not in ("registry", "base") else None
 
 
 def violations(graph: dict[str, set[str]]) -> list[str]:
@@ -105,21 +106,10 @@ def test_a_store_module_importing_a_layer_is_caught():
     assert any("git_pf.layers.trace.tape imports git_pf.transport.push" in v for v in found)
 
 
-# The operations reach the layers through the registry (git_pf.layers.registry). Each import
-# of a layer module that must stay, with the reason; one no longer made must leave this list.
-OPERATIONS = ("git_pf.snapshot", "git_pf.checkout", "git_pf.diff", "git_pf.fsck", "git_pf.merge.engine")
-LAYER_IMPORTS_ALLOWED = {
-    ("git_pf.snapshot", "git_pf.layers.world.capture"): "the world is captured first, by DirWorld, the default WorldSource",
-    ("git_pf.snapshot", "git_pf.layers.world.statcache"): "DirWorld keeps the sandbox's stat cache",
-    ("git_pf.snapshot", "git_pf.layers.world.env"): "SnapshotRequest.env is an Env",
-    ("git_pf.checkout", "git_pf.layers.world.restore"): "checkout writes the world tree into a directory",
-    ("git_pf.checkout", "git_pf.layers.trace.tape"): "checkout reads and lists the tape's entries",
-    ("git_pf.merge.engine", "git_pf.layers.world.gitmerge"): "the merge base is git's, found by the world's git merge",
-    ("git_pf.merge.engine", "git_pf.layers.world.merge"): "a by-side merge still merges the world tree",
-    ("git_pf.merge.engine", "git_pf.layers.effects.merge"): "--accept-duplicate-effects and a by-side ledger check",
-    ("git_pf.merge.engine", "git_pf.layers.world.procs"): "the process table's manifest summary after a merge",
-    ("git_pf.merge.engine", "git_pf.layers.trace.tape"): "the tape's manifest summary after a merge",
-}
+# The operations reach the layers only through the registry (git_pf.layers.registry) and the
+# protocol's methods (git_pf.layers.base): they import no layer module and name no layer.
+OPERATIONS = ("git_pf.snapshot", "git_pf.checkout", "git_pf.diff", "git_pf.fork", "git_pf.fsck", "git_pf.image",
+              "git_pf.merge.engine", "git_pf.merge.conflicts", "git_pf.merge.report")
 
 
 def layer_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
@@ -128,13 +118,47 @@ def layer_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
 
 
 def test_operations_reach_layers_through_the_registry():
-    found = layer_imports(import_graph())
-    assert found - LAYER_IMPORTS_ALLOWED.keys() == set(), "import it through a Layer field of the registry"
-    assert LAYER_IMPORTS_ALLOWED.keys() - found == set(), "no longer imported: drop it from the allowed list"
+    assert layer_imports(import_graph()) == set(), "reach it through a method of the Layer protocol"
 
 
 def test_an_operation_naming_a_layer_is_caught():
     graph = import_graph()
     assert "git_pf.layers.registry" in graph["git_pf.diff"] and "git_pf.layers.registry" in graph["git_pf.fsck"]
     graph["git_pf.diff"] = graph["git_pf.diff"] | {"git_pf.layers.effects.ledger"}
-    assert ("git_pf.diff", "git_pf.layers.effects.ledger") in layer_imports(graph) - LAYER_IMPORTS_ALLOWED.keys()
+    assert ("git_pf.diff", "git_pf.layers.effects.ledger") in layer_imports(graph)
+
+
+def layer_names() -> set[str]:
+    """Every registered layer's name, and every manifest entry a layer keeps (tape, procs)."""
+    from git_pf.layers import registry
+
+    return {layer.name for layer in registry.layers()} | {k for layer in registry.layers() for k in layer.counts}
+
+
+def _source(module: str) -> str:
+    return (ROOT / Path(*module.split("."))).with_suffix(".py").read_text()
+
+
+def layer_literals(sources: dict[str, str], names: set[str]) -> list[str]:
+    """Each string or bytes literal of the ``sources`` (module -> text) that is a layer's name."""
+    out = []
+    for module, text in sorted(sources.items()):
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
+                value = node.value.decode("utf-8", "replace") if isinstance(node.value, bytes) else node.value
+                if value in names:
+                    out.append(f"{module}:{node.lineno}: names the {value!r} layer")
+    return out
+
+
+def test_operations_name_no_layer():
+    assert layer_literals({m: _source(m) for m in OPERATIONS}, layer_names()) == []
+
+
+def test_a_layer_name_in_an_operation_is_caught():
+    sources = {m: _source(m) for m in OPERATIONS}
+    sources["git_pf.checkout"] += '\nif "trace" in LAYERS:\n    pass\n'
+    sources["git_pf.merge.engine"] += '\nTAPE = b"tape"\n'
+    found = layer_literals(sources, layer_names())
+    assert any(line.startswith("git_pf.checkout:") and "'trace'" in line for line in found)
+    assert any(line.startswith("git_pf.merge.engine:") and "'tape'" in line for line in found)

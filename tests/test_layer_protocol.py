@@ -5,22 +5,34 @@ from __future__ import annotations
 import json
 
 from git_pf.layers import registry
+from git_pf.layers.base import Layer
 from git_pf.snapshot_inputs import EnvInput, TraceInput
 
-SPECS = ("writer", "object_refs", "input", "diff", "summary", "fsck")
+METHODS = ("input", "checkout_plan", "checkout", "diff", "patches", "make_merger", "merge_start", "report_line",
+           "summary", "fsck", "object_refs", "tree_problems")
+
+
+def _overrides(layer, method: str) -> bool:
+    return getattr(type(layer), method) is not getattr(Layer, method)
 
 
 def test_every_layer_names_code_that_loads():
     for layer in registry.layers():
-        specs = [getattr(layer, f) for f in SPECS] + list(layer.parsers.values()) + list(layer.tree_checks.values())
+        assert isinstance(layer, Layer) and all(callable(getattr(layer, m)) for m in METHODS), layer.name
+        specs = list(layer.parsers.values()) + list(layer.tree_checks.values())
         specs += [] if layer.needs_extra else [layer.merger]  # a merge with torch is not loaded for this
         for spec in (s for s in specs if s):
             assert callable(registry.load(spec)), (layer.name, spec)
+    # model and cache bring their own diff, summary and checkout writer; model its own fsck
+    for name in ("model", "cache"):
+        assert all(_overrides(registry.get(name), m) for m in ("diff", "summary", "checkout", "object_refs"))
+    assert _overrides(registry.get("model"), "fsck")
 
 
 def test_a_diff_reads_only_its_own_paths_and_layers_diff_in_one_order():
-    diffed = [layer for layer in registry.layers() if layer.diff]
-    assert [layer.name for layer in sorted(diffed, key=lambda x: x.diff_rank)] == ["world", "trace", "effects", "env"]
+    diffed = [layer for layer in registry.layers() if _overrides(layer, "diff")]
+    assert [layer.name for layer in sorted(diffed, key=lambda x: x.diff_rank)] == \
+        ["world", "trace", "effects", "env", "model", "cache"]
     assert len({layer.diff_rank for layer in diffed}) == len(diffed)
     for layer in diffed:
         assert layer.diff_paths and all(any(p == c or p.startswith(c + b"/") for c in layer.claims)

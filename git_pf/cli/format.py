@@ -39,8 +39,8 @@ def layer_details(repo, image: ImageInfo) -> dict:
     from ..layers import registry
 
     out = {}
-    for layer in (layer for layer in registry.layers() if layer.summary):
-        found = registry.load(layer.summary)(repo, image)
+    for layer in registry.layers():
+        found = layer.summary(repo, image)
         if found is not None:
             out[layer.name] = found
     return out

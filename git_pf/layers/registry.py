@@ -1,72 +1,22 @@
-"""The registered layers: what each layer of an image provides, and where the code is.
+"""The registered layers: one ``Layer`` object each (``git_pf.layers.base``), in merge order.
 
-Each layer package declares its ``LAYERS`` (a ``Layer`` each: the world
-package declares ``world`` and ``env``) with its code named as
-``"module:attribute"`` strings, so reading the registry imports no torch; the
-operations (snapshot, checkout, diff, show, merge, fsck, transport, the
-layer-file check) load what they use from here instead of naming layers. Adding a layer is adding a
-package and its name to ``PACKAGES`` (docs/architecture.md). Imports only
-the layer packages' ``__init__`` modules, lazily.
+Each layer package declares its ``LAYERS``; the operations (snapshot, checkout, diff,
+show, merge, fsck, the transport, the layer-file check) loop over ``layers()`` and call
+the protocol's methods instead of naming layers. Adding a layer is adding a package
+and its name to ``PACKAGES`` (docs/architecture.md). Imports only the layer packages'
+``__init__`` modules, lazily; ``load`` is the one loader of ``"module:attribute"`` code.
 """
 from __future__ import annotations
 
 import importlib
-from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
-from typing import Any
+from typing import Any, Mapping
+
+from .base import DiffPart, Layer, covered, generic_report_line, load, naming
+
+__all__ = ["DiffPart", "Layer", "PACKAGES", "covered", "generic_report_line", "get", "inputs_from", "layers", "load", "naming", "root", "summary_counts"]
 
 PACKAGES = ("world", "trace", "effects", "model", "cache")  # merge order: the cache merge reads the merged trace
-
-
-@dataclass(frozen=True)
-class Layer:
-    """One layer as snapshot, checkout, diff, show, merge, fsck and the transport see it."""
-
-    name: str  # as the CLI names it: --layers, --prefer, Pf-Merge trailers
-    claims: tuple[bytes, ...]  # image-tree paths (files or trees) the layer owns
-    merger: str  # "module:Class" implementing git_pf.merge.layer.LayerMerger
-    parsers: dict[bytes, str] = field(default_factory=dict)  # layer file -> "module:function" (DataError if malformed)
-    tree_checks: dict[bytes, str] = field(default_factory=dict)  # layer tree -> "module:function"(git, image tree)
-    # -> {path: one line} for each bad entry (the tape)
-    files: tuple[bytes, ...] = ()  # what checkout writes as they are (a tree: its files)
-    writer: str | None = None  # "module:function"(repo, image, dest): a checkout writer of its own
-    object_refs: str | None = None  # "module:function"(git, tree_hex): side-store objects named without pointers
-    summary_key: str | None = None  # manifest "layers" key when not the layer's name ...
-    summary_fields: tuple[str, ...] | None = None  # ... and the fields of it the layer owns
-    needs_extra: bool = False  # its code needs the model extra (torch): a merge falls back without it
-    input: str | None = None  # "module:function"(SnapshotWrite) -> {manifest key: summary}: writes what a
-    #   snapshot gives the layer, else what it inherits; None: its LayerInputs, else the parent's files kept
-    diff: str | None = None  # "module:function"(git, a, b) -> its diff: to_json(), lines(stat, patch), empty
-    diff_paths: tuple[bytes, ...] = ()  # the paths (files or trees) its diff reads: other changes are "other"
-    diff_rank: int = 0  # where diff lists it (lowest first)
-    summary: str | None = None  # "module:function"(repo, image) -> what show adds (to_json(), lines()) or None
-    fsck: str | None = None  # "module:function"(git, store, image, seen, remote_has) -> problem lines,
-    #   run when its parsed files parse
-
-    @property
-    def manifest_key(self) -> str:
-        return self.summary_key or self.name
-
-
-class DiffPart:
-    """A base for a layer's diff (a dataclass): ``to_json()`` is its fields, and it is
-    ``empty`` when every field is (a layer overrides what its fields do not say)."""
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    @property
-    def empty(self) -> bool:
-        return not any(getattr(self, f.name) for f in fields(self))
-
-
-def load(spec: str) -> Any:
-    """The attribute a ``"module:attribute"`` string names (``attribute`` may be dotted)."""
-    module, _, attr = spec.partition(":")
-    found = importlib.import_module(module)
-    for part in attr.split("."):
-        found = getattr(found, part)
-    return found
 
 
 @lru_cache(maxsize=None)
@@ -77,3 +27,33 @@ def layers() -> tuple[Layer, ...]:
 
 def get(name: str) -> Layer | None:
     return next((layer for layer in layers() if layer.name == name), None)
+
+
+@lru_cache(maxsize=None)
+def summary_counts() -> dict[str, tuple[str, ...]]:
+    """Manifest key -> its fields that are counts, as the layers declare them (``Layer.counts``)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for layer in layers():
+        for key, names in layer.counts.items():
+            out[key] = out.get(key, ()) + tuple(names)
+    return out
+
+
+def root() -> Layer:
+    """The layer checkout writes into the directory itself (the sandbox's files)."""
+    return next(layer for layer in layers() if layer.root)
+
+
+def inputs_from(keywords: Mapping[str, Any]) -> dict[str, Any]:
+    """Per-layer inputs (layer name -> that layer's input) from request keywords, each layer
+    building its own from the keywords it takes; a keyword no layer takes is a TypeError."""
+    taken = {k for layer in layers() for k in layer.keywords}
+    unknown = sorted(set(keywords) - taken)
+    if unknown:
+        raise TypeError(f"unexpected keyword argument '{unknown[0]}'")
+    out = {}
+    for layer in layers():
+        found = layer.input_from({k: keywords[k] for k in layer.keywords if k in keywords})
+        if found is not None:
+            out[layer.name] = found
+    return out

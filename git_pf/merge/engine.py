@@ -1,14 +1,15 @@
 """The merge engine: find the ancestor, merge every layer, write one image with two parents.
 
-Layers merge in a fixed order (world, env, trace, effects, then plug-ins:
-model, cache), each through its ``LayerMerger``; ``--prefer LAYER=SIDE``
-takes a layer wholesale from one side instead. Paths no layer claims merge
-path-wise as the "other" layer. Every layer file of the merged tree must
-parse (``layercheck``), whichever side it came from. Only when every layer
-is clean is the image written: objects first, then the branch moved by
-compare-and-swap, so a conflict or a failure leaves no image and no ref. Both sides' worlds and the
-result's are checked by ``safepath.check_image`` first: an unsafe one is
-refused (exit 3) with nothing written.
+Layers merge in the registry's order (``git_pf.layers.registry``), each through its
+``LayerMerger``; a layer with a two-phase merge (``Layer.merge_start``: the world's git
+merge) is started first and finished in its turn, and the plug-ins (model, cache) merge
+last; ``--prefer LAYER=SIDE`` takes a layer wholesale from one side instead. Paths no
+layer claims merge path-wise as the "other" layer. Every layer file of the merged tree
+must parse (``layercheck``), whichever side it came from. Only when every layer is clean
+is the image written: objects first, then the branch moved by compare-and-swap, so a
+conflict or a failure leaves no image and no ref. Both sides' worlds and the result's are
+checked by ``safepath.check_image`` first: an unsafe one is refused (exit 3) with nothing
+written. No layer is named here.
 """
 from __future__ import annotations
 
@@ -22,10 +23,6 @@ from ..gittree import lookup
 from ..store.packfile import packed
 from ..image import ImageInfo
 from ..layers import registry
-from ..layers.effects.merge import ACCEPT, EffectsMerger
-from ..layers.world import gitmerge, procs
-from ..layers.world.merge import WorldMerger
-from ..layers.trace import tape
 from . import plugins
 from .layer import PLUGINS, LayerResult, MergeContext
 from .tree3 import entry, merge_paths
@@ -128,7 +125,8 @@ def start(repo, req: MergeRequest) -> MergeResult | MergeContext:
                                                   dry_run=req.dry_run)
     if theirs.id == ours.id or git.descendant_of(ours.id, theirs.id):
         return done("up-to-date")
-    bases = gitmerge.merge_bases(git, repo.git_dir, ours.id, theirs.id)
+    bases = next(found for layer in registry.layers()
+                 if (found := layer.merge_bases(git, repo.git_dir, ours.id, theirs.id)) is not None)
     if not bases and not req.allow_unrelated:
         raise UsageError(f"refusing to merge unrelated images {ours.short} and {theirs.short} "
                          "(use --allow-unrelated-histories)")
@@ -140,30 +138,26 @@ def start(repo, req: MergeRequest) -> MergeResult | MergeContext:
         result.bases = bases
         return result
     options = dict(req.options)
-    options[ACCEPT] = req.accept_duplicate_effects
+    for layer in registry.layers():
+        options.update(layer.merge_options(req))
     return MergeContext(repo, img.read_image(git, bases[0]) if bases else None, ours, theirs, options,
                         bases=[img.read_image(git, b) for b in bases], ours_name=branch, theirs_name=req.theirs,
                         dry_run=req.dry_run)
 
 
 def run_layers(ctx: MergeContext, prefer: dict[str, str], skip: tuple[str, ...] = ()) -> list[LayerResult]:
-    """Every layer's result, in layer order. git's world merge is started first and collected
-    after env, trace and effects, which merge while git runs."""
+    """Every layer's result, in layer order. A two-phase merge (git's world merge) is started
+    first and collected in its turn, after the layers that merge while it runs."""
     names = [n for n in layer_names() if n not in skip and (n not in PLUGINS or _present(ctx, n))]
-    world = None
-    if "world" in names and "world" not in prefer:
-        world = WorldMerger()
-        world.start(ctx)
-    order = [n for n in names if n != "world" and n not in PLUGINS]  # the plug-ins last: cache reads the trace
+    started = {n: found for n in names if n not in prefer and (found := registry.get(n).merge_start(ctx)) is not None}
+    order = [n for n in names if n not in started and n not in PLUGINS]  # the plug-ins last: cache reads the trace
     order += [n for n in names if n not in order]
     done: dict[str, LayerResult] = {}
     for name in order:
         if name in prefer:
             result = take_side(ctx, name, prefer[name])
-        elif name == "world":
-            result = world.merge(ctx)
         else:
-            result = _merger(name).merge(ctx)
+            result = (started.get(name) or _merger(name)).merge(ctx)
         done[name] = ctx.results[name] = result
     results = [done[n] for n in names]
     other = _other(ctx)
@@ -177,12 +171,12 @@ def _present(ctx: MergeContext, name: str) -> bool:
 
 
 def take_side(ctx: MergeContext, name: str, side: str) -> LayerResult:
-    """The whole layer as one side has it (``--prefer LAYER=SIDE``); the effects layer only
-    when that keeps ours' ledger as a prefix (``EffectsMerger.take_side``)."""
-    if name == "effects":
-        refused = EffectsMerger().take_side(ctx, side)
-        if refused is not None:
-            return refused
+    """The whole layer as one side has it (``--prefer LAYER=SIDE``), unless the layer refuses
+    (``Layer.take_side``: the effects layer when that would not keep ours' ledger as a prefix)."""
+    layer = registry.get(name)
+    refused = layer.take_side(ctx, side) if layer is not None else None
+    if refused is not None:
+        return refused
     git = ctx.repo.git
     image = ctx.ours if side == "ours" else ctx.theirs
     changes = {} if side == "ours" else {p: entry(git, image, p) for p in claims(name)}
@@ -193,8 +187,8 @@ def take_side(ctx: MergeContext, name: str, side: str) -> LayerResult:
         summary = {k: found[k] for k in fields if k in found} if found and fields else found
     parsed = {p: layercheck.load(git, image, p) for p in layercheck.PARSERS  # a side taken whole must parse
               if any(p == c or p.startswith(c + b"/") for c in claims(name))}
-    if name == "trace":
-        ctx.merged_messages = parsed.get(img.TRACE_MESSAGES) or []
+    if layer is not None:
+        layer.side_taken(ctx, parsed)
     return LayerResult(name, True, changes, summary, {"resolution": f"{side} (--prefer)"},
                        trailer=f"{name} prefer-{side}")
 
@@ -224,10 +218,8 @@ def build_tree(ctx: MergeContext, results: list[LayerResult]) -> str:
                 layers[key] = r.summary
         if r.layer in PLUGINS and r.changes.get(r.layer.encode(), 0) is None:
             layers.pop(r.layer, None)  # the layer was removed
-    for name, merged in ((tape.NAME, tape.merged_summary(git, ctx.ours.tree, edit.changes)),
-                         (procs.NAME, procs.merged_summary(git, edit.changes))):
-        if merged is not None:
-            layers[name] = merged
+    for layer in registry.layers():  # the parts a layer summarises apart (the tape, the process table)
+        layers.update(layer.merged_summaries(git, ctx.ours.tree, edit.changes))
     manifest = dict(ctx.ours.manifest, layers=layers)
     with packed(git):  # the merged tree in one pack, read back below: no loose object (docs/format.md)
         edit.put_file(img.MANIFEST, canonjson.encode(manifest))

@@ -1,8 +1,12 @@
 """The merge report: one JSON document (schema in docs/merge.md) and its text form.
 
-Pure formatting of a ``MergeResult``; prints nothing itself.
+Pure formatting of a ``MergeResult``; prints nothing itself. Each layer words its own line
+(``Layer.report_line``); no layer is named here.
 """
 from __future__ import annotations
+
+from ..layers import registry
+
 
 SCHEMA = 1
 
@@ -33,29 +37,9 @@ def to_json(result) -> dict:
 
 
 def _detail(r) -> str:
-    rep = r.report
-    how = rep.get("resolution", "")
-    if r.layer == "world" and how in ("merged", "conflict"):
-        n = rep.get("changed", 0)
-        text = f"merged by git: {n} path{'' if n == 1 else 's'} differ{'s' if n == 1 else ''} from ours"
-    elif r.layer == "trace" and how == "summary":
-        n = rep["summarized_messages"]
-        text = (f"ours + 1 merge message summarising {n} message{'s' if n != 1 else ''} "
-                f"(~{rep['summarized_tokens']} tokens, summariser: {rep['summarizer']})")
-    elif r.layer == "effects" and how == "union":
-        text = f"union: {rep['entries']} entries, {rep['from_theirs']} from theirs"
-        if rep.get("duplicates"):
-            text += f", {len(rep['duplicates'])} duplicated irreversible" + (" (accepted)" if rep.get("duplicates_accepted") else "")
-    elif not how:
-        text = ", ".join(f"{k} {v}" for k, v in rep.items() if isinstance(v, (str, int, float)) and not isinstance(v, bool))
-    else:
-        text = {"unchanged": "unchanged", "same": "both sides changed it alike", "ours": "only ours changed it",
-                "theirs": "taken from theirs"}.get(how, how)
-    if r.layer == "trace" and "prefill_tokens" in rep and how != "conflict":
-        text += f"; ~{rep['prefill_tokens']} tokens to re-prefill"
-    if rep.get("procs"):
-        text += f"; procs: {rep['procs']}"
-    return text
+    """The text of one layer's line: as its layer words it (``Layer.report_line``), else how it resolved."""
+    layer = registry.get(r.layer)
+    return (layer.report_line(r) if layer is not None else None) or registry.generic_report_line(r)
 
 
 def lines(result) -> list[str]:

@@ -2,8 +2,8 @@
 
 An image reaches every object named by a pointer blob anywhere in its tree
 (any layer: world, model, cache), and, for chunked content, the chunk-index
-object and every chunk it lists. Layers that name side-store objects some
-other way register a function in ``OBJECT_REFS``. Reads git objects and
+object and every chunk it lists. A layer that names side-store objects some
+other way says which (``Layer.object_refs``: model tensors, cache pages). Reads git objects and
 the local side store (chunk indexes, fetched lazily when a transport is
 attached); writes nothing.
 """
@@ -21,9 +21,6 @@ from ..layers import registry
 from ..store.large import decode_chunk_index
 from ..store.sidestore import SideStore
 
-# Layers that reference side-store objects without pointer blobs, from the registry:
-# name -> "module:function", function(git, tree_hex) -> iterable of oids.
-OBJECT_REFS: dict[str, str] = {layer.name: layer.object_refs for layer in registry.layers() if layer.object_refs}
 
 
 @dataclass(frozen=True)
@@ -39,7 +36,7 @@ class Need:
 class Reach:
     images: list[str] = field(default_factory=list)
     needs: dict[str, Need] = field(default_factory=dict)  # pointer oid -> first place it is needed
-    extra: set[str] = field(default_factory=set)  # oids from OBJECT_REFS layers
+    extra: set[str] = field(default_factory=set)  # oids named by layers without pointers (Layer.object_refs)
 
 
 def walk_images(git: pygit2.Repository, tips: Iterable[str], hide: Iterable[str] = ()) -> list[str]:
@@ -79,10 +76,10 @@ def _pointers(git: pygit2.Repository, tree: bytes, prefix: str, seen: set[bytes]
 
 
 def reach(git: pygit2.Repository, images: list[str]) -> Reach:
-    """Every pointer the ``images`` hold (each once) plus objects named by OBJECT_REFS layers."""
+    """Every pointer the ``images`` hold (each once) plus objects layers name without pointers."""
     out = Reach(images=list(images))
     seen: set[bytes] = set()
-    funcs = [registry.load(spec) for spec in OBJECT_REFS.values()]
+    funcs = [layer.object_refs for layer in registry.layers()]  # side-store objects named without pointers
     for image in images:
         tree = git[image].peel(pygit2.Tree)
         for path, data in _pointers(git, tree.id.raw, "", seen):

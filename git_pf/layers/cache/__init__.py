@@ -2,7 +2,7 @@
 
 Public API (docs/cache.md): ``capture``, ``restore``, ``save``, ``load``,
 ``fingerprint``, ``compare``, ``longest_prefix``. Importing this package imports no torch; the
-functions that need torch import it when called.
+functions that need torch import it when called. ``CacheLayer`` is the layer's ``Layer`` object.
 """
 from __future__ import annotations
 
@@ -28,9 +28,40 @@ def __getattr__(name: str):
 __all__ = sorted(_API)
 
 
-from ..registry import Layer  # noqa: E402  (after the lazy API: reading it imports no torch)
+from ..base import Layer, write_own  # noqa: E402  (after the lazy API: reading it imports no torch)
 
-LAYERS = (Layer("cache", (b"cache",), "git_pf.layers.cache.merge:CacheMerger",
-                writer="git_pf.layers.cache.export:write_layer",
-                object_refs="git_pf.layers.cache.table:object_refs", summary="git_pf.layers.cache.show:summary",
-                needs_extra=True),)
+
+class CacheLayer(Layer):
+    """Pages of the KV cache in the side store; checked out by its own writer, merged after the trace."""
+
+    name = "cache"
+    claims = (b"cache",)
+    merger = "git_pf.layers.cache.merge:CacheMerger"
+    needs_extra = True
+    diff_paths, diff_rank = (b"cache",), 6
+
+    def checkout_plan(self, git, image):
+        return None
+
+    def checkout(self, repo, image, plan, tmp, out, side, alone):
+        from .export import write_layer
+
+        return None, write_own(write_layer, repo, image, tmp, out, side, alone, self.name)
+
+    def diff(self, git, a, b):
+        from .diff import diff
+
+        return diff(git, a, b)
+
+    def summary(self, repo, image):
+        from .show import summary
+
+        return summary(repo, image)
+
+    def object_refs(self, git, tree_hex):
+        from .table import object_refs
+
+        return object_refs(git, tree_hex)
+
+
+LAYERS = (CacheLayer(),)

@@ -9,18 +9,36 @@ no refs.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ... import image as img
 from ...errors import UsageError
 from . import ledger as effects
 
 
+@dataclass(frozen=True)
+class EffectsGiven:
+    """The effects layer's input: the whole ledger, and the reason it may drop or change the
+    parent's entries (``Pf-Rewrite-Effects``; None: it may not)."""
+
+    entries: list[dict]
+    rewrite: str | None = None
+
+    @classmethod
+    def from_keywords(cls, keywords: dict) -> "EffectsGiven | None":
+        """From ``SnapshotRequest(effects=..., rewrite_effects=...)``; None when no ledger is given."""
+        if keywords.get("effects") is None:
+            return None
+        return cls(keywords["effects"], keywords.get("rewrite_effects"))
+
+
 def write(snap) -> dict[str, dict]:
     """The ledger; ``layers.effects``."""
-    req = snap.req
-    if req.effects is not None:
-        entries = effects.chain(req.effects, "--effects")
-        if _is_rewrite(snap, entries):
-            snap.trailers.append((effects.REWRITE_TRAILER, req.rewrite_effects))
+    given = snap.given("effects")
+    if given is not None:
+        entries = effects.chain(given.entries, "--effects")
+        if _is_rewrite(snap, given, entries):
+            snap.trailers.append((effects.REWRITE_TRAILER, given.rewrite))
     else:
         entries = snap.inherited(img.EFFECTS_LEDGER, effects.decode, [])
     snap.edit.put_file(img.EFFECTS_LEDGER, effects.encode(entries))
@@ -28,7 +46,7 @@ def write(snap) -> dict[str, dict]:
     return {"effects": {"entries": len(entries), "irreversible": irreversible}}
 
 
-def _is_rewrite(snap, entries: list[dict]) -> bool:
+def _is_rewrite(snap, given: EffectsGiven, entries: list[dict]) -> bool:
     """Refuse a given ledger that repeats an irreversible effect, or that does not extend the
     parent's without a declared rewrite; True when it is such a rewrite."""
     repeats = effects.repeated_irreversible(entries)
@@ -39,7 +57,7 @@ def _is_rewrite(snap, entries: list[dict]) -> bool:
     problem = effects.extension_problem(snap.inherited(img.EFFECTS_LEDGER, effects.decode, []), entries)
     if problem is None:
         return False
-    if snap.req.rewrite_effects is None:
+    if given.rewrite is None:
         raise UsageError(f"not an extension of the parent image's ledger: {problem} "
                          f"(the ledger only grows; --rewrite-effects records a deliberate rewrite)", param="effects")
     return True

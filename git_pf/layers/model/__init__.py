@@ -2,11 +2,49 @@
 
 Capture and restore work on raw safetensors bytes and never import torch;
 only the numeric merge (``merge``, ``model_merge``, ``tensors``) imports torch,
-lazily, when two sides really changed an adapter. Spec: docs/model.md.
+lazily, when two sides really changed an adapter. ``ModelLayer`` is the layer's
+``Layer`` object. Spec: docs/model.md.
 """
 
-from ..registry import Layer
+from ..base import Layer, write_own
 
-LAYERS = (Layer("model", (b"model",), "git_pf.layers.model.merge:ModelMerger",
-                writer="git_pf.layers.model.checkout:write",
-                object_refs="git_pf.layers.model.state:image_object_ids", needs_extra=True),)
+
+class ModelLayer(Layer):
+    """Base identity, adapter and delta; checked out by its own writer, merged numerically with the extra."""
+
+    name = "model"
+    claims = (b"model",)
+    merger = "git_pf.layers.model.merge:ModelMerger"
+    needs_extra = True
+    diff_paths, diff_rank = (b"model",), 5
+
+    def checkout(self, repo, image, plan, tmp, out, side, alone):
+        from .checkout import write
+
+        return None, write_own(write, repo, image, tmp, out, side, alone, self.name)
+
+    def checkout_plan(self, git, image):
+        return None
+
+    def diff(self, git, a, b):
+        from .show import diff
+
+        return diff(git, a, b)
+
+    def summary(self, repo, image):
+        from .show import summary
+
+        return summary(repo, image)
+
+    def fsck(self, git, store, image, out, seen, remote_has):
+        from .show import problems
+
+        problems(git, store, image, out, seen, remote_has)
+
+    def object_refs(self, git, tree_hex):
+        from .state import image_object_ids
+
+        return image_object_ids(git, tree_hex)
+
+
+LAYERS = (ModelLayer(),)

@@ -8,13 +8,23 @@ moves no refs.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ... import image as img
 from . import messages as trace, tape
 
 
+@dataclass(frozen=True)
+class MessagesGiven:
+    """The trace layer's input in a ``SnapshotRequest``: the messages so far."""
+
+    messages: list[dict]
+
+
 def write(snap) -> dict[str, dict]:
     """The messages and the tape; ``layers.trace`` (and ``layers.tape`` when a tape is given)."""
-    given = snap.req.messages
+    found = snap.given("trace")
+    given = None if found is None else found.messages
     messages = given if given is not None else snap.inherited(img.TRACE_MESSAGES, trace.decode, [])
     snap.edit.put_file(img.TRACE_MESSAGES, trace.encode(messages))
     return {"trace": {"messages": len(messages), "tokens_estimate": trace.estimate_tokens(messages)},

@@ -69,3 +69,16 @@ def diff_env(git, a: img.ImageInfo, b: img.ImageInfo) -> EnvDiff:
     va, vb = (load(git, x, img.WORLD_ENV, Env()).vars for x in (a, b))
     return EnvDiff(sorted(vb.keys() - va.keys()), sorted(k for k in va.keys() & vb.keys() if va[k] != vb[k]),
                    sorted(va.keys() - vb.keys()))
+
+
+def patches(git, store, a: img.ImageInfo, b: img.ImageInfo) -> list[tuple[bytes, bytes]]:
+    """Each changed world file's unified diff, as git prints it (``worldpatch``)."""
+    from ... import worldpatch
+    from ...errors import DataError
+
+    pa, pb = ({p for p, e in load(git, x, img.WORLD_ATTRS, {}).items() if e.pointer} for x in (a, b))
+    ta, tb = (img.subtree(git, x.tree, img.WORLD_FS) for x in (a, b))
+    try:
+        return worldpatch.patches(git, store, ta, tb, pa, pb)
+    except DataError as e:
+        raise DataError(f"images {a.short}..{b.short}: {e.message}", e.code) from None

@@ -10,9 +10,31 @@ the snapshot's ``TreeEdit``; moves no refs.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ... import image as img
 from . import attrs, procs
 from .env import Env, redact
+
+
+@dataclass(frozen=True)
+class EnvGiven:
+    """The env layer's input: the environment given (None: the parent's) and the keys kept unredacted."""
+
+    env: Env | None = None
+    no_redact: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_keywords(cls, keywords: dict) -> "EnvGiven | None":
+        """From ``SnapshotRequest(env=..., no_redact=...)``; None when neither is given."""
+        if keywords.get("env") is None and not keywords.get("no_redact"):
+            return None
+        return cls(keywords.get("env"), frozenset(keywords.get("no_redact") or ()))
+
+
+def fs_summary(stats) -> dict:
+    """The fs part of the manifest's ``world`` entry, from a capture's stats."""
+    return {"files": stats.files, "bytes": stats.bytes, "pointers": stats.pointers}
 
 
 def write_world(snap) -> dict[str, dict]:
@@ -20,13 +42,13 @@ def write_world(snap) -> dict[str, dict]:
     cap = snap.capture
     snap.edit.put_tree(img.WORLD_FS, cap.tree)
     snap.edit.put_file(img.WORLD_ATTRS, attrs.encode(cap.attrs))
-    return {"world": {"files": cap.stats.files, "bytes": cap.stats.bytes, "pointers": cap.stats.pointers}}
+    return {"world": fs_summary(cap.stats)}
 
 
 def write_env(snap) -> dict[str, dict]:
     """``world/env.json`` (and ``world/procs.json`` when given); the env part of ``layers.world``."""
-    req = snap.req
-    env = redact(req.env, set(req.no_redact)) if req.env is not None else \
+    given = snap.given("env") or EnvGiven()
+    env = redact(given.env, set(given.no_redact)) if given.env is not None else \
         snap.inherited(img.WORLD_ENV, Env.decode, Env())
     snap.edit.put_file(img.WORLD_ENV, env.encode())
     return {"world": {"env_vars": len(env.vars), "redacted": len(env.redacted)}, **snap.write_given(procs.NAME)}
