@@ -44,7 +44,8 @@ _SCORE = re.compile(rb"^pf-score:[ \t]*(\S+)[ \t]*\r?$", re.M)
 @dataclass(frozen=True)
 class ForkTask:
     remote: node.RemoteSpec | None  # None on the local executor
-    name: str  # the fork's branch
+    name: str  # the fork's branch, ``<prefix>-<k>``
+    prefix: str
     base: str  # the fork's image: the branch's tip before CMD runs
     k: int
     cmd: tuple[str, ...]
@@ -103,7 +104,9 @@ def row_of(git, name: str, commit: str) -> dict:
 
 
 def run_fork(repo, task: ForkTask, ref: str) -> dict:
-    """Run CMD in the world of ``task.base`` and write the world as its child on ``ref``; the row."""
+    """Run CMD in the world of ``task.base`` and write the world as its child on ``ref``; the row, with
+    ``task_s``: the seconds of the whole fork (world, CMD, snapshot)."""
+    began = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="pf-fanout-"))
     world = tmp / "world"
     try:
@@ -119,25 +122,31 @@ def run_fork(repo, task: ForkTask, ref: str) -> dict:
                                             message=f"fanout {task.name}: exit {exit_}", trailers=tuple(trailers)))
     finally:
         remove_world(repo, tmp, world)
-    return row_of(repo.git, task.name, result.image.id)
+    return dict(row_of(repo.git, task.name, result.image.id), task_s=round(time.monotonic() - began, 6))
 
 
 def fork_task(task: ForkTask) -> dict:
     """A fork on a cluster worker: fetch its branch into the node's cache, run it unless it ran, push."""
+    began = time.monotonic()
     spec = task.remote
     repo = node.cache(spec)
     here = f"{node.TRACKING}heads/{task.name}"
-    node.fetch(repo, [f"+{refs.HEADS}{task.name}:{here}"])
+    if task.base not in repo.git:  # the first fork of this fan-out on this node brings every fork's commit
+        node.fetch(repo, [f"+{refs.HEADS}{task.prefix}-*:{node.TRACKING}heads/{task.prefix}-*"])
+        if task.base not in repo.git:
+            raise DataError(f"fork {task.name}: the remote lacks its image {task.base[:12]}")
+    fetched = time.monotonic()
     tip = node.tracked(repo, f"heads/{task.name}")
-    if tip is None:
-        raise DataError(f"fork {task.name}: the remote has no such branch")
-    if tip != task.base:
-        return dict(row_of(repo.git, task.name, tip), ran=False)
+    if tip is not None and tip != task.base:  # it ran already (a retried task); a run not seen here yet
+        return dict(row_of(repo.git, task.name, tip), ran=False)  # is caught by the push below
     row = run_fork(repo, task, here)
-    if not node.publish(repo, node.origin(repo, spec), row["image"], refs.HEADS + task.name):
+    ran = time.monotonic()
+    if not node.publish(repo, node.origin(repo, spec), row["image"], refs.HEADS + task.name, known=task.base):
         node.fetch(repo, [f"+{refs.HEADS}{task.name}:{here}"])
         return dict(row_of(repo.git, task.name, node.tracked(repo, f"heads/{task.name}")), ran=False)
-    return dict(row, ran=True)
+    end = time.monotonic()
+    return dict(row, ran=True, task_s=round(end - began, 6),  # with the fetch and the push
+                phases_s={"fetch": round(fetched - began, 6), "fork": row["task_s"], "push": round(end - ran, 6)})
 
 
 def summary(rows: list[dict]) -> list[dict]:
@@ -162,7 +171,8 @@ def fanout(repo, rev: str, n: int, cmd: list[str], *, prefix: str | None = None,
         spec = node.RemoteSpec.of(repo, remote)
     source = refs.resolve(repo.git, rev)
     forks = fork_mod.fork(repo, rev, n, prefix)
-    tasks = [ForkTask(spec, f.name, f.id, f.index, tuple(cmd), timeout_s) for f in forks]
+    prefix = forks[0].name.rsplit("-", 1)[0]
+    tasks = [ForkTask(spec, f.name, prefix, f.id, f.index, tuple(cmd), timeout_s) for f in forks]
     if remote is not None:
         from .transport.push import push
 

@@ -131,12 +131,25 @@ def origin(repo, spec: RemoteSpec) -> Remote:
     return Remote(NAME, spec.url, repo.git_dir)
 
 
-def publish(repo, remote: Remote, commit: str, ref: str) -> bool:
+def _adds_objects(repo, commit: str, known: str) -> bool:
+    """Whether the image ``commit`` needs side-store objects that the image ``known`` does not."""
+    from ..transport import reach
+
+    def needs(image: str) -> set[str]:
+        return set(reach.objects_of(repo.store, reach.reach(repo.git, [image])))
+    mine = needs(commit)
+    return bool(mine) and bool(mine - needs(known))
+
+
+def publish(repo, remote: Remote, commit: str, ref: str, known: str | None = None) -> bool:
     """Upload what ``commit``'s images need, then push it to ``ref`` on ``remote``, never forced.
-    False when the remote has ``ref`` at another commit already (nothing is overwritten)."""
+    ``known``: an image whose objects the remote holds (it came from there): when ``commit`` needs
+    no other, nothing is uploaded (and the remote's objects index is not asked). False when the
+    remote has ``ref`` at another commit already (nothing is overwritten)."""
     from ..transport.push import upload_objects
 
-    upload_objects(repo, remote, [commit], Progress(True))
+    if known is None or _adds_objects(repo, commit, known):
+        upload_objects(repo, remote, [commit], Progress(True))
     proc = gitcmd.run(repo.git_dir, ["push", "--quiet", remote.arg, f"{commit}:{ref}"], check=False,
                       env={"GIT_PF_SKIP_PUSH": "1"}, cwd=repo.git.workdir or repo.git_dir)
     if proc.returncode == 0:

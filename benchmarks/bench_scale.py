@@ -1,0 +1,143 @@
+"""Fan-outs and blame trials on a one-node Ray cluster against the local executor, in the same run.
+
+    python -m benchmarks.bench_scale [--forks 50,200,1000] [--files 1,400] [-k 3] [--no-blame]
+
+A Ray head (2 CPUs, a HOME and cwd of its own) and a bare remote behind ``git daemon``
+on 127.0.0.1 are started for the run. For each image size (``--files`` files of 2 KiB
+in the world) a repository is made and pushed; a warm-up fan-out of 8 forks fills the
+node's cache repository and Ray's worker pool. Then, for each fork count, a fan-out
+whose command does nothing (``true``) runs on the local executor (2 threads) and on
+Ray, interleaved. Printed: tasks per second of each, the ratio, and the per-task
+overhead (the whole task less its command: on Ray the fetch of the fork's branch,
+the world's checkout, the snapshot and the push) at p50 and p99. With blame, a
+scripted agent's run (``git pf blame --validate``'s) is blamed at its fault step and
+the one before, k trials each, with ``--jobs 2`` and on Ray: trials per minute of each.
+Everything lives in a temporary directory; the cluster is stopped by its process group.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from .common import git_env, report, sh, workdir
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the loopback servers of the tests
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def _repo(base: Path, url: str, files: int):
+    """A repository whose one image holds ``files`` files of 2 KiB, pushed to its own bare remote."""
+    from git_pf import Repo
+    from git_pf.snapshot import SnapshotRequest, take
+    from transport_helpers import bare
+
+    name = f"img{files}"
+    bare(base / "served" / f"{name}.git")
+    world = base / f"world{files}"
+    world.mkdir()
+    for i in range(files):
+        (world / f"f{i:04d}.txt").write_bytes(os.urandom(1024).hex().encode())
+    repo, _ = Repo.init(base / f"repo{files}")
+    take(repo, SnapshotRequest(fs_root=world, branch="main"))
+    sh("git", "remote", "add", "origin", f"{url}/{name}.git", cwd=base / f"repo{files}")
+    return repo
+
+
+def _fanout(repo, n: int, executor: str, address: str, prefix: str) -> tuple[float, list[dict]]:
+    from git_pf.fanout import fanout
+
+    t0 = time.perf_counter()
+    out = fanout(repo, "main", n, ["true"], prefix=prefix, executor=executor, jobs=2,
+                 ray_address=address if executor == "ray" else None)
+    return time.perf_counter() - t0, out["forks"]
+
+
+def _fanouts(base: Path, url: str, address: str, forks: list[int], files: list[int]) -> None:
+    rows = []
+    for size in files:
+        repo = _repo(base, url, size)
+        _fanout(repo, 8, "ray", address, "warm")  # the node's cache and Ray's workers, warm
+        for n in (forks if size == files[0] else [f for f in forks if f <= 200][-1:]):
+            took = {}
+            for executor in ("local", "ray"):
+                wall, got = _fanout(repo, n, executor, address, f"{executor}{n}")
+                over = [(r["task_s"] - r["duration_s"]) * 1000 for r in got]
+                took[executor] = wall
+                rows.append((f"{n} forks, {size} files, {executor}", f"{n / wall:.1f} tasks/s",
+                             f"overhead p50 {_pct(over, 0.5):.0f} ms, p99 {_pct(over, 0.99):.0f} ms"))
+            rows.append((f"{n} forks, {size} files, ray / local wall", f"{took['ray'] / took['local']:.2f}x",
+                         "goal: at most 1.5x"))
+    report("Fan-out of no-op forks: Ray (1 node, 2 CPUs) against the local executor (2 threads)", rows)
+
+
+def _blame(base: Path, url: str, address: str, k: int) -> None:
+    from git_pf import Repo
+    from git_pf.blame import scripted
+    from git_pf.blame.engine import BlameOptions, blame
+    from git_pf.blame.validate import case_plan
+    from git_pf.runs.fakellm import FakeLLM
+    from git_pf.runs.record import record
+    from transport_helpers import bare
+
+    plan = next(p for p in (case_plan(0, c) for c in range(40)) if p.step >= 2)
+    bare(base / "served" / "blame.git")
+    repo, _ = Repo.init(base / "blame")
+    sh("git", "remote", "add", "origin", f"{url}/blame.git", cwd=base / "blame")
+    world = base / "blame-world"
+    world.mkdir()
+    (world / scripted.TASK).write_bytes(scripted.task_json(plan.seed))
+    agent = ["python", "-m", "git_pf.blame.scripted", "agent", "--task-seed", str(plan.seed)]
+    oracle = f"python -m git_pf.blame.scripted check --task-seed {plan.seed}"
+    rows, rates, outcomes = [], {}, {}
+    with FakeLLM(scripted.ScriptedModel(plan)) as fake:
+        record(repo, agent, name="case", fs_root=world, upstreams=[fake.url])
+        for executor in ("local", "ray"):
+            opts = BlameOptions(oracle=oracle, k=k, steps=(plan.step - 1, plan.step), perturb="resample", jobs=2,
+                                upstreams=[fake.url], name=executor, mount=False, executor=executor,
+                                ray_address=address if executor == "ray" else None)
+            t0 = time.perf_counter()
+            out = blame(repo, "case", agent, opts)
+            took = time.perf_counter() - t0
+            rates[executor] = len(out["trials"]) / took * 60
+            outcomes[executor] = [(t["step"], t["trial"], t["outcome"]) for t in out["trials"]]
+            rows.append((f"{executor} ({len(out['trials'])} trials)", f"{rates[executor]:.1f} trials/min",
+                         f"{took:.1f} s, decisive step {out['decisive']}"))
+    rows.append(("ray against --jobs 2", f"{rates['ray'] / rates['local']:.2f}x",
+                 "same outcomes" if outcomes["local"] == outcomes["ray"] else "OUTCOMES DIFFER"))
+    report(f"Blame trials per minute, the scripted agent (task {plan.seed}), k={k}", rows)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="bench_scale")
+    ap.add_argument("--forks", default="50,200,1000")
+    ap.add_argument("--files", default="1,400")
+    ap.add_argument("-k", type=int, default=3)
+    ap.add_argument("--no-blame", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        print("bench_scale: Ray is not installed (pip install 'git-pf[ray]'); skipped")
+        return 0
+    from ray_helpers import ray_cluster
+    from transport_helpers import BIN, git_daemon
+
+    os.environ.update(git_env(), PATH=f"{BIN}:{os.environ.get('PATH', '')}")
+    with workdir("scale") as base:
+        (base / "served").mkdir()
+        with git_daemon(base / "served") as url, ray_cluster(base, env={"PATH": os.environ["PATH"]}) as (address, _):
+            _fanouts(base, url, address, [int(x) for x in args.forks.split(",")], [int(x) for x in args.files.split(",")])
+            if not args.no_blame:
+                _blame(base, url, address, args.k)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
