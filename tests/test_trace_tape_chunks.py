@@ -192,3 +192,22 @@ def test_a_chunk_whose_blob_is_missing_is_named(recorded):
     name, _ = _chunk_of(repo, "run")
     with pytest.raises(MissingObject, match=re.escape(name.decode())):
         tape.load(repo.git, name, b"\x01" * 20)
+
+
+def test_forks_across_a_chunk_boundary_merge_into_their_union(repo, tmp_path):
+    sandbox = tmp_path / "sb"
+    sandbox.mkdir()
+    shared = [{"n": i} for i in range(250)]
+    repo.snapshot(sandbox, name="main", layers=(tape.TapeInput(shared),))
+    [a, b] = repo.fork("main", 2, prefix="try")
+    for fork, extra in ((a, 50), (b, 10)):  # each fills the first chunk its own way
+        mine = shared + [{"n": i, "side": fork.name} for i in range(250, 250 + extra)]
+        repo.snapshot(sandbox, name=fork.name, layers=(tape.TapeInput(mine),), allow_empty=True)
+    assert repo.merge(a.name, into="main").status == "fast-forward"
+    result = repo.merge(b.name, into="main")
+    assert result.status == "merged", result
+    merged = repo.resolve("main")
+    got = tape.read(repo.git, merged.tree)
+    assert len(got) == 310 and got[:250] == shared  # the shared entries once, both sides' own after them
+    assert sum(1 for e in got if e.get("side") == b.name) == 10
+    assert merged.manifest["layers"]["tape"] == {"exchanges": 310}
