@@ -23,7 +23,6 @@ from ..gittree import lookup
 from ..store.packfile import packed
 from ..image import ImageInfo
 from ..layers import registry
-from . import plugins
 from .layer import PLUGINS, LayerResult, MergeContext
 from .tree3 import entry, merge_paths
 
@@ -47,9 +46,7 @@ def _summary_key(name: str) -> tuple[str, tuple[str, ...] | None]:
 
 
 def _merger(name: str):
-    if name in PLUGINS:
-        return plugins.merger_for(name)
-    return registry.load(registry.get(name).merger)()
+    return registry.get(name).make_merger()
 
 
 @dataclass

@@ -1,15 +1,14 @@
 """Finding the merger of a plugged-in layer (model, cache), and the default used without one.
 
 ``layer.PLUGINS`` maps a layer name to ``"module:ClassName"``; the module is
-imported only when an image being merged has that layer, so the core never
-imports torch. Without a plug-in (or when it cannot be imported) the layer
+imported (by the registry's one loader, ``registry.load``) only when an image being
+merged has that layer, so the core never imports torch. Without a plug-in (or when it cannot be imported) the layer
 merges by side: one side changed takes it; both changed is a conflict that
 names the extra to install.
 """
 from __future__ import annotations
 
-import importlib
-
+from ..layers import registry
 from .layer import PLUGINS, LayerResult, MergeContext
 from .tree3 import base_entry, entry, pick
 
@@ -43,8 +42,7 @@ def merger_for(name: str):
     spec = PLUGINS.get(name)
     if not spec:
         return DefaultLayerMerger(name)
-    module, _, cls = spec.partition(":")
     try:
-        return getattr(importlib.import_module(module), cls)()
+        return registry.load(spec)()
     except (ImportError, AttributeError) as e:
         return DefaultLayerMerger(name, f"the {name} merger cannot be loaded ({e})")
