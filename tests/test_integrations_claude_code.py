@@ -246,9 +246,10 @@ def test_a_failure_is_logged_and_never_blocks_the_tool_call(claude, tmp_path):
 
 
 def test_the_installed_hook_command_loads_no_site_and_no_git_pf_machinery_on_the_warm_path(claude):
-    """The command install writes starts Python without ``site`` and hands the event to the warm hook
-    server; ``-X importtime`` shows what that process imported. SessionEnd is answered before the server
-    writes its image, which still comes, in order. Without the server the client loads what it needs."""
+    """The command install writes starts Python without ``site`` (nor json and re) and hands the event to
+    the warm hook server; ``-X importtime`` shows what that process imported. Stop is answered once its
+    world is captured and SessionEnd before the server does anything; their images still come, in order,
+    each with the world of its event. Without the server the client loads what it needs."""
     from git_pf.integrations.claude_code_settings import hook_command
 
     subprocess.run(["git", "config", "pf.claudeCode.server", "true"], cwd=claude.project, check=True)
@@ -258,17 +259,60 @@ def test_the_installed_hook_command_loads_no_site_and_no_git_pf_machinery_on_the
         "Stop", stop_hook_active=False, last_assistant_message="Done."), check_stderr=False)
     imported = {line.split("|")[-1].strip() for line in out.stderr.decode().splitlines() if line.startswith("import time:")}
     assert "git_pf.integrations.claude_code_hook" in imported, out.stderr[-2000:]
-    assert not imported & {"site", "pygit2", "typer", "git_pf.repo", "git_pf.integrations.claude_code", "subprocess"}
+    assert not imported & {"site", "pygit2", "typer", "git_pf.repo", "git_pf.integrations.claude_code", "subprocess",
+                           "json", "re"}
     repo = Repo.open(claude.project)
-    assert len(repo.log(f"cc/{SID}")) == 2  # the server wrote the final image before it answered
-    (claude.project / "late.txt").write_text("late\n")
+    (claude.project / "late.txt").write_text("late\n")  # after Stop was answered: not in its world
     assert claude.run(hook_command(), claude.payload("SessionEnd", reason="other")).stdout == b""
-    claude.run("git pf hook claude-code --stop-server", b"")  # answered after the queued event was handled
-    assert len(repo.log(f"cc/{SID}")) == 3 and "late.txt" in _world(repo, f"cc/{SID}")
+    claude.run("git pf hook claude-code --stop-server", b"")  # answered after the queued events were handled
+    stop, end = repo.log(f"cc/{SID}")[1::-1]
+    assert len(repo.log(f"cc/{SID}")) == 3 and "late.txt" in _world(repo, end.id) and "late.txt" not in _world(repo, stop.id)
+    assert _messages(repo, stop.id)[-1]["content"] == [{"type": "text", "text": "Done."}]
     subprocess.run(["git", "config", "pf.claudeCode.server", "false"], cwd=claude.project, check=True)
     (claude.project / "later.txt").write_text("later\n")
     out = claude.run(hook_command(), claude.payload("Stop", last_assistant_message="Done."))  # handled in-process
     assert out.returncode == 0 and len(repo.log(f"cc/{SID}")) == 4
+
+
+def test_a_repository_whose_hook_server_runs_copies_and_the_copy_gets_its_own_server(claude, tmp_path):
+    """The hook server's socket lives in the user's private runtime directory, not in the repository."""
+    import shutil
+
+    subprocess.run(["git", "config", "pf.claudeCode.server", "true"], cwd=claude.project, check=True)
+    claude.hook("SessionStart", source="startup")  # starts the server
+    copy = tmp_path / "copy"
+    shutil.copytree(claude.project, copy, symlinks=True)  # raised on the socket when it was in .git
+    other = Claude(copy, tmp_path / "copy.jsonl", dict(claude.env, CLAUDE_PROJECT_DIR=str(copy)), sid="copied-session")
+    try:
+        other.hook("SessionStart", source="startup")
+        assert Repo.open(copy).resolve("cc/copied-session") and not Repo.open(claude.project).git.references.get(
+            "refs/pf/heads/cc/copied-session")
+        assert (copy / ".git/pf/claude-code/server.pid").read_text() != (
+            claude.project / ".git/pf/claude-code/server.pid").read_text()  # its own server wrote it
+    finally:
+        other.run("git pf hook claude-code --stop-server", b"")
+
+
+def test_the_hook_finds_the_repository_as_git_does_git_dir_and_a_gitdir_file(claude, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    subprocess.run(["git", "init", "-q", str(elsewhere)], check=True)
+    subprocess.run(["git", "pf", "init"], cwd=elsewhere, env=claude.env, check=True, capture_output=True)
+    subprocess.run(["git", "config", "pf.claudeCode.server", "false"], cwd=elsewhere, check=True)
+    Claude(claude.project, claude.transcript, dict(claude.env, GIT_DIR=str(elsewhere / ".git"))).hook(
+        "SessionStart", source="startup")
+    sessions = lambda where: subprocess.run(["git", "for-each-ref", "--format=%(refname)", "refs/pf/heads/cc/"],
+                                            cwd=where, capture_output=True, text=True).stdout.split()
+    assert sessions(elsewhere) == [f"refs/pf/heads/cc/{SID}"] and sessions(claude.project) == []
+    separate, store = tmp_path / "separate", tmp_path / "separate.git"
+    subprocess.run(["git", "init", "-q", str(separate)], check=True)
+    subprocess.run(["git", "pf", "init"], cwd=separate, env=claude.env, check=True, capture_output=True)
+    subprocess.run(["git", "config", "pf.claudeCode.server", "false"], cwd=separate, check=True)
+    (separate / ".git").rename(store)  # as 'git init --separate-git-dir' leaves it
+    (separate / ".git").write_text(f"gitdir: {store}\n")
+    subprocess.run(["git", "config", "core.worktree", str(separate)], cwd=separate, check=True)
+    Claude(separate, claude.transcript, dict(claude.env, CLAUDE_PROJECT_DIR=str(separate)), sid="separate").hook(
+        "SessionStart", source="startup")  # a gitdir: file names the git directory
+    assert sessions(separate) == ["refs/pf/heads/cc/separate"] and (store / "pf/claude-code/sessions").is_dir()
 
 
 # -- install / uninstall --------------------------------------------------------------------------

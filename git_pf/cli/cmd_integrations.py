@@ -65,7 +65,7 @@ def hook(
 
     if not stop_server:
         raise typer.Exit(claude_code_hook.main())
-    reply = claude_code_hook.exchange(claude_code_hook.state_dir(open_repo().git_dir), {"stop": True})
+    reply = claude_code_hook.exchange(str(open_repo().git_dir), {"stop": True})
     typer.echo("stopped the hook server" if reply else "no hook server was running")
 
 

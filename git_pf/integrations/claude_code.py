@@ -36,6 +36,7 @@ from ..layers.effects import ledger as effects_mod
 from ..layers.trace import messages as messages_mod
 from ..runs.steps import RUN_END_TRAILER, STEP_TRAILER, step_of
 from ..snapshot import DirWorld, SnapshotRequest, take
+from ..store.packfile import packing
 from .claude_code_effects import DEFAULT_CLASSES
 from .claude_code_hook import CHECK_EVENT, log_line, state_dir
 
@@ -291,6 +292,23 @@ def complete_calls(messages: list[dict], calls: list[dict]) -> list[str]:
     return pending
 
 
+def _end_of(messages: list[dict], calls: list[dict], final: str | None) -> int:
+    """How many of the transcript's messages belong to this step: up to the result of its own
+    call (or to its final answer); the transcript, read after Claude Code went on, may hold more."""
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        content = m.get("content")
+        if final is not None:
+            if m.get("role") == "assistant" and _last_text([m]) == final:
+                return i + 1
+        elif calls:
+            key = calls[-1]["idempotency_key"]
+            if any(isinstance(b, dict) and b.get("type") == "tool_result" and b.get("tool_use_id") == key
+                   for b in content if isinstance(content, list)):
+                return i + 1
+    return len(messages)
+
+
 def _last_text(messages: list[dict]) -> str | None:
     for m in reversed(messages):
         if m.get("role") != "assistant":
@@ -306,13 +324,32 @@ def _last_text(messages: list[dict]) -> str | None:
 class Sessions:
     """Handles hook events for one repository; warm state lives as long as the object."""
 
-    def __init__(self, repo, *, live: bool = False):
+    def __init__(self, repo, *, live: bool = False, pause=None):
         self.repo = repo
         self.live = live  # a long-lived process: keep each project's stat cache and watch in memory
+        # pause(seconds) -> True when another event is waiting (the server's): a step stops waiting
+        # for its transcript line then, and the next step completes its trace
+        self.pause = pause or (lambda seconds: time.sleep(seconds) or False)
         self._worlds: dict[tuple[bytes, tuple], object] = {}
         self._transcripts: dict[str, Transcript] = {}
+        self._answer = None
 
-    def handle(self, event: dict, project_dir: str | None = None) -> Outcome:
+    def handle(self, event: dict, project_dir: str | None = None, answer=None) -> Outcome:
+        """Handle one event. ``answer()``, when given, is called as soon as Claude Code may go on:
+        once the event's world is captured (the transcript read, the image and the ref come after;
+        the next event is handled only when they are written)."""
+        self._answer = answer
+        try:
+            return self._handle(event, project_dir)
+        finally:
+            self._answer = None  # not answered yet: the caller answers with the outcome
+
+    def _answered(self) -> None:
+        answer, self._answer = self._answer, None
+        if answer is not None:
+            answer()
+
+    def _handle(self, event: dict, project_dir: str | None) -> Outcome:
         name = event["hook_event_name"]
         branch = session_branch(event["session_id"])
         if name == "SessionStart":
@@ -377,10 +414,13 @@ class Sessions:
             (numbers[-1] if numbers and tags[str(numbers[-1])] == tip else (numbers[-1] if numbers else 0) + 1)
         last = event.get("last_assistant_message")
         step = step_of(parent) or 0
+        ended = bool(parent.trailer(RUN_END_TRAILER))
+        # SessionEnd after Stop: the final image has the whole turn; a new one only when the world changed since
+        keep = ended and last is None and not parent.trailer(PENDING_TRAILER)
         image = self._write(event, branch, project_dir, step, parent, None, f"{event['hook_event_name']}: "
                             f"end of turn {turn}", calls=self._pending(parent, self._ledger(parent)),
                             final=last if isinstance(last, str) else None, turn=turn,
-                            more=((RUN_END_TRAILER, "0"),), allow_empty=not parent.trailer(RUN_END_TRAILER))
+                            more=((RUN_END_TRAILER, "0"),), allow_empty=not ended, trace=not keep)
         name = f"{branch}/turn-{turn}"
         full = refs.TAGS + refs.check_name(name, "tag")
         if git.references.get(full) is None:
@@ -403,22 +443,34 @@ class Sessions:
         return [e for e in ledger if e.get("idempotency_key") in ids]
 
     def _write(self, event, branch, project_dir, step, parent, ledger, subject, *, calls=(), final=None,
-               turn=None, more=(), allow_empty=True) -> img.ImageInfo:
+               turn=None, more=(), allow_empty=True, trace=True) -> img.ImageInfo:
+        """Capture the world, answer, then read the transcript and write the image and the ref
+        (``trace=False``: the parent's trace as it is)."""
         root = project_root(self.repo, event, project_dir)
         sid = event["session_id"]
         path = event.get("transcript_path")
         record = _update_record(self.repo.git_dir, sid, root=os.path.abspath(root),
                                 **({"transcript": path} if isinstance(path, str) and path else {}))
-        messages, pending = self._messages(event, list(calls), final)
+        git = self.repo.git
+        world = self._world(root)
+        with packing(git) as pack:  # its objects go into the image's pack
+            cap = world.capture(self.repo, parent)
+        self._answered()  # the project as it is now is captured: Claude Code may go on
+        messages, pending = self._messages(event, list(calls), final) if trace else (None, [])
         turn = turn if turn is not None else (record.get("turn") or 0)
         trailers = [(STEP_TRAILER, str(step)), (SESSION_TRAILER, sid), (TURN_TRAILER, str(turn)), *more]
         pending = [key for key in pending if _CALL_ID.match(key)]  # event data: no odd id reaches a trailer
         if pending:
             trailers.append((PENDING_TRAILER, ",".join(pending)))
+        from ..runs.stepworld import Given
+
         req = SnapshotRequest(root, branch=branch, agent=AGENT, messages=messages, effects=ledger, message=subject,
-                              allow_empty=allow_empty, world=self._world(root), parent=parent.id if parent else None,
-                              trailers=tuple(trailers))
-        return take(self.repo, req).image
+                              allow_empty=allow_empty, world=Given(cap, world.name),
+                              parent=parent.id if parent else None, trailers=tuple(trailers))
+        with packing(git, pack):
+            image = take(self.repo, req).image
+        world.done(cap)
+        return image
 
     def _world(self, root: Path):
         ignore: tuple[str, ...] = WORLD_IGNORE
@@ -452,13 +504,15 @@ class Sessions:
         deadline = time.monotonic() + TRANSCRIPT_WAIT_S
         found = reader.read()
         while not reader.skipped and not arrived(found) and time.monotonic() < deadline:
-            time.sleep(0.01)
+            if self.pause(0.01):  # the next event is here: it goes on from what this step has
+                found = reader.read()
+                break
             found = reader.read()
         if reader.skipped:  # the trace stays the parent's; the step is written all the same
             log_line(str(self.repo.git_dir), f"{event.get('hook_event_name')} {event.get('session_id')}",
                      f"transcript skipped: {path[:300]!r} {reader.skipped}")
             return None, []
-        messages = [dict(m) for m in found]
+        messages = [dict(m) for m in found[:_end_of(found, calls, final)]]
         pending = complete_calls(messages, calls)
         if final is not None and _last_text(messages) != final:
             messages.append({"role": "assistant", "content": [{"type": "text", "text": secrets.redact_text(final)}]})

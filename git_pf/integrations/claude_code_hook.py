@@ -22,14 +22,14 @@ event is handled in this process. Writes nothing but the log (the server or
 """
 from __future__ import annotations
 
+import _json  # the C half of json: the json package imports re, enum, functools, collections (~7 ms a call)
 import _socket as socket  # the C module: ``socket`` would add enum and selectors to every call's start-up
-import json
 import os
 import sys
 import time
 
 STATE_DIR = ("pf", "claude-code")
-SOCKET = "server.sock"
+SOCKET_KIND = "claude-code"  # the hook server's socket, beside the command server's (cli.client.socket_path)
 REPLY_WAIT_S = 50.0  # under Claude Code's 60 s hook timeout
 START_WAIT_S = 5.0
 # Events after which Claude Code changes no file before the next event: the server answers them
@@ -38,31 +38,59 @@ UNAWAITED = ("UserPromptSubmit", "SessionEnd")
 CHECK_EVENT = "PfCheck"  # the test event of 'git pf install --claude-code --check'; writes nothing
 
 
+class _Decoding:
+    """What ``_json``'s scanner reads off its context (as ``json.JSONDecoder`` has it)."""
+
+    strict = True
+    object_hook = object_pairs_hook = None
+    parse_float, parse_int = float, int
+    parse_constant = staticmethod({"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}.__getitem__)
+
+
+_scan = _json.make_scanner(_Decoding)
+
+
+def loads(data: bytes | str):
+    """One JSON value (``json.loads`` without importing json); ValueError when it is not one."""
+    text = (data.decode("utf-8") if isinstance(data, bytes) else data).strip(" \t\n\r")
+    try:
+        value, end = _scan(text, 0)
+    except (StopIteration, SystemError):  # bad JSON (_json reports it only once json.decoder is loaded)
+        end = -1
+    if end != len(text):
+        import json
+
+        return json.loads(text)  # raises, saying what is wrong and where
+    return value
+
+
+def dumps(value) -> str:
+    """A JSON object of strings, numbers, booleans and None (all a request or a reply holds)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_json.encode_basestring_ascii(str(k))}: {dumps(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(dumps(v) for v in value) + "]"
+    if isinstance(value, str):
+        return _json.encode_basestring_ascii(value)
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, int):
+        return str(int(value))
+    raise TypeError(f"cannot send a {type(value).__name__}")
+
+
 def state_dir(git_dir: str | os.PathLike) -> str:
     return os.path.join(git_dir, *STATE_DIR)
 
 
 def git_dir_of(start: str) -> str:
-    """The git directory a path belongs to: the nearest ``.git`` above it (a directory, or a
-    ``gitdir:`` file), else as ``git rev-parse`` finds it (``GIT_DIR`` honoured)."""
-    if not os.environ.get("GIT_DIR"):
-        here = os.path.abspath(start)
-        while True:
-            dot = os.path.join(here, ".git")
-            if os.path.isdir(dot):
-                return os.path.realpath(dot)
-            if os.path.isfile(dot):
-                break  # a linked work tree or a submodule: git knows where it points
-            parent = os.path.dirname(here)
-            if parent == here:
-                break
-            here = parent
-    import subprocess
+    """The git directory a path belongs to (``cli.client.find_git_dir``); LookupError when none."""
+    from ..cli.client import find_git_dir
 
-    out = subprocess.run(["git", "-C", start, "rev-parse", "--absolute-git-dir"], capture_output=True)
-    if out.returncode != 0:
+    found = find_git_dir(start)
+    if found is None:
         raise LookupError(f"not a git repository: '{start}' (run 'git pf init' there)")
-    return os.fsdecode(out.stdout.strip())
+    return found
 
 
 def _start_dir(event: dict) -> str:
@@ -78,7 +106,7 @@ def main(data: bytes | None = None) -> int:
     git_dir = None
     try:
         try:
-            event = json.loads(data)
+            event = loads(data)
         except ValueError:
             event = None  # handle_request says what is wrong with it, in the repository's log
         if isinstance(event, dict) and os.environ.get("GIT_PF_MODE") and os.environ.get("GIT_PF_CHANNEL"):
@@ -86,6 +114,8 @@ def main(data: bytes | None = None) -> int:
 
             said = claude_code_effects.handle(event)
             if said is not None:
+                import json
+
                 sys.stdout.write(json.dumps(said) + "\n")
             if event.get("hook_event_name") != CHECK_EVENT:
                 return 0  # the recorded run is the record: no session images of its own (a replay adds none)
@@ -108,9 +138,10 @@ def main(data: bytes | None = None) -> int:
     return 0
 
 
-def handle_request(git_dir: str, request: dict, sessions=None) -> dict:
+def handle_request(git_dir: str, request: dict, sessions=None, answer=None) -> dict:
     """Handle one request in this process (``sessions``: a warm ``claude_code.Sessions``);
-    ``{"ok": outcome}`` or ``{"error": line}``. Events are handled one at a time per repository."""
+    ``{"ok": outcome}`` or ``{"error": line}``. Events are handled one at a time per repository.
+    ``answer()``: called once Claude Code may go on (``Sessions.handle``)."""
     import fcntl
 
     full_path()
@@ -128,7 +159,7 @@ def handle_request(git_dir: str, request: dict, sessions=None) -> dict:
             own = sessions is None
             sessions = sessions or claude_code.Sessions(Repo.open(git_dir))
             try:
-                outcome = sessions.handle(event, request.get("project_dir"))
+                outcome = sessions.handle(event, request.get("project_dir"), answer)
             finally:
                 if own:
                     sessions.close()
@@ -176,7 +207,7 @@ def _fail(git_dir: str | None, message: str, data: bytes) -> None:
     where = ""
     if git_dir is not None:
         try:
-            event = json.loads(data)
+            event = loads(data)
             what = f"{event.get('hook_event_name')} {event.get('session_id')}" if isinstance(event, dict) else "?"
         except ValueError:
             what = "?"
@@ -186,32 +217,29 @@ def _fail(git_dir: str | None, message: str, data: bytes) -> None:
 
 
 # -- the server connection ---------------------------------------------------
-def _connect(directory: str):
-    """A connection to the repository's server, or None when none listens. The socket is named
-    relative to its directory (a path can be longer than a socket address may be)."""
-    here = os.open(".", os.O_RDONLY)
+def server_socket(git_dir: str) -> str | None:
+    """Where the hook server of ``git_dir`` listens: in this user's private runtime directory,
+    keyed by the git directory (``cli.client.socket_path``), never inside the repository (a
+    socket there breaks a plain copy of it); None when no private directory can be trusted."""
+    from ..cli.client import socket_path
+
+    return socket_path(os.path.realpath(git_dir), SOCKET_KIND)
+
+
+def exchange(git_dir: str, request: dict) -> dict | None:
+    """Send one request to the server of ``git_dir``; its reply, or None when there is no server to answer."""
+    path = server_socket(git_dir)
+    if path is None:
+        return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        os.chdir(directory)
-        sock.connect(SOCKET)
-        return sock
-    except OSError:
-        sock.close()
-        return None
-    finally:
-        os.fchdir(here)
-        os.close(here)
-
-
-def exchange(directory: str, request: dict) -> dict | None:
-    """Send one request to the server; its reply, or None when there is no server to answer."""
-    sock = _connect(directory)
-    if sock is None:
-        return None
     chunks = []
     try:
+        try:
+            sock.connect(path)
+        except OSError:  # none listens
+            return None
         sock.settimeout(REPLY_WAIT_S)
-        sock.sendall(json.dumps(request).encode("utf-8"))
+        sock.sendall(dumps(request).encode("utf-8"))
         sock.shutdown(socket.SHUT_WR)
         while chunk := sock.recv(65536):
             chunks.append(chunk)
@@ -219,7 +247,10 @@ def exchange(directory: str, request: dict) -> dict | None:
         return None
     finally:
         sock.close()
-    reply = json.loads(b"".join(chunks) or b"null")
+    try:
+        reply = loads(b"".join(chunks) or b"null")
+    except ValueError:
+        return None
     return reply if isinstance(reply, dict) else None
 
 
@@ -233,15 +264,14 @@ def _server_enabled(git_dir: str) -> bool:
 
 def _via_server(git_dir: str, request: dict) -> dict | None:
     """The server's reply, starting the server first when none runs; None: handle it here."""
-    directory = state_dir(git_dir)
-    sock = os.path.join(directory, SOCKET)
-    reply = exchange(directory, request) if os.path.exists(sock) else None
+    reply = exchange(git_dir, request)
     if reply is not None:
         return None if reply.get("restart") else reply
-    if not _server_enabled(git_dir):
+    if server_socket(git_dir) is None or not _server_enabled(git_dir):
         return None
     import subprocess
 
+    directory = state_dir(git_dir)
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "server.log"), "ab") as log:
         subprocess.Popen([sys.executable, "-m", "git_pf.integrations.claude_code_server", git_dir],
@@ -249,7 +279,7 @@ def _via_server(git_dir: str, request: dict) -> dict | None:
                          cwd=directory)
     deadline = time.monotonic() + START_WAIT_S
     while time.monotonic() < deadline:
-        reply = exchange(directory, request) if os.path.exists(sock) else None
+        reply = exchange(git_dir, request)
         if reply is not None:
             return None if reply.get("restart") else reply
         time.sleep(0.01)

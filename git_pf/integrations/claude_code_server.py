@@ -1,30 +1,37 @@
 """The Claude Code hook server: one per repository, keeping the hook's work warm.
 
-``python -m git_pf.integrations.claude_code_server GIT_DIR`` listens on
-``$GIT_DIR/pf/claude-code/server.sock`` (mode 0600) and handles the events
+``python -m git_pf.integrations.claude_code_server GIT_DIR`` listens on a
+socket in this user's private runtime directory, keyed by the git directory
+(``claude_code_hook.server_socket``: never inside the repository, which a
+plain copy must be able to copy), and handles the events
 ``git pf hook claude-code`` sends it, one at a time, with one long-lived
 ``claude_code.Sessions`` (the repository open, each project's stat cache and
-directory watch in memory, each transcript read incrementally). A request
-with ``"wait": false`` (an event that changes no world: ``UserPromptSubmit``,
-``SessionEnd``) is answered "queued" before it is handled, and a failure of
-it goes to the hook log only; events are still handled in the order they came. A second
+directory watch in memory, each transcript read incrementally). An event is
+answered as soon as Claude Code may go on: a step once its world is captured
+(the transcript read, the image and the ref come after, and the next event
+waits for them); a request with ``"wait": false`` (``UserPromptSubmit``,
+``SessionEnd``) before it is handled at all. A failure after the answer goes
+to the hook log only. A step waiting for its transcript line stops waiting
+when the next event arrives (the next step completes its trace). A second
 server for the same repository exits at once (a lock). It ends after
 ``pf.claudeCode.serverIdle`` seconds without an event (default 600), on
-SIGTERM, on a ``{"stop": true}`` request, or when a client of another git-pf
-version calls (that client handles its event itself). It writes the images
-(through ``claude_code``), its socket, pid file and log; nothing else.
+SIGTERM (once the event in hand is written), on a ``{"stop": true}``
+request, or when a client of another git-pf version calls (that client
+handles its event itself). It writes the images (through ``claude_code``),
+its socket, pid file and log; nothing else.
 """
 from __future__ import annotations
 
 import fcntl
 import json
 import os
+import select
 import signal
 import socket
 import sys
 from pathlib import Path
 
-from .claude_code_hook import SOCKET, handle_request, log_line, state_dir
+from .claude_code_hook import handle_request, log_line, server_socket, state_dir
 
 DEFAULT_IDLE_S = 600.0
 MAX_REQUEST = 64 << 20
@@ -63,30 +70,34 @@ def _answer(conn: socket.socket, git_dir: str, sessions, version: str) -> bool:
             request = _read(conn)
         except OSError:
             return True
+        answered = []
+
+        def answer(reply: dict | None = None) -> None:  # once: the client goes on
+            if answered:
+                return
+            answered.append(True)
+            try:
+                conn.sendall(json.dumps(reply or {"ok": {"action": "queued"}}).encode("utf-8"))
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+        go_on = True
         if request is None:
-            reply, go_on = {"error": "the hook server got a malformed request"}, True
+            reply = {"error": "the hook server got a malformed request"}
         elif request.get("stop"):
             reply, go_on = {"ok": {"action": "stopped"}}, False
         elif request.get("version") != version:
             reply, go_on = {"restart": True}, False
         elif not isinstance(request.get("event"), str):
-            reply, go_on = {"error": "the hook server got a request without an event"}, True
-        elif request.get("wait") is False:  # the client has gone on: it hears "queued", the log hears a failure
-            try:
-                conn.sendall(json.dumps({"ok": {"action": "queued"}}).encode("utf-8"))
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            reply = handle_request(git_dir, request, sessions)
-            if reply.get("error"):
-                log_line(git_dir, "event", reply["error"])
-            return True
+            reply = {"error": "the hook server got a request without an event"}
         else:
-            reply, go_on = handle_request(git_dir, request, sessions), True
-        try:
-            conn.sendall(json.dumps(reply).encode("utf-8"))
-        except OSError:
-            pass
+            if request.get("wait") is False:  # the client has gone on: it hears "queued", the log hears a failure
+                answer()
+            reply = handle_request(git_dir, request, sessions, answer)
+            if answered and reply.get("error"):
+                log_line(git_dir, "event", reply["error"])
+        answer(reply)
         return go_on
 
 
@@ -95,34 +106,47 @@ def serve(git_dir: str) -> int:
     from ..repo import Repo
     from .claude_code import Sessions
 
+    path = server_socket(git_dir)
+    if path is None:
+        return 0  # no private directory for the socket: each hook handles its event itself
     directory = state_dir(git_dir)
     os.makedirs(directory, exist_ok=True)
-    os.chdir(directory)  # the socket is named relative to it (see claude_code_hook._connect)
+    os.chdir(directory)
     lock = open("server.lock", "a")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         return 0  # another server has the repository
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    busy, stopping = [False], [False]
+
+    def term(*_):  # an event in hand is written first: a step is never half-lost
+        if not busy[0]:
+            sys.exit(0)
+        stopping[0] = True
+
+    signal.signal(signal.SIGTERM, term)
     repo = Repo.open(git_dir)
-    sessions = Sessions(repo, live=True)
     os.umask(0o077)
-    if os.path.lexists(SOCKET):
-        os.unlink(SOCKET)
+    if os.path.lexists(path):
+        os.unlink(path)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(SOCKET)
+    server.bind(path)
     server.listen(64)
+    sessions = Sessions(repo, live=True, pause=lambda seconds: bool(select.select([server], [], [], seconds)[0]))
     Path("server.pid").write_text(f"{os.getpid()}\n")
     server.settimeout(_idle_seconds(repo))
     try:
-        while True:
+        while not stopping[0]:
             try:
                 conn, _ = server.accept()
             except socket.timeout:
                 break
-            if not _answer(conn, git_dir, sessions, __version__):
+            busy[0] = True
+            go_on = _answer(conn, git_dir, sessions, __version__)
+            busy[0] = False
+            if not go_on:
                 break
-        os.unlink(SOCKET)  # no new client connects; those already waiting are still answered
+        os.unlink(path)  # no new client connects; those already waiting are still answered
         server.setblocking(False)
         while True:
             try:
@@ -133,7 +157,7 @@ def serve(git_dir: str) -> int:
             _answer(conn, git_dir, sessions, __version__)
     finally:
         server.close()
-        for name in (SOCKET, "server.pid"):
+        for name in (path, "server.pid"):
             try:
                 os.unlink(name)
             except FileNotFoundError:
