@@ -21,6 +21,9 @@ SERVED = frozenset({"snapshot", "show", "log", "diff", "merge", "ls", "branch", 
                     "checkout", "fork", "verify", "mounts", "-h", "--help"})
 # Arguments that may talk to a terminal or a passphrase prompt, or to a mount's daemon: in-process.
 IN_PROCESS_ARGS = ("--edit", "-S", "--gpg-sign", "--mount")
+# The wire's version (docs/server.md, "The wire"): part of the token, so a client of another
+# version is refused and runs the command in-process. The C client has it built in.
+PROTOCOL = 1
 # Environment that the interpreter reads at start-up: a server started under other values refuses.
 _START_ENV = ("LANG", "LC_ALL", "LC_CTYPE")
 SUN_PATH_MAX = 107  # sun_path is 108 bytes with its NUL
@@ -32,19 +35,26 @@ IN_SERVER = False  # True in a command the server runs: no second hop
 _pending: str | None = None  # a git directory whose server to start once this command is done
 
 
-def token() -> bytes:
-    """What client and server must share: git-pf's version and files, the interpreter, and the
-    environment Python reads when it starts."""
+def token_base() -> list[str]:
+    """The parts of the token fixed by the installation (the C client has them built in)."""
     from .. import __version__
 
+    return [f"git-pf protocol {PROTOCOL}", __version__, os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+            sys.executable]
+
+
+def token() -> bytes:
+    """What client and server must share: the protocol's version, git-pf's version and files, the
+    interpreter, and the environment Python reads when it starts (sorted ``NAME=value`` lines)."""
     env = sorted(f"{k}={v}" for k, v in os.environ.items() if k.startswith("PYTHON") or k in _START_ENV)
-    return "\0".join([__version__, os.path.dirname(os.path.dirname(os.path.abspath(__file__))), sys.executable, *env]).encode()
+    return "\0".join([*token_base(), *env]).encode(errors="surrogateescape")
 
 
 def find_git_dir(start: str) -> str | None:
-    """The git directory for ``start``, searching upwards as git does (a ``.git`` directory or
-    ``gitdir:`` file, or a bare repository); None when there is none. No pygit2: a guess that
-    only picks the socket; the command itself opens the repository as it always does."""
+    """The git directory for ``start`` as git finds it: ``$GIT_DIR`` when set, else searching
+    upwards (a ``.git`` directory or ``gitdir:`` file, or a bare repository); None when there is
+    none. No pygit2 and no git process: the command server's client and the Claude Code hook
+    client run it on every call."""
     env = os.environ.get("GIT_DIR")
     if env:
         return os.path.realpath(env) if os.path.isdir(env) else None
@@ -77,7 +87,8 @@ def server_dir(git_dir: str) -> str:
 
 def socket_path(git_dir: str, kind: str = "") -> str | None:
     """Where the server of ``git_dir`` listens: a private (0700) directory of this user, the
-    socket named by a hash of the git directory; None when no such directory can be trusted.
+    socket named by a hash of the git directory (and ``kind``, for another server of the same
+    repository: the Claude Code hook server's); None when no such directory can be trusted.
     Never inside the repository: a socket there breaks a plain copy of it (``shutil.copytree``,
     ``rsync``, ``tar``), and a copy would carry it."""
     import _sha256
@@ -180,6 +191,9 @@ def connect(path: str):
     s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         s.connect(path)
+        cred = s.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)  # pid, uid, gid
+        if int.from_bytes(cred[4:8], sys.byteorder) != os.getuid():
+            raise PermissionError("the command server is another user's")
     except OSError:
         s.close()
         raise
