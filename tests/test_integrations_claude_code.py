@@ -592,6 +592,22 @@ def test_inside_a_run_tool_calls_go_on_its_ledger_and_replay_answers_or_denies_i
                      tool_use_id="toolu_d").stdout == b""  # --allow-effects
 
 
+def test_inside_a_run_a_tools_class_comes_from_git_config_too(claude, tmp_path):
+    channel, replay_file = tmp_path / "channel.jsonl", tmp_path / "replay.json"
+    subprocess.run(["git", "config", "pf.claudeCode.Bash.sideEffect", "idempotent"], cwd=claude.project, check=True)
+    rec = Claude(claude.project, claude.transcript, dict(claude.env, GIT_PF_MODE="record", GIT_PF_CHANNEL=str(channel)))
+    rec.tool("Bash", {"command": "make"}, {"stdout": "ok", "stderr": ""})
+    assert json.loads(channel.read_text())["entry"]["side_effect_class"] == "idempotent"
+    replay_file.write_text(json.dumps({"v": 1, "mode": "replay", "draws": [], "effects": [], "allow_effects": False}))
+    play = Claude(claude.project, claude.transcript, dict(claude.env, GIT_PF_MODE="replay", GIT_PF_CHANNEL=str(channel),
+                                                          GIT_PF_REPLAY=str(replay_file)))
+    assert play.hook("PreToolUse", tool_name="Bash", tool_input={"command": "make other"},
+                     tool_use_id="toolu_x").stdout == b""  # idempotent: replay may make it again
+    subprocess.run(["git", "config", "pf.claudeCode.Bash.sideEffect", "sometimes"], cwd=claude.project, check=True)
+    out = rec.tool("Bash", {"command": "make"}, {"stdout": "ok"}, check_stderr=False)
+    assert out.returncode == 0 and b"sideEffect must be one of" in out.stderr and len(out.stderr.splitlines()) == 1
+
+
 def test_a_step_whose_transcript_lags_still_holds_its_own_call_and_the_next_step_carries_it(claude):
     claude.hook("SessionStart", source="startup")
     claude.hook("UserPromptSubmit", prompt="go")

@@ -37,7 +37,7 @@ from ..layers.trace import messages as messages_mod
 from ..runs.steps import RUN_END_TRAILER, STEP_TRAILER, step_of
 from ..snapshot import DirWorld, SnapshotRequest, take
 from ..store.packfile import packing
-from .claude_code_effects import DEFAULT_CLASSES
+from .claude_code_effects import side_effect
 from .claude_code_hook import CHECK_EVENT, log_line, state_dir
 
 BRANCH_PREFIX = "cc/"
@@ -94,13 +94,10 @@ def session_branch(session_id: str) -> str:
 
 def side_effect_class(git, tool: str) -> str:
     """``pf.claudeCode.<tool>.sideEffect`` when set, else the default for the tool (irreversible)."""
-    value = config.get_str(git, f"pf.claudeCode.{tool}.sideEffect") if tool else None
-    if value is None:
-        return DEFAULT_CLASSES.get(tool, "irreversible")
-    if value not in effects_mod.CLASSES:
-        raise UsageError(f"pf.claudeCode.{tool}.sideEffect must be one of {'|'.join(effects_mod.CLASSES)}, "
-                         f"not {value!r}")
-    return value
+    try:
+        return side_effect(tool, config.get_str(git, f"pf.claudeCode.{tool}.sideEffect") if tool else None)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def project_root(repo, event: dict, project_dir: str | None) -> Path:

@@ -3,8 +3,8 @@
 When Claude Code runs under ``git pf record``, ``replay`` or ``run``, its hooks inherit the run's
 environment (``GIT_PF_MODE``, ``GIT_PF_CHANNEL``, ``GIT_PF_REPLAY``: docs/record.md, "Draws"). Then
 ``PostToolUse`` and ``PostToolUseFailure`` append the call to the run's channel as an ``effect``
-event (tool, ``tool_input`` as args, the ``tool_response`` or the error, the class, ``tool_use_id``
-as the idempotency key), so the recorded run's ledger lists Claude Code's tools as it lists
+event (tool, ``tool_input`` as args, the ``tool_response`` or the error, the class: the default or
+``pf.claudeCode.<tool>.sideEffect`` of the project's repository, ``tool_use_id`` as the idempotency key), so the recorded run's ledger lists Claude Code's tools as it lists
 ``git_pf.tool`` calls. On replay and in a run's prefix, ``PreToolUse`` claims the ledger entry of
 each call (same tool, same arguments; each entry once) and says so on the channel (a ``replayed``
 event, which the replay report counts). An irreversible call the ledger holds is never made again:
@@ -35,8 +35,27 @@ def active() -> bool:
     return bool(os.environ.get("GIT_PF_MODE") and os.environ.get("GIT_PF_CHANNEL"))
 
 
-def side_effect(tool: str) -> str:
-    return DEFAULT_CLASSES.get(tool, "irreversible")
+def side_effect(tool: str, configured: str | None = None) -> str:
+    """A tool's side-effect class: ``configured`` (``pf.claudeCode.<tool>.sideEffect``) when set,
+    else the default for the tool (irreversible); ValueError when ``configured`` is no class."""
+    if configured is None:
+        return DEFAULT_CLASSES.get(tool, "irreversible")
+    from ..layers.effects.ledger import CLASSES
+
+    if configured not in CLASSES:
+        raise ValueError(f"pf.claudeCode.{tool}.sideEffect must be one of {'|'.join(CLASSES)}, not {configured!r}")
+    return configured
+
+
+def _class_of(tool: str, event: dict) -> str:
+    """The class git config gives ``tool`` in the repository the event's project is in."""
+    import subprocess
+
+    from .claude_code_hook import _start_dir
+
+    out = subprocess.run(["git", "-C", _start_dir(event), "config", "--get", f"pf.claudeCode.{tool}.sideEffect"],
+                         capture_output=True)
+    return side_effect(tool, os.fsdecode(out.stdout.rstrip(b"\n")) if out.returncode == 0 else None)
 
 
 def handle(event: dict) -> dict | None:
@@ -48,7 +67,7 @@ def handle(event: dict) -> dict | None:
     mode = os.environ["GIT_PF_MODE"]
     if name in ("PostToolUse", "PostToolUseFailure"):
         if mode == "record" or mode == "run" and not _answered(event):
-            _emit({"t": "effect", "entry": _entry(event, tool, name == "PostToolUseFailure")})
+            _emit({"t": "effect", "entry": _entry(event, tool, name == "PostToolUseFailure", _class_of(tool, event))})
         return None
     if name != "PreToolUse" or mode not in ("replay", "run"):
         return None
@@ -56,12 +75,12 @@ def handle(event: dict) -> dict | None:
     found = _claim(event, replay)
     key = event.get("tool_use_id")
     if found is None:
-        if side_effect(tool) != "irreversible" or replay.get("allow_effects") or mode == "run":
+        if _class_of(tool, event) != "irreversible" or replay.get("allow_effects") or mode == "run":
             return None  # a run's live part, or a call replay may make again
         return _deny(tool, key, event, f"irreversible tool {tool!r} (call {key}) with arguments the recorded "
                      "ledger does not hold (replay with --allow-effects to let it run)", diverged=True)
     index, entry = found
-    if entry.get("side_effect_class", side_effect(tool)) != "irreversible":
+    if entry.get("side_effect_class", _class_of(tool, event)) != "irreversible":
         _emit({"t": "replayed", "tool": tool, "key": key, "index": index, "how": "ran"})
         return None  # pure or idempotent: made again, in the run's world
     why = _unanswerable(tool, entry)
@@ -178,7 +197,7 @@ def _canonical(value) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-def _entry(event: dict, tool: str, failed: bool) -> dict:
+def _entry(event: dict, tool: str, failed: bool, side_effect_class: str) -> dict:
     from .. import secrets
 
     response = None if failed else event.get("tool_response")
@@ -190,7 +209,7 @@ def _entry(event: dict, tool: str, failed: bool) -> dict:
         result = {"kept": False, "chars": len(_canonical(result))}
     key = event.get("tool_use_id")
     entry = {"tool": tool, "args": secrets.redact_json(event.get("tool_input")), "result": result,
-             "side_effect_class": side_effect(tool),
+             "side_effect_class": side_effect_class,
              "idempotency_key": key if isinstance(key, str) and key else f"{tool}:{time.monotonic_ns()}",
              "ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     if failed:
