@@ -170,13 +170,21 @@ def fanout(repo, rev: str, n: int, cmd: list[str], *, prefix: str | None = None,
         remote = remotes.resolve(repo, None)
         spec = node.RemoteSpec.of(repo, remote)
     source = refs.resolve(repo.git, rev)
+    ex.start()
     forks = fork_mod.fork(repo, rev, n, prefix)
     prefix = forks[0].name.rsplit("-", 1)[0]
     tasks = [ForkTask(spec, f.name, prefix, f.id, f.index, tuple(cmd), timeout_s) for f in forks]
     if remote is not None:
         from .transport.push import push
 
-        push(repo, remote, [f.name for f in forks])
+        try:
+            push(repo, remote, [f.name for f in forks])
+        except BaseException:
+            for f in forks:  # the forks were never pushed and no task ran: nothing of this fan-out stays
+                ref = repo.git.references.get(refs.HEADS + f.name)
+                if ref is not None and str(ref.target) == f.id:
+                    ref.delete()
+            raise
         rows = ex.map(fork_task, tasks, on_result=progress)
         specs = [s for f in forks for s in (f"{refs.HEADS}{f.name}:{refs.HEADS}{f.name}",
                                             f"+{refs.HEADS}{f.name}:{remote.tracking('heads/' + f.name)}")]

@@ -46,6 +46,34 @@ def test_without_ray_the_ray_executor_is_one_line_naming_the_extra(repo, run_pf,
     assert sh("git", "for-each-ref", cwd=root).stdout == before  # nothing was forked or written
 
 
+def test_fanout_on_the_local_executor_scores_times_out_and_refuses_a_driver_path_for_the_cluster(repo, run_pf,
+                                                                                                  tmp_path):
+    root = repo.git_dir.parent
+    world = tmp_path / "w"
+    world.mkdir()
+    (world / "a.txt").write_text("a\n")
+    run_pf("snapshot", "--fs-root", world, "-q", cwd=root)
+    cmd = ('echo "$GIT_PF_FORK" >> a.txt; case $GIT_PF_FORK in 1) echo "pf-score: 0.5";; '
+           '2) echo "pf-score: nan"; exit 3;; 3) sleep 60;; 4) echo "pf-score: 2"; echo "pf-score: -1";; esac')
+    out = json.loads(run_pf("fanout", "main", "-n", "4", "--timeout", "2", "--json", "--", "sh", "-c", cmd,
+                            cwd=root).stdout)
+    rows = {r["fork"]: r for r in out["forks"]}
+    assert [r["fork"] for r in out["forks"]] == [1, 4, 2, 3]  # by score, best first; no score last, by fork
+    assert rows[4]["score"] == -1 and rows[1]["score"] == 0.5 and rows[2]["score"] is None
+    assert (rows[2]["exit"], rows[3]["exit"], rows[3]["timed_out"]) == (3, None, True)
+    for k, r in rows.items():
+        assert sh("git", "show", f"refs/pf/heads/main-fork-{k}:world/fs/a.txt", cwd=root).stdout == f"a\n{k}\n"
+        assert sh("git", "rev-parse", f"refs/pf/heads/main-fork-{k}~1^", cwd=root).stdout.strip() == out["rev"]
+    human = run_pf("fanout", "main", "-n", "1", "--", "sh", "-c", "echo pf-score: 7", cwd=root).stdout
+    assert "best: main-fork-5 (git pf merge main-fork-5)" in human
+
+    sh("git", "remote", "add", "origin", str(tmp_path / "elsewhere.git"), cwd=root)
+    before = sh("git", "for-each-ref", cwd=root).stdout
+    _one_line(run_pf("fanout", "main", "-n", "2", "--executor", "ray", "--", "true", cwd=root, check=False), 2,
+              "is a path on this machine")
+    assert sh("git", "for-each-ref", cwd=root).stdout == before
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """``(ray address, node dir, daemon base, daemon url, moto server)``, for the module."""

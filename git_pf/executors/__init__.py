@@ -24,6 +24,10 @@ class Executor(Protocol):
     name: str
     remote: bool  # True: ``fn`` runs on other machines, so it gets a task spec and no repository of ours
 
+    def start(self) -> None:
+        """Be ready to run (connect to the cluster): called before anything is written."""
+        ...
+
     def map(self, fn: Callable[[T], R], items: Sequence[T], on_result: Callable[[R], None] | None = None,
             on_error: Callable[[BaseException], None] | None = None) -> list[R]:
         """Each result goes to ``on_result`` as it arrives (in this thread). The first failure goes to

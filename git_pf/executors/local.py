@@ -15,6 +15,9 @@ class LocalExecutor:
             raise UsageError(f"--jobs must be 1 or more, not {jobs}")
         self.jobs = jobs
 
+    def start(self) -> None:
+        pass
+
     def map(self, fn, items, on_result=None, on_error=None) -> list:
         items = list(items)
         out: list = [None] * len(items)

@@ -8,6 +8,9 @@ itself (its one line), anything else as one line naming it.
 """
 from __future__ import annotations
 
+import os
+import socket
+
 from ..errors import PfError, UsageError
 
 EXTRA = "pip install 'git-pf[ray]'"
@@ -20,6 +23,21 @@ def _import_ray():
     except ImportError:
         raise UsageError(f"--executor ray needs Ray, which is not installed ({EXTRA})") from None
     return ray
+
+
+def _probe(address: str | None, what: str) -> None:
+    """One line, at once, when nothing listens at a ``host:port`` address (Ray itself would retry
+    for minutes, printing its own warnings)."""
+    if not address or address in ("auto", "local"):
+        return
+    where = address.split("://", 1)[-1]
+    host, _, port = where.rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"{what}: '{address}' is not HOST:PORT (or ray://HOST:PORT, auto, local)")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+    except OSError as e:
+        raise PfError(f"cannot connect to Ray at {address}: {e.strerror or e}", 1) from None
 
 
 def _quiet_stdout() -> None:
@@ -53,10 +71,14 @@ class RayExecutor:
         self.ray = _import_ray()
         self.address = address
 
+    def start(self) -> None:
+        self._connect()
+
     def _connect(self) -> None:
         ray = self.ray
         if ray.is_initialized():
             return
+        _probe(self.address, "--ray-address") if self.address else _probe(os.environ.get("RAY_ADDRESS"), "RAY_ADDRESS")
         _quiet_stdout()
         try:
             ray.init(address=self.address, log_to_driver=False, logging_level="ERROR")
