@@ -4,7 +4,9 @@
 
 Every command runs as a user types it (``git pf …`` through git's dispatcher,
 output to /dev/null), with the repository's command server on (docs/server.md)
-and, for reference, off (``GIT_PF_SERVER=0``). Each round runs every case once,
+through ``git-pf`` as installed (the C client after ``make``), and, for
+reference, with the server off (``GIT_PF_SERVER=0``) and, for the read
+commands, through the Python client (``git-pf-python``). Each round runs every case once,
 git's command right after git-pf's, so load on the machine weighs on both
 alike; each figure is the median over ``--runs`` rounds, with the median CPU
 time (user + sys) beside it: the client's and, under the server, that of the
@@ -35,9 +37,12 @@ GOAL_MERGE = 1.5  # git pf merge / git merge
 GOAL_READ = 3.0  # log, show, diff --stat, -h / git's
 
 
-def _env(repo: Path, **extra) -> dict:
-    bin_dir = str(Path(sys.executable).parent)  # where the git-pf console script is installed
-    env = dict(git_env(), PATH=f"{bin_dir}:{os.environ.get('PATH', '')}", GIT_PF_REPO=str(repo))
+def _env(repo: Path, first: Path | None = None, **extra) -> dict:
+    """The environment of ``git pf`` on ``repo``: git-pf from the venv (the C client when built), or
+    from ``first`` (the Python client)."""
+    bin_dir = str(Path(sys.executable).parent)  # where git-pf is installed
+    path = f"{first}:{bin_dir}" if first else bin_dir
+    env = dict(git_env(), PATH=f"{path}:{os.environ.get('PATH', '')}", GIT_PF_REPO=str(repo))
     env.pop("GIT_PF_SERVER", None)
     env.update(extra)
     return env
@@ -85,7 +90,7 @@ class Case:
     def once(self, i: int) -> None:
         if self.before is not None:
             self.before(i)
-        pid = _status(self.env)["pid"] if self.server else None
+        pid = _wait_server(self.env)["pid"] if self.server else None  # a changed file of git-pf's stops it
         c0 = _children_cpu(pid)
         wall, cpu = _run(self.args, self.cwd, self.env)
         self.walls.append(wall)
@@ -144,10 +149,28 @@ def setup(base: Path, files: int) -> dict:
             "pfm": base / "pfm", "mrepo": mrepo, "sbm": sbm, "sbs": sbs, "mg": mg}
 
 
-def cases(s: dict, changed: int, runs: int) -> list[tuple[Case, Case | None, Case, float | None]]:
-    """(git-pf with the server, git-pf without it, git, goal as a ratio) for every measure."""
+def python_client(base: Path) -> Path | None:
+    """A directory whose ``git-pf`` is the Python client (pip's console script, which ``make`` keeps
+    as ``git-pf-python`` beside the C client); None when git-pf is the Python client already."""
+    script = Path(sys.executable).parent / "git-pf-python"
+    if not script.exists():
+        return None
+    d = base / "python-client"
+    d.mkdir(exist_ok=True)
+    (d / "git-pf").unlink(missing_ok=True)
+    (d / "git-pf").symlink_to(script)
+    return d
+
+
+def cases(s: dict, changed: int, runs: int) -> list[tuple[Case, Case | None, Case, float | None, Case | None]]:
+    """(git-pf with the server, git-pf without it, git, goal as a ratio, git-pf with the server
+    through the Python client) for every measure."""
     sb, paths, genv, ids = s["sb"], s["paths"], s["genv"], s["ids"]
     env, off = _env(s["pf"]), _env(s["pf"], GIT_PF_SERVER="0")
+    pyenv = _env(s["pf"], s["python"]) if s["python"] else None
+
+    def py(name, args):
+        return Case(name, args, env=pyenv, server=True) if pyenv else None
     menv = _env(s["pfm"])
     rel = [p.relative_to(sb) for p in paths]
 
@@ -179,23 +202,24 @@ def cases(s: dict, changed: int, runs: int) -> list[tuple[Case, Case | None, Cas
         (Case("snapshot", snap, env=env, before=change, server=True), Case("snapshot", snap, env=off,
                                                               before=lambda i: change(runs + i)),
          Case("git add -A && git commit -q", ["sh", "-c", "git add -A && git -c gc.auto=0 commit -q -m x"], env=genv),
-         GOAL_SNAPSHOT),
+         GOAL_SNAPSHOT, None),
         (Case("merge", ["git", "pf", "merge", "side"], env=menv, before=branches, server=True), None,
          Case("git merge", ["git", "-c", "gc.auto=0", "merge", "-q", "--no-edit", "side"], cwd=s["mg"], env=git_env()),
-         GOAL_MERGE),
+         GOAL_MERGE, None),
         (Case("log -n 20", ["git", "pf", "log", "-n", "20"], env=env, server=True), Case("log", ["git", "pf", "log", "-n", "20"], env=off),
-         Case("git log -n 20", ["git", "log", "-n", "20"], env=genv), GOAL_READ),
+         Case("git log -n 20", ["git", "log", "-n", "20"], env=genv), GOAL_READ, py("log", ["git", "pf", "log", "-n", "20"])),
         (Case("show", ["git", "pf", "show"], env=env, server=True), Case("show", ["git", "pf", "show"], env=off),
-         Case("git show --stat", ["git", "show", "--stat"], env=genv), GOAL_READ),
+         Case("git show --stat", ["git", "show", "--stat"], env=genv), GOAL_READ, py("show", ["git", "pf", "show"])),
         (Case("diff --stat", pf_diff, env=env, server=True), Case("diff", pf_diff, env=off),
-         Case("git diff --stat", ["git", "diff", "--stat", "HEAD~5", "HEAD"], env=genv), GOAL_READ),
+         Case("git diff --stat", ["git", "diff", "--stat", "HEAD~5", "HEAD"], env=genv), GOAL_READ, py("diff", pf_diff)),
         (Case("-h", ["git", "pf", "-h"], env=env, server=True), Case("-h", ["git", "pf", "-h"], env=off),
-         Case("git -h", ["git", "-h"], env=genv), GOAL_READ),
+         Case("git -h", ["git", "-h"], env=genv), GOAL_READ, py("-h", ["git", "pf", "-h"])),
     ]
 
 
 def bench(base: Path, runs: int, files: int, changed: int) -> list:
     s = setup(base, files)
+    s["python"] = python_client(base)
     env = _env(s["pf"])
     menv = _env(s["pfm"])
     for e in (env, menv):  # start both servers, as a first command would
@@ -203,13 +227,14 @@ def bench(base: Path, runs: int, files: int, changed: int) -> list:
         _wait_server(e)
     table = cases(s, changed, runs)
     for i in range(runs):
-        for served, plain_pf, git, _ in table:
+        for served, plain_pf, git, _, py in table:
             served.once(i)
             git.once(i)
-            if plain_pf is not None:
-                plain_pf.once(i)
+            for other in (plain_pf, py):
+                if other is not None:
+                    other.once(i)
     rows = []
-    for served, plain_pf, git, goal in table:
+    for served, plain_pf, git, goal, py in table:
         t_pf, t_git = served.median(), git.median()
         ratio = t_pf / t_git
         rows += [(f"git pf {served.name}", _ms(t_pf), f"{ratio:.2f}x {git.name} ({_ms(t_git)})"),
@@ -217,6 +242,9 @@ def bench(base: Path, runs: int, files: int, changed: int) -> list:
         if plain_pf is not None:
             t_off = plain_pf.median()
             rows.append((f"  without the server", _ms(t_off), f"{t_off / t_git:.2f}x"))
+        if py is not None:
+            t_py = py.median()
+            rows.append((f"  server, Python client", _ms(t_py), f"{t_py / t_git:.2f}x"))
     st = _status(env)
     rows.append(("server memory at rest (RSS)", f"{st['memory_bytes'] / (1 << 20):.0f} MiB",
                  f"after {st['served']} commands"))

@@ -197,6 +197,9 @@ static int abspath(const char *start, char *out, size_t size) {
 
 static int find_git_dir(const char *start, char *out) {
     char d[PATH_MAX], p[PATH_MAX + 16];
+    const char *env = getenv("GIT_DIR");
+    if (env && *env)
+        return is_dir(env) && realpath(env, out) ? 0 : -1;
     if (abspath(start, d, sizeof d) < 0)
         return -1;
     for (;;) {

@@ -425,8 +425,6 @@ class Server:
             os.close(job.report)
             refused = b"refuse" in report.split(b"\n")
             self.watches.after(job.watched, report)
-            preload([line[len(b"import "):].decode("ascii", "replace") for line in report.split(b"\n")
-                     if line.startswith(b"import ") and _preloadable(line[len(b"import "):].decode("ascii", "replace"))])
             if refused:
                 self.stop()  # pf.server is off now: the client runs the command itself
             elif not job.gone:
@@ -439,6 +437,9 @@ class Server:
                     pass
             job.conn.close()
             self.last = time.monotonic()
+            # after the client has its status: importing what the command loaded delays no one
+            preload([line[len(b"import "):].decode("ascii", "replace") for line in report.split(b"\n")
+                     if line.startswith(b"import ") and _preloadable(line[len(b"import "):].decode("ascii", "replace"))])
 
 
 def _kill(pid: int, sig: int) -> None:
@@ -633,15 +634,22 @@ def _report_imports(known: set, report_w: int) -> None:
 
 
 def preload(names) -> None:
+    """Import ``names`` in the parent, then freeze what it holds (``gc.freeze``): a child's garbage
+    collections never walk, and so never copy, the parent's objects."""
+    import gc
     import importlib
 
+    loaded = False
     for name in names:
         if name in sys.modules:
             continue
+        loaded = True
         try:
             importlib.import_module(name)
         except BaseException:  # a module that fails to import here fails in the command too
             pass
+    if loaded:
+        gc.freeze()
 
 
 class Built:
@@ -704,6 +712,10 @@ def main() -> None:
         app_module = sys.modules.get("git_pf.cli.app")
         if app_module is not None:
             app_module.app = Built(app_module.app)
+        import gc
+
+        gc.collect()
+        gc.freeze()  # see preload
         server.loop()
     finally:
         server.stop()
