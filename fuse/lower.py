@@ -61,39 +61,71 @@ class LEntry:
 
 
 class ChunkCache:
-    """Decoded side-store chunks, least recently used dropped first.
+    """Decoded side-store chunks, least recently used dropped first; safe to share between threads.
 
-    ``prefetch`` decodes (decompress + verify) upcoming chunks on a worker
-    thread, so a sequential reader finds them ready; both steps release the GIL."""
+    ``prefetch`` decodes (decompress + verify) upcoming chunks on worker threads,
+    so a sequential reader finds them ready; both steps release the GIL. A chunk
+    is decoded once however many threads ask for it at the same time: the later
+    ones wait for the first. A thread that decodes a chunk itself (``get``) never
+    does anything else before the waiters have it, so no waiter can be held up
+    by work that may block (a store into the page cache)."""
 
     def __init__(self, store: SideStore, limit: int = CHUNK_CACHE_BYTES):
         self.store, self.limit, self.used = store, limit, 0
         self.items: OrderedDict[str, bytes] = OrderedDict()
         self.pending: dict[str, Future] = {}
         self.pool: ThreadPoolExecutor | None = None
+        self.lock = threading.Lock()
 
     def prefetch(self, chunks: list[Chunk]) -> None:
-        for c in chunks:
-            if c.oid not in self.items and c.oid not in self.pending:
-                if self.pool is None:
-                    self.pool = ThreadPoolExecutor(PREFETCH_WORKERS, thread_name_prefix="prefetch")
-                self.pending[c.oid] = self.pool.submit(self.store.get, c.oid, size=c.size)
+        with self.lock:
+            for c in chunks:
+                if c.oid not in self.items and c.oid not in self.pending:
+                    if self.pool is None:
+                        self.pool = ThreadPoolExecutor(PREFETCH_WORKERS, thread_name_prefix="prefetch")
+                    self.pending[c.oid] = self.pool.submit(self._decode, c)
 
     def get(self, chunk: Chunk) -> bytes:
         """The bytes of ``chunk``, refused before they are decoded when its frame does not
         decode to the chunk's size."""
         oid = chunk.oid
-        data = self.items.get(oid)
-        if data is not None:
-            self.items.move_to_end(oid)
-            return data
-        fut = self.pending.pop(oid, None)
-        data = fut.result() if fut is not None else self.store.get(oid, size=chunk.size)
-        self.items[oid] = data
-        self.used += len(data)
-        while self.used > self.limit and len(self.items) > 1:
-            _, old = self.items.popitem(last=False)
-            self.used -= len(old)
+        with self.lock:
+            data = self.items.get(oid)
+            if data is not None:
+                self.items.move_to_end(oid)
+                return data
+            fut = self.pending.get(oid)
+            if fut is None:
+                fut = self.pending[oid] = Future()
+                mine = True
+            else:
+                mine = False
+        if not mine:
+            return fut.result()
+        try:
+            data = self._decode(chunk)
+        except BaseException as e:
+            fut.set_exception(e)
+            raise
+        fut.set_result(data)
+        return data
+
+    def _decode(self, chunk: Chunk) -> bytes:
+        """Decode ``chunk`` and keep it; its waiters are answered by the caller's future."""
+        try:
+            data = self.store.get(chunk.oid, size=chunk.size)
+        except BaseException:
+            with self.lock:
+                self.pending.pop(chunk.oid, None)
+            raise
+        with self.lock:
+            self.pending.pop(chunk.oid, None)
+            if chunk.oid not in self.items:
+                self.items[chunk.oid] = data
+                self.used += len(data)
+                while self.used > self.limit and len(self.items) > 1:
+                    _, old = self.items.popitem(last=False)
+                    self.used -= len(old)
         return data
 
 
@@ -102,15 +134,17 @@ class PointerReader:
 
     def __init__(self, cache: ChunkCache, ptr: pointer_fmt.Pointer):
         self.cache = cache
+        self.size = ptr.size
         self.chunks = cache.store.chunks_of(ptr.oid, ptr.size, ptr.chunks)  # checked to add up to the size
         self.starts, pos = [], 0
         for c in self.chunks:
             self.starts.append(pos)
             pos += c.size
         self.next_off = 0  # where a sequential reader reads next
+        self.ahead = None  # a read-only mount's page-cache read-ahead state (``stream.Stream``)
 
-    def read(self, off: int, size: int) -> bytes | memoryview:
-        """The bytes at ``off``; a slice of one cached chunk comes back as a view, not a copy."""
+    def pieces(self, off: int, size: int) -> list:
+        """The bytes at ``off`` as views of the decoded chunks that hold them (no copy)."""
         out = []
         i = bisect.bisect_right(self.starts, off) - 1
         end = off + size
@@ -119,10 +153,20 @@ class PointerReader:
             lo = max(off - self.starts[i], 0)
             out.append(memoryview(data)[lo : end - self.starts[i]] if lo or end - self.starts[i] < len(data) else data)
             i += 1
+        return out
+
+    def read(self, off: int, size: int) -> list:
+        """``pieces`` of the read, after ``plan``."""
+        self.plan(off, size)
+        return self.pieces(off, size)
+
+    def plan(self, off: int, size: int) -> None:
+        """Have the chunks after a read decoded ahead: many when it continues the previous
+        read, one when it jumps (does not wait for anything)."""
+        i = bisect.bisect_right(self.starts, off + size - 1)
         ahead = PREFETCH_AHEAD if off == self.next_off else PREFETCH_RANDOM
-        self.next_off = end
+        self.next_off = off + size
         self.cache.prefetch(list(self.chunks[i : i + ahead]))
-        return out[0] if len(out) == 1 else b"".join(out)
 
 
 class BlobReader:
@@ -300,7 +344,10 @@ class Lower:
         size, off, step = self.size(entry), 0, 4 * 1024 * 1024
         while off < size:
             data = reader.read(off, step)
-            if not data:
+            pieces = data if isinstance(data, list) else [data]
+            n = sum(len(p) for p in pieces)
+            if not n:
                 raise DataError("lower file ended early")
-            os.write(fd, data)
-            off += len(data)
+            for p in pieces:
+                os.write(fd, p)
+            off += n

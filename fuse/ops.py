@@ -7,7 +7,9 @@ with cache hints (``attrs``): long entry/attribute timeouts and
 read-only mount answers ``open`` and ``opendir`` with ``ENOSYS``, after
 which the kernel sends neither (nor ``release``) and passes file handle 0:
 reads and listings are then served by inode; directory requests and the
-read-ahead of a walk are in ``listing``. Every mutating handler runs to
+read-ahead of a walk are in ``listing``. A read of a large file is answered
+``Later``: decoded and sent by a reply thread while the loop serves the
+next request, so the reads the kernel has in flight decode on every core. Every mutating handler runs to
 completion, so a snapshot (which holds the session still) never sees half
 an operation. Errors are ``OSError``; the session answers them. Reads the
 image only through the view's lower layer, and changes the upper layer only
@@ -16,6 +18,7 @@ through the view and the descriptors the view hands out.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import stat
 import time
@@ -24,6 +27,8 @@ from . import protocol as P
 from .attrs import LOWER_TIMEOUT, Attributes, ns
 from .inodes import Handle, Inodes, Kept, no
 from .listing import Listing
+from .lower import PointerReader
+from .session import Later
 from .upper import join
 from .view import Node, View
 
@@ -156,23 +161,23 @@ class Operations(Attributes, Listing):
         h = self.handles[fh]
         if h.fd is not None:
             return os.pread(h.fd, size, off)
-        return h.reader.read(off, size)
+        return _read(h.reader, off, size)
 
     def _read_lower(self, inode: int, off: int, size: int):
         """A read-only mount's read, by inode: a small file read whole comes straight from
         its blob; anything else through a reader kept for the next read."""
         reader = self.readers.get_used(inode)
-        if reader is not None:
-            return reader.read(off, size)
-        lower = self.view.lower
-        rel = self.inodes.rel(inode)
-        entry = lower.get(rel)
-        if entry is None or entry.is_dir:
-            raise no(errno.ENOENT if entry is None else errno.EISDIR)
-        if off == 0 and not entry.pointer and lower.size(entry) <= size:
-            self._read_whole(inode, rel)
-            return lower.content(entry)
-        return self.readers.keep(inode, lower.reader(entry)).read(off, size)
+        if reader is None:
+            lower = self.view.lower
+            rel = self.inodes.rel(inode)
+            entry = lower.get(rel)
+            if entry is None or entry.is_dir:
+                raise no(errno.ENOENT if entry is None else errno.EISDIR)
+            if off == 0 and not entry.pointer and lower.size(entry) <= size:
+                self._read_whole(inode, rel)
+                return lower.content(entry)
+            reader = self.readers.keep(inode, lower.reader(entry))
+        return _read(reader, off, size)
 
     def write(self, inode, body):
         fh, off, size = P.WRITE_IN.unpack_from(body)
@@ -288,6 +293,15 @@ class Operations(Attributes, Listing):
     def removexattr(self, inode, body):
         self.view.removexattr(self.inodes.rel(inode), os.fsdecode(_name(body)))
         return b""
+
+
+def _read(reader, off: int, size: int):
+    """A read of a lower file; a large file's is decoded and sent on a reply thread (``Later``),
+    so the reads the kernel has in flight decode on every core while the loop serves on."""
+    if isinstance(reader, PointerReader):
+        reader.plan(off, size)
+        return Later(functools.partial(reader.pieces, off, size))
+    return reader.read(off, size)
 
 
 def _sized(value: bytes, size: int) -> bytes:

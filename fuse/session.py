@@ -4,9 +4,12 @@ The daemon talks to the kernel directly (docs/mount.md "Request loop"):
 ``fusermount3`` mounts and hands back the ``/dev/fuse`` descriptor, and one
 thread reads each request into a buffer kept for the session, looks up the
 handler by opcode, and writes the reply with one ``writev``. A handler gets
-the request's node id and argument bytes and returns the reply payload (or
-``None`` for requests the kernel expects no answer to); an ``OSError`` is
-answered with its errno, any other error with ``EIO`` and a log line.
+the request's node id and argument bytes and returns the reply payload (one
+buffer, or a list of them sent as they are, or ``None`` for requests the
+kernel expects no answer to); an ``OSError`` is answered with its errno,
+any other error with ``EIO`` and a log line. A handler may also answer
+``Later``: a reply thread computes the payload and sends it while the loop
+serves the next request (reads of large files, decoded on every core).
 ``lock`` is held while a request is served, so another thread that takes it
 (a snapshot's freeze) holds the whole mount still. While no request waits,
 the loop does the idle work it was given, a step at a time, looking for a
@@ -24,6 +27,7 @@ import socket
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from git_pf.errors import PfError
 
@@ -34,7 +38,25 @@ log = logging.getLogger("git_pf.fuse")
 MAX_WRITE = 1024 * 1024  # largest write (and read) request: 256 pages
 BUFFER = MAX_WRITE + 4096  # a whole write request: header, write_in, data
 SPIN_S = 100e-6  # after a request, look for the next one this long before sleeping on the device
+CROWD_EVERY_S = 0.01  # how often the loop looks whether the machine has an idle core to spin on
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 DRAIN_POLL_MS = 20  # while stopping: how often to look whether the helpers have ended
+
+
+def reply_threads() -> int:
+    """Threads that compute ``Later`` answers: one per core this process may run on, at least two."""
+    return max(2, CORES)
+
+
+class Later:
+    """A handler's answer that a reply thread computes and sends, while the loop serves the
+    next request: a read of a large file, decoded on another core. ``fn()`` gives the
+    payload and may not take the session's lock or wait for another request's answer."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
 
 
 class Terminated(Exception):
@@ -53,6 +75,9 @@ class Session:
         self.helpers: list = []  # objects with stop(), busy() and working(), stopped with the session
         self.after = None  # called once each request is answered: work that must follow the reply
         self.counts: dict[int, int] = {}  # requests served, by opcode
+        self.replies: ThreadPoolExecutor | None = None  # the reply threads (``Later``)
+        self._poller = None
+        self._crowd, self._crowd_at = False, -1.0
 
     # -- mount ----------------------------------------------------------
     def mount(self) -> None:
@@ -83,6 +108,8 @@ class Session:
             return
         for helper in self.helpers:  # after an unmount nothing they write can block
             helper.stop()
+        if self.replies is not None:  # answered before the device closes: its number is never reused under them
+            self.replies.shutdown(wait=True)
         if not self._poll(0) & select.POLLERR:
             subprocess.run(["fusermount3", "-u", "-z", "--", self.mountpoint], capture_output=True)
         os.close(self.fd)
@@ -90,9 +117,10 @@ class Session:
 
     # -- serving --------------------------------------------------------
     def _poll(self, timeout_ms: int) -> int:
-        p = select.poll()
-        p.register(self.fd, select.POLLIN)
-        return sum(ev for _, ev in p.poll(timeout_ms))
+        if self._poller is None:
+            self._poller = select.poll()
+            self._poller.register(self.fd, select.POLLIN)
+        return sum(ev for _, ev in self._poller.poll(timeout_ms))
 
     def terminate(self) -> None:
         """End the loop (safe in a signal handler of the loop's thread): at once when it is
@@ -117,13 +145,14 @@ class Session:
         buf = bytearray(BUFFER)
         view = memoryview(buf)
         fd, unpack, handlers, lock, counts = self.fd, P.IN_HEADER.unpack_from, self.handlers, self.lock, self.counts
+        spin, answered = False, 0.0  # spin before sleeping on the device? when the last answer went
         while not (self.stopping and self._done()):
             if self.stopping and not self._poll(0):
                 continue
             if self.idle is not None:
                 self._idle()
-            if not any(helper.working() for helper in self.helpers):
-                self._spin()  # not while a helper has work: it needs the CPU (and the GIL) more
+            caught = spin and not any(helper.working() for helper in self.helpers) and not self._crowded() \
+                and self._spin()
             try:
                 self._waiting = True
                 n = os.readv(fd, [buf])
@@ -138,27 +167,55 @@ class Session:
                 if e.errno == errno.ENODEV:  # unmounted
                     break
                 raise
+            # spin before the next request when this one came soon enough for a spin to catch it
+            # (after a sleep the gap includes the wake-up: allowed for with another SPIN_S)
+            spin = caught or time.perf_counter() - answered < 2 * SPIN_S
             _, opcode, unique, nodeid, *_ = unpack(buf)
             counts[opcode] = counts.get(opcode, 0) + 1
+            if opcode == P.IOCTL:  # no file of a mount is a terminal (isatty asks): answered at once
+                with lock:
+                    self._reply_error(unique, errno.ENOTTY)
+                answered = time.perf_counter()
+                continue
             with lock:
                 self._answer(opcode, unique, nodeid, handlers.get(opcode), view[P.IN_HEADER.size:n])
             if self.after is not None:
                 self.after()
+            answered = time.perf_counter()
             if opcode == P.DESTROY:
                 break
 
-    def _spin(self) -> None:
-        """Look for the next request for a short while before sleeping on the device.
+    def _crowded(self) -> bool:
+        """Whether more threads are ready to run than there are cores, so a spin would take a
+        core from one of them (read from the kernel's count, at most every ``CROWD_EVERY_S``)."""
+        now = time.perf_counter()
+        if now - self._crowd_at >= CROWD_EVERY_S:
+            self._crowd_at = now
+            try:
+                with open("/proc/loadavg", "rb") as f:  # "0.52 0.58 0.59 2/345 1234": 2 runnable
+                    self._crowd = int(f.read().split()[3].split(b"/")[0]) > CORES
+            except (OSError, ValueError, IndexError):
+                self._crowd = False
+        return self._crowd
+
+    def _spin(self) -> bool:
+        """Look for the next request for up to ``SPIN_S``; whether one came.
 
         A program walking files sends its next request a few microseconds after an
         answer; a daemon asleep on the device is woken by the kernel, which on an idle
-        virtual machine costs tens of microseconds per request (docs/mount.md). Skipped
-        while a helper works: storing files ahead of a reader saves it more than the
-        spin would, and the spin would take the core and the GIL from the helper."""
+        virtual machine costs tens of microseconds per request (docs/mount.md). The loop
+        spins only while requests come that soon (a program that takes longer between
+        requests, or a machine too busy to run it at once, would only lose the core to
+        the spin), and not while a helper works: storing files ahead of a reader saves it
+        more than the spin would, and the spin would take the core and the GIL from it, nor
+        while more threads are ready to run than there are cores (``_crowded``): on a busy
+        machine a process woken on the device costs no more than a switch, and the spin
+        would take the core from the very program that sends the requests."""
         end = time.perf_counter() + SPIN_S
         while time.perf_counter() < end:
             if self._poll(0):
-                return
+                return True
+        return False
 
     def _idle(self) -> None:
         ready, step = self.idle
@@ -176,21 +233,36 @@ class Session:
             if opcode not in P.NO_REPLY:
                 self._reply_error(unique, errno.ENOSYS)
             return
+        out = self._call(opcode, unique, fn, nodeid, body)
+        if type(out) is Later:
+            if self.replies is None:
+                self.replies = ThreadPoolExecutor(reply_threads(), thread_name_prefix="reply")
+            self.replies.submit(self._answer_later, opcode, unique, out.fn)
+        elif out is not None:
+            self._reply(unique, out)
+
+    def _call(self, opcode: int, unique: int, fn, *args):
+        """``fn(*args)``; None once the error it raised has been answered."""
         try:
-            out = fn(nodeid, body)
+            return fn(*args)
         except OSError as e:
             self._reply_error(unique, e.errno or errno.EIO)
-            return
         except PfError as e:
             log.error("request %d: %s", opcode, e.message)
             self._reply_error(unique, errno.EIO)
-            return
         except Exception as e:  # a bug or damaged data: the caller sees EIO, the log says why
             log.exception("request %d failed: %s", opcode, e)
             self._reply_error(unique, errno.EIO)
-            return
-        if out is not None:
-            self._reply(unique, out)
+        return None
+
+    def _answer_later(self, opcode: int, unique: int, fn) -> None:
+        """On a reply thread: compute a ``Later`` answer and send it."""
+        try:
+            out = self._call(opcode, unique, fn)
+            if out is not None:
+                self._reply(unique, out)
+        except OSError as e:  # the mount went away meanwhile: nobody waits for the answer
+            log.debug("reply to request %d not sent: %s", opcode, e)
 
     def _init(self, nodeid: int, body) -> bytes:
         reply, flags = P.init_reply(body, MAX_WRITE, self.max_background)
@@ -198,8 +270,12 @@ class Session:
         return reply
 
     def _reply(self, unique: int, out) -> None:
+        """Answer with ``out``: one buffer, or a list of them (pieces of a read, not joined)."""
         try:
-            os.writev(self.fd, [P.OUT_HEADER.pack(P.OUT_HEADER.size + len(out), 0, unique), out])
+            if isinstance(out, list):
+                os.writev(self.fd, [P.OUT_HEADER.pack(P.OUT_HEADER.size + sum(map(len, out)), 0, unique), *out])
+            else:
+                os.writev(self.fd, [P.OUT_HEADER.pack(P.OUT_HEADER.size + len(out), 0, unique), out])
         except OSError as e:
             if e.errno != errno.ENOENT:  # ENOENT: the request was interrupted meanwhile
                 raise

@@ -5,6 +5,8 @@ import errno
 import os
 import random
 import subprocess
+import termios
+import threading
 import time
 from pathlib import Path
 
@@ -57,6 +59,11 @@ def test_readonly_mount_reads_by_inode_without_open_or_release(pf):
     assert served.get(protocol.OPEN, 0) <= 1 and served.get(protocol.OPENDIR, 0) <= 1  # answered ENOSYS once
     assert served.get(protocol.RELEASE, 0) == 0 and served.get(protocol.RELEASEDIR, 0) == 0
     assert served[protocol.READ] >= 2  # the rest may have been stored ahead (prefill)
+    with open(mnt / "src" / "main.py", "rb") as f:  # a buffered open asks isatty: answered ENOTTY at once
+        assert not f.isatty()
+        with pytest.raises(termios.error) as info:
+            termios.tcgetattr(f.fileno())
+        assert info.value.args[0] == errno.ENOTTY
     for _ in range(3):  # the page cache outlives close/open: no new request
         assert (mnt / "src" / "main.py").read_text() == "print('hello')\n"
     assert requests_served(pf, mnt)[protocol.READ] == served[protocol.READ]
@@ -171,6 +178,72 @@ def test_large_file_random_reads_match(pf):
     finally:
         os.close(fd)
     assert (mnt / "data.bin").read_bytes() == want
+
+
+@pytest.mark.parametrize("mode", ["ro", "rw"])
+def test_concurrent_reads_of_a_large_file_each_get_their_bytes(pf, mode):
+    """Reads of a large file are decoded and answered on several threads at once."""
+    sb = make_sandbox(pf.root)
+    mnt = pf.mount(snapshot(pf, sb), pf.root / "mnt", *(["--rw"] if mode == "rw" else []))
+    want = (sb / "data.bin").read_bytes()
+    errors: list = []
+
+    def reader(seed: int) -> None:
+        rng = random.Random(seed)
+        fd = os.open(mnt / "data.bin", os.O_RDONLY)
+        try:
+            for _ in range(40):
+                off, n = rng.randrange(0, len(want)), rng.choice([4096, 200_000, 1_100_000])
+                if os.pread(fd, n, off) != want[off:off + n]:
+                    errors.append((seed, off, n))
+        except OSError as e:
+            errors.append((seed, e))
+        finally:
+            os.close(fd)
+
+    threads = [threading.Thread(target=reader, args=(seed,)) for seed in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert (mnt / "data.bin").read_bytes() == want
+
+
+def test_a_large_file_waiting_for_its_data_does_not_hold_the_rest_of_the_mount(pf):
+    """A large file's chunk that is slow to come (here a FIFO in its place, as a lazy fetch or a
+    slow disk would be) holds up the reads that need it, not every other request of the mount."""
+    sb = make_sandbox(pf.root)
+    image = snapshot(pf, sb)
+    want = (sb / "data.bin").read_bytes()
+    objects = pf.repo / ".git" / "pf" / "objects"
+    chunk = max(objects.glob("??/*"), key=lambda p: p.stat().st_size)  # a data chunk of data.bin
+    kept = pf.root / "chunk"
+    os.rename(chunk, kept)
+    os.mkfifo(chunk)
+    mnt = pf.mount(image, pf.root / "mnt")
+    stuck: list = []
+    big = threading.Thread(target=lambda: stuck.append(_read_or_error(mnt / "data.bin")), daemon=True)
+    big.start()
+    try:
+        small = subprocess.run(["cat", str(mnt / "src" / "main.py")], capture_output=True, timeout=60)
+        assert small.stdout == b"print('hello')\n"
+        assert (mnt / "link").read_text() == "print('hello')\n"
+        assert not stuck  # still waiting for the chunk: no writer has come to the FIFO
+    finally:
+        writer = os.open(chunk, os.O_RDWR)  # the waiting read of the FIFO goes on, and finds an empty frame
+        os.replace(kept, chunk)
+        os.close(writer)
+    big.join(60)
+    assert stuck and (stuck[0] == want or isinstance(stuck[0], OSError) and stuck[0].errno == errno.EIO)
+    assert (mnt / "data.bin").read_bytes() == want  # read again once it is back
+
+
+def _read_or_error(path: Path):
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        return e
 
 
 def test_readonly_mount_refuses_writes(pf):
