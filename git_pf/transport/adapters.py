@@ -7,11 +7,11 @@ by the user, by ``git pf clone`` (the record it found at clone time) or by
 (``storerecord``, as last fetched) never changes where objects go: one that
 names another store than the pin is reported (``record_note``) and not used;
 without a pin, a record naming the git adapter (or none) means git, and one
-naming another store is refused until accepted. Every adapter offers
-``refresh()``, ``load_local()``, ``has(oids) -> set``, ``upload(store, oids,
-progress) -> int`` and ``download(store, oids, progress)``; the lfs and s3
-adapters are imported only when used, the s3 one as
-``git_pf.transport.s3store.S3Adapter(repo, remote, url)``.
+naming another store is refused until accepted. Every adapter is an
+``ObjectStore`` (``objectstore``: ``refresh()``, ``load_local()``, ``has(oids) -> set``,
+``upload(store, oids, progress) -> int``, ``download(store, oids, progress)``), made by
+``make`` from the ``MAKERS`` table; each adapter's module is imported only when used, the
+s3 one as ``git_pf.transport.s3store.S3Adapter(repo, remote, url)``.
 Reads config and refs; writes only the pin (``configure``, ``accept``).
 """
 from __future__ import annotations
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from ..errors import DataError, UsageError
 from . import remotes, storerecord
+from .objectstore import ObjectStore
 from .remotes import Remote
 
 KINDS = ("git", "file", "lfs", "s3")
@@ -161,23 +162,42 @@ def for_remote(repo, remote: Remote):
     return make(repo, remote, choice(repo, remote))
 
 
-def make(repo, remote: Remote, chosen: Choice):
-    if chosen.kind == "git":
-        from .gitstore import GitAdapter
-        return GitAdapter(repo, remote)
-    if chosen.kind == "file":
-        from .filestore import FileAdapter
-        return FileAdapter(remotes.file_root(repo, remote, chosen.value))
-    if chosen.kind == "lfs":
-        from .lfsstore import LfsAdapter
-        return LfsAdapter(repo, remote, chosen.url)
-    if chosen.kind == "s3":
-        try:
-            module = importlib.import_module(".s3store", __package__)
-        except ImportError as e:
-            raise UsageError(f"the s3 adapter is not available here ({e})") from None
-        return module.S3Adapter(repo, remote, chosen.url)
-    raise UsageError(f"unknown adapter '{chosen.kind}' ({_HINT})")
+def _git(repo, remote: Remote, chosen: Choice) -> ObjectStore:
+    from .gitstore import GitAdapter
+
+    return GitAdapter(repo, remote)
+
+
+def _file(repo, remote: Remote, chosen: Choice) -> ObjectStore:
+    from .filestore import FileAdapter
+
+    return FileAdapter(remotes.file_root(repo, remote, chosen.value))
+
+
+def _lfs(repo, remote: Remote, chosen: Choice) -> ObjectStore:
+    from .lfsstore import LfsAdapter
+
+    return LfsAdapter(repo, remote, chosen.url)
+
+
+def _s3(repo, remote: Remote, chosen: Choice) -> ObjectStore:
+    try:
+        module = importlib.import_module(".s3store", __package__)
+    except ImportError as e:
+        raise UsageError(f"the s3 adapter is not available here ({e})") from None
+    return module.S3Adapter(repo, remote, chosen.url)
+
+
+# kind -> how its adapter is made; each module is imported only when its kind is used
+MAKERS = {"git": _git, "file": _file, "lfs": _lfs, "s3": _s3}
+
+
+def make(repo, remote: Remote, chosen: Choice) -> ObjectStore:
+    """The object store ``chosen`` names for ``remote``."""
+    maker = MAKERS.get(chosen.kind)
+    if maker is None:
+        raise UsageError(f"unknown adapter '{chosen.kind}' ({_HINT})")
+    return maker(repo, remote, chosen)
 
 
 def configure(repo, remote: Remote, value: str) -> Choice:

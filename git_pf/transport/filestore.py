@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..store.frames import verify_frame
 from ..store.sidestore import SideStore
+from .objectstore import ObjectStore
 from .progress import Progress
 
 def _link(src: str | Path, dst: Path) -> bool:
@@ -32,7 +33,7 @@ def _link(src: str | Path, dst: Path) -> bool:
         return False
 
 
-class FileAdapter:
+class FileAdapter(ObjectStore):
     def __init__(self, root: Path):
         self.remote = SideStore(root)
 

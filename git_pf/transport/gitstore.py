@@ -22,6 +22,7 @@ import pygit2
 from ..errors import PfError, TransferFailed, UsageError
 from ..store.sidestore import SideStore
 from . import gitcmd, held, index as idx, packread, packwrite, scratch
+from .objectstore import ObjectStore
 from .progress import Progress
 from .remotes import Remote
 
@@ -77,7 +78,7 @@ def _sync_dir(path: Path) -> None:
         os.close(fd)
 
 
-class GitAdapter:
+class GitAdapter(ObjectStore):
     def __init__(self, repo, remote: Remote, max_push_bytes: int = MAX_PUSH_BYTES):
         self.repo = repo
         self.git: pygit2.Repository = repo.git

@@ -31,6 +31,7 @@ from ..errors import CorruptObject, TransferFailed
 from ..store.frames import OID_RE, decoded_size
 from ..store.sidestore import SideStore
 from . import lfsauth, lfsbundle, pacing, storerecord
+from .objectstore import ObjectStore
 from .progress import Progress
 from .remotes import Remote
 
@@ -41,7 +42,7 @@ _BUILDERS = 2  # threads reading and hashing units ahead of the PUTs
 _CONTENT_RANGE = re.compile(r"^bytes ([0-9]{1,16})-([0-9]{1,16})/([0-9]{1,16}|\*)$")
 
 
-class LfsAdapter:
+class LfsAdapter(ObjectStore):
     def __init__(self, repo, remote: Remote, url: str | None = None):
         self.repo, self.remote = repo, remote
         self.url = lfsauth.endpoint(repo, remote, url)

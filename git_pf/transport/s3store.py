@@ -25,6 +25,7 @@ from ..errors import CorruptObject, TransferFailed, UsageError
 from ..limits import active as active_limits
 from ..store.sidestore import SideStore
 from . import s3multipart as mp
+from .objectstore import ObjectStore
 from .progress import Progress
 from .remotes import Remote, check_http
 
@@ -74,7 +75,7 @@ def _settings(repo, remote: Remote) -> dict:
             "part_size": config.get_size(git, "pf.s3.partSize", PART_SIZE), "jobs": min(jobs, 64)}
 
 
-class S3Adapter:
+class S3Adapter(ObjectStore):
     def __init__(self, repo, remote: Remote, url: str):
         self.url = url
         self.bucket, self.prefix = parse_url(url)
