@@ -122,8 +122,11 @@ def test_permission_denied_file(run_pf):
     (sb / "private").write_text("secret")
     os.chmod(sb / "private", 0o600)
     subprocess.run(["chown", "-R", "65534:65534", str(repo)], check=True)
+    # setpriv must start the Python entry point itself: once it has dropped root's capabilities, that
+    # user may not reach an interpreter kept in root's home, which the C client's git-pf would exec
+    entry = BIN / "git-pf-python" if (BIN / "git-pf-python").exists() else BIN / "git-pf"
     proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--",
-                           str(BIN / "git-pf"), "snapshot", "--fs-root", str(sb)],
+                           str(entry), "snapshot", "--fs-root", str(sb)],
                           cwd=repo, capture_output=True, text=True,
                           env=dict(os.environ, HOME=str(tmp_path), GIT_CONFIG_GLOBAL="/dev/null",
                                    GIT_CONFIG_NOSYSTEM="1", PATH=os.environ["PATH"]))
