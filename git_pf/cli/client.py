@@ -15,6 +15,9 @@ from __future__ import annotations
 import os
 import sys
 
+# where a repository's git directory and its servers' sockets are: shared with the Claude Code hook client
+from ..gitdir import SUN_PATH_MAX, find_git_dir, private_dir, socket_path  # noqa: F401
+
 # The commands the server runs: short, non-interactive, no daemon, no children to supervise.
 # Everything else (record, replay, run, serve, blame, mount, hook, transport, ...) runs in-process.
 SERVED = frozenset({"snapshot", "show", "log", "diff", "merge", "ls", "branch", "tag", "switch", "fsck",
@@ -26,7 +29,6 @@ IN_PROCESS_ARGS = ("--edit", "-S", "--gpg-sign", "--mount")
 PROTOCOL = 1
 # Environment that the interpreter reads at start-up: a server started under other values refuses.
 _START_ENV = ("LANG", "LC_ALL", "LC_CTYPE")
-SUN_PATH_MAX = 107  # sun_path is 108 bytes with its NUL
 MAX_MESSAGE = 1 << 20  # the most a request or a reply may hold
 FORWARDED = (2, 15, 1)  # SIGINT, SIGTERM, SIGHUP
 LOST = 1  # exit status when the server ends in the middle of a command
@@ -50,75 +52,8 @@ def token() -> bytes:
     return "\0".join([*token_base(), *env]).encode(errors="surrogateescape")
 
 
-def find_git_dir(start: str) -> str | None:
-    """The git directory for ``start`` as git finds it: ``$GIT_DIR`` when set, else searching
-    upwards (a ``.git`` directory or ``gitdir:`` file, or a bare repository); None when there is
-    none. No pygit2 and no git process: the command server's client and the Claude Code hook
-    client run it on every call."""
-    env = os.environ.get("GIT_DIR")
-    if env:
-        return os.path.realpath(env) if os.path.isdir(env) else None
-    d = os.path.abspath(start)
-    while True:
-        dot = os.path.join(d, ".git")
-        if os.path.isdir(dot):
-            return os.path.realpath(dot)
-        if os.path.isfile(dot):
-            try:
-                with open(dot) as f:
-                    line = f.readline().strip()
-            except (OSError, UnicodeDecodeError):
-                return None
-            if not line.startswith("gitdir:"):
-                return None
-            return os.path.realpath(os.path.join(d, line[len("gitdir:"):].strip()))
-        if os.path.isfile(os.path.join(d, "HEAD")) and os.path.isdir(os.path.join(d, "objects")) \
-                and os.path.isdir(os.path.join(d, "refs")):
-            return os.path.realpath(d)
-        up = os.path.dirname(d)
-        if up == d:
-            return None
-        d = up
-
-
 def server_dir(git_dir: str) -> str:
     return os.path.join(git_dir, "pf", "server")
-
-
-def socket_path(git_dir: str, kind: str = "") -> str | None:
-    """Where the server of ``git_dir`` listens: a private (0700) directory of this user, the
-    socket named by a hash of the git directory (and ``kind``, for another server of the same
-    repository: the Claude Code hook server's); None when no such directory can be trusted.
-    Never inside the repository: a socket there breaks a plain copy of it (``shutil.copytree``,
-    ``rsync``, ``tar``), and a copy would carry it."""
-    import _sha256
-
-    base = private_dir()
-    if base is None:
-        return None
-    path = os.path.join(base, _sha256.sha256(os.fsencode(git_dir)).hexdigest()[:24] + (f"-{kind}" if kind else "") + ".sock")
-    return path if len(os.fsencode(path)) <= SUN_PATH_MAX else None
-
-
-def private_dir() -> str | None:
-    """This user's directory for sockets with short paths (``$XDG_RUNTIME_DIR/git-pf``, else
-    ``/tmp/git-pf-UID``): made 0700 when missing, refused when another user owns it or others
-    may write to it."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    base = os.path.join(runtime, "git-pf") if runtime and os.path.isabs(runtime) else f"/tmp/git-pf-{os.getuid()}"
-    try:
-        os.mkdir(base, 0o700)
-    except FileExistsError:
-        pass
-    except OSError:
-        return None
-    try:
-        st = os.lstat(base)
-    except OSError:
-        return None
-    if st.st_uid != os.getuid() or (st.st_mode & 0o077) or (st.st_mode & 0o170000) != 0o040000:
-        return None
-    return base
 
 
 def disabled() -> bool:

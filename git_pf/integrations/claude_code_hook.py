@@ -29,7 +29,7 @@ import sys
 import time
 
 STATE_DIR = ("pf", "claude-code")
-SOCKET_KIND = "claude-code"  # the hook server's socket, beside the command server's (cli.client.socket_path)
+SOCKET_KIND = "claude-code"  # the hook server's socket, beside the command server's (gitdir.socket_path)
 REPLY_WAIT_S = 50.0  # under Claude Code's 60 s hook timeout
 START_WAIT_S = 5.0
 # Events after which Claude Code changes no file before the next event: the server answers them
@@ -84,8 +84,8 @@ def state_dir(git_dir: str | os.PathLike) -> str:
 
 
 def git_dir_of(start: str) -> str:
-    """The git directory a path belongs to (``cli.client.find_git_dir``); LookupError when none."""
-    from ..cli.client import find_git_dir
+    """The git directory a path belongs to (``gitdir.find_git_dir``); LookupError when none."""
+    from ..gitdir import find_git_dir
 
     found = find_git_dir(start)
     if found is None:
@@ -219,9 +219,9 @@ def _fail(git_dir: str | None, message: str, data: bytes) -> None:
 # -- the server connection ---------------------------------------------------
 def server_socket(git_dir: str) -> str | None:
     """Where the hook server of ``git_dir`` listens: in this user's private runtime directory,
-    keyed by the git directory (``cli.client.socket_path``), never inside the repository (a
+    keyed by the git directory (``gitdir.socket_path``), never inside the repository (a
     socket there breaks a plain copy of it); None when no private directory can be trusted."""
-    from ..cli.client import socket_path
+    from ..gitdir import socket_path
 
     return socket_path(os.path.realpath(git_dir), SOCKET_KIND)
 
