@@ -391,7 +391,7 @@ def test_install_into_no_settings_and_user_scope_and_a_broken_file(claude):
     assert not (claude.project / ".claude").exists()
     user = Path(claude.env["HOME"]) / ".claude" / "settings.json"
     assert run("install", "--claude-code", "--scope", "user").returncode == 0
-    assert "claude_code_hook.py hook claude-code" in user.read_text() and not settings.exists()
+    assert "claude_code_hook_main.py hook claude-code" in user.read_text() and not settings.exists()
     assert run("uninstall", "--claude-code", "--scope", "user").returncode == 0 and not user.exists()
     claude.env["CLAUDE_CONFIG_DIR"] = str(claude.project.parent / "claude-config")  # where Claude Code reads it
     assert run("install", "--claude-code", "--scope", "user").returncode == 0 and not user.exists()

@@ -39,18 +39,19 @@ CHECK_TIMEOUT_S = 60.0
 # PreToolUse only matters inside a recorded run: a shell test spares Claude Code a Python process per call
 RUN_GUARD = '[ -z "$GIT_PF_CHANNEL" ] || '
 GUARDED = ("PreToolUse",)
-_OURS = re.compile(r"^(\[ -z \"\$GIT_PF_CHANNEL\" \] \|\| )?(git pf|\S*git-pf'?|\S+ -m git_pf|\S+ -S \S*claude_code_hook\.py'?) "
+_OURS = re.compile(r"^(\[ -z \"\$GIT_PF_CHANNEL\" \] \|\| )?(git pf|\S*git-pf'?|\S+ -m git_pf|\S+ -S \S*claude_code_hook(_main)?\.py'?) "
                    r"hook claude-code$")
 
 
 def hook_command() -> str:
     """The hook command for the git-pf running now: its interpreter without ``site`` (``-S``) running
-    the hook client's file, both by absolute path. ``site`` (the installed packages' paths and
-    ``.pth`` files, an editable install's finder) is two thirds of a bare Python start; the client
-    needs none of it unless it handles the event itself (``claude_code_hook.full_path``)."""
-    from . import claude_code_hook
-
-    return f"{shlex.quote(sys.executable)} -S {shlex.quote(os.path.abspath(claude_code_hook.__file__))} hook claude-code"
+    the hook client's small start file (``claude_code_hook_main``), both by absolute path. ``site``
+    (the installed packages' paths and ``.pth`` files, an editable install's finder) is two thirds of
+    a bare Python start; the client needs none of it unless it handles the event itself
+    (``claude_code_hook.full_path``). Commands naming ``claude_code_hook.py`` itself (earlier
+    installs) still run and are still recognised as git-pf's."""
+    main = os.path.join(os.path.dirname(os.path.abspath(__file__)), "claude_code_hook_main.py")
+    return f"{shlex.quote(sys.executable)} -S {shlex.quote(main)} hook claude-code"
 
 
 def command_problem(command: str) -> str | None:
