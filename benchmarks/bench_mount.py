@@ -148,10 +148,14 @@ def ratio(native: float, mounted: float) -> str:
     return f"{mounted / native:.1f}x native" if native > 0 else "-"
 
 
-def read_round(co: Path, mounts: Mounts, repo: Repo) -> dict:
+def read_round(co: Path, mounts: Mounts, repo: Repo, frame: bytes) -> dict:
     """One round of the read measures, each on a fresh mount against the checkout: sequential
-    read of big.bin, find + stat, cat(1), Python reads unbuffered and buffered. Times in s."""
+    read of big.bin, find + stat, cat(1), Python reads unbuffered and buffered. Times in s.
+    ``frame`` is decoded first, on one core: what a core decodes in this round (bytes/s)."""
     out = {}
+    t, data = timed(zstandard.ZstdDecompressor().decompress, frame)
+    out["decode"] = len(data) / t
+    del data
     drop_caches()
     out["seq_native"], out["seq_bytes"] = timed(read_all, co / "big.bin")
     _, mp = mounts.fresh("main")
@@ -166,14 +170,18 @@ def read_round(co: Path, mounts: Mounts, repo: Repo) -> dict:
         _, mp = mounts.fresh("main")
         out[key + "_mount"], _ = timed(fn, mp, *args)
         out[key + "_served"] = served(repo, mp)
+        if key == "py":  # again on the same mount: everything cached, only isatty reaches the daemon
+            out["py_again"], _ = timed(fn, mp, *args)
         mounts.close(mp)
     return out
 
 
-def read_rounds(co: Path, mounts: Mounts, repo: Repo, files: int, big_mib: int, rounds: int) -> list:
+def read_rounds(co: Path, mounts: Mounts, repo: Repo, files: int, big_mib: int, rounds: int, frame: bytes) -> list:
     """The read measures in ``rounds`` rounds: goals on the median, every round shown (on a
-    virtual machine one round can differ from the next by 2x, with memory the host must back)."""
-    done = [read_round(co, mounts, repo) for _ in range(rounds)]
+    virtual machine one round can differ from the next by 2x, with memory the host must back).
+    The sequential read is also given against what one core decoded in the same round (the
+    ``frame``): above 1x, its chunks were decoded on more than one core at once."""
+    done = [read_round(co, mounts, repo, frame) for _ in range(rounds)]
 
     def each(fmt, values) -> str:
         return " / ".join(fmt(v) for v in values)
@@ -182,23 +190,30 @@ def read_rounds(co: Path, mounts: Mounts, repo: Repo, files: int, big_mib: int, 
     rows = [
         (f"seq read {big_mib} MiB: native", f"{median([r['seq_bytes'] / r['seq_native'] / 1e9 for r in done]):.2f} GB/s", ""),
         (f"seq read {big_mib} MiB: mount, median", f"{median(gbs):.2f} GB/s",
-         f"goal >= 0.5 GB/s: {verdict(median(gbs) >= 0.5)}; rounds {each(lambda v: f'{v:.2f}', gbs)}"),
+         f"goal >= 1 GB/s: {verdict(median(gbs) >= 1.0)}; rounds {each(lambda v: f'{v:.2f}', gbs)}"),
+        ("  seq read against one core's decode", f"{median(g * 1e9 / r['decode'] for g, r in zip(gbs, done)):.2f}x",
+         "decoded in the same round; above 1x: on more than one core at once; rounds "
+         + each(lambda v: f"{v:.2f}x", [g * 1e9 / r["decode"] for g, r in zip(gbs, done)])),
         ("seq read again (kernel cache)", f"{median([r['seq_bytes'] / r['seq_again'] / 1e9 for r in done]):.2f} GB/s", ""),
     ]
-    named = (("stat", f"find+stat {done[0]['stat_count']} files", True),
-             ("cat", f"cat {files} small files (find | xargs cat)", True),
-             ("py0", f"read {files} small files, Python open(buffering=0)", False),
-             ("py", f"read {files} small files, Python open()", False))
+    named = (("stat", f"find+stat {done[0]['stat_count']} files", 5),
+             ("cat", f"cat {files} small files (find | xargs cat)", 5),
+             ("py0", f"read {files} small files, Python open(buffering=0)", None),
+             ("py", f"read {files} small files, Python open()", 2))
     for key, name, goal in named:
         ratios = [r[key + "_mount"] / r[key + "_native"] for r in done]
         mid = median(ratios)
         times = f"{median([r[key + '_native'] for r in done]) * 1000:.0f} / {median([r[key + '_mount'] for r in done]) * 1000:.0f} ms"
         note = f"median {mid:.1f}x native; rounds {each(lambda v: f'{v:.1f}x', ratios)}"
         if goal:
-            note += f"; goal <= 5x: {verdict(mid <= 5)}"
-        elif key == "py":
+            note += f"; goal <= {goal}x: {verdict(mid <= goal)}"
+        if key == "py":
             note += "; buffered open asks isatty: one ioctl request per file"
         rows += [(name, times, note), ("  daemon served (last round)", "", done[-1][key + "_served"])]
+    again = [r["py_again"] / r["py_native"] for r in done]
+    rows.append(("  Python open() again, same mount", f"{median([r['py_again'] for r in done]) * 1000:.0f} ms",
+                 f"median {median(again):.1f}x native; rounds {each(lambda v: f'{v:.1f}x', again)}; "
+                 "all cached: the isatty round trips alone"))
     return rows
 
 
@@ -235,10 +250,10 @@ def run(files: int, big_mib: int, write_mib: int, rounds: int) -> None:
                          "one core; every chunk the mount serves is decoded and checked"))
             rows.append(("sha256 (calibration)", f"{len(sample) / t_sha / 1e9:.2f} GB/s",
                          "one core; paid on top only for chunks held as git blobs (or pf.rehashReads)"))
-            del frame
             del sample
 
-            rows += read_rounds(co, mounts, repo, files, big_mib, rounds)
+            rows += read_rounds(co, mounts, repo, files, big_mib, rounds, frame)
+            del frame
 
             # a large write into an --rw mount
             t_nat, _ = timed(write_big, co / "new.bin", write_mib)
