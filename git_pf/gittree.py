@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import pygit2
 
@@ -232,9 +232,11 @@ def lookup(repo: pygit2.Repository, tree: bytes, path: bytes) -> tuple[int, byte
     return mode, oid
 
 
-def diff_trees(repo: pygit2.Repository, a: bytes | None, b: bytes | None, prefix: bytes = b""):
+def diff_trees(repo: pygit2.Repository, a: bytes | None, b: bytes | None, prefix: bytes = b"",
+               skip: Callable[[bytes], bool] | None = None):
     """Yield ``(path, old, new)`` for every non-tree path that differs, where old/new are
-    ``(mode, raw oid)`` or None; equal subtrees are skipped by id."""
+    ``(mode, raw oid)`` or None; equal subtrees are skipped by id, and paths (files or
+    trees) for which ``skip`` is true are not yielded nor descended into."""
     if a == b:
         return
     ea = {n: (m, o) for n, m, o in (read_tree(repo, a) if a else [])}
@@ -244,9 +246,11 @@ def diff_trees(repo: pygit2.Repository, a: bytes | None, b: bytes | None, prefix
         if old == new:
             continue
         path = prefix + name
+        if skip is not None and skip(path):
+            continue
         old_tree = old[1] if old and old[0] == MODE_TREE else None
         new_tree = new[1] if new and new[0] == MODE_TREE else None
         if old_tree or new_tree:
-            yield from diff_trees(repo, old_tree, new_tree, path + b"/")
+            yield from diff_trees(repo, old_tree, new_tree, path + b"/", skip)
         if (old and not old_tree) or (new and not new_tree):
             yield path, (old if old and not old_tree else None), (new if new and not new_tree else None)

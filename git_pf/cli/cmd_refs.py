@@ -28,6 +28,20 @@ def _list(kind: str, as_json: bool) -> None:
          lambda: [typer.echo(f"{'*' if e.current else ' '} {e.name}") for e in entries])
 
 
+def _name_images(kind: str, name: Optional[str], rev: str, delete: bool, as_json: bool) -> None:
+    """``branch`` or ``tag`` (``kind``): list them, create NAME at REV, or delete NAME."""
+    repo = open_repo()
+    if name is None:
+        if delete:
+            raise UsageError(f"{kind} -d needs a {kind} name")
+        return _list(kind, as_json)
+    if delete:
+        old = getattr(repo, f"delete_{kind}")(name)
+        return emit(as_json, {"deleted": name, "id": old}, lambda: typer.echo(f"Deleted {kind} {name} (was {old[:12]})"))
+    image = getattr(repo, f"create_{kind}")(name, rev)
+    emit(as_json, {"created": name, "id": image.id}, lambda: typer.echo(f"{image.id} {name}"))
+
+
 @app.command()
 def branch(
     name: Optional[str] = typer.Argument(None, help="Branch to create (or delete with -d)."),
@@ -36,16 +50,7 @@ def branch(
     as_json: bool = JsonOpt,
 ) -> None:
     """List branches, create one at REV, or delete one with -d."""
-    repo = open_repo()
-    if name is None:
-        if delete:
-            raise UsageError("branch -d needs a branch name")
-        return _list("branch", as_json)
-    if delete:
-        old = repo.delete_branch(name)
-        return emit(as_json, {"deleted": name, "id": old}, lambda: typer.echo(f"Deleted branch {name} (was {old[:12]})"))
-    image = repo.create_branch(name, rev)
-    emit(as_json, {"created": name, "id": image.id}, lambda: typer.echo(f"{image.id} {name}"))
+    _name_images("branch", name, rev, delete, as_json)
 
 
 @app.command()
@@ -56,16 +61,7 @@ def tag(
     as_json: bool = JsonOpt,
 ) -> None:
     """List tags, tag REV as NAME, or delete a tag with -d."""
-    repo = open_repo()
-    if name is None:
-        if delete:
-            raise UsageError("tag -d needs a tag name")
-        return _list("tag", as_json)
-    if delete:
-        old = repo.delete_tag(name)
-        return emit(as_json, {"deleted": name, "id": old}, lambda: typer.echo(f"Deleted tag {name} (was {old[:12]})"))
-    image = repo.create_tag(name, rev)
-    emit(as_json, {"created": name, "id": image.id}, lambda: typer.echo(f"{image.id} {name}"))
+    _name_images("tag", name, rev, delete, as_json)
 
 
 @app.command()

@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable
 
 import pygit2
 
-from ..gittree import MODE_FILE, MODE_TREE, lookup, read_tree
+from ..gittree import MODE_FILE, MODE_TREE, diff_trees, lookup
 
 MISSING: Any = object()  # a key absent on one side
 AMBIGUOUS: Any = object()  # a key on which several merge bases disagree
@@ -79,22 +79,8 @@ def _sort_key(key):
 
 def changed_paths(git, a: bytes | None, b: bytes | None, skip: Callable[[bytes], bool], prefix: bytes = b"") -> Iterable[bytes]:
     """Every non-tree path that differs between trees ``a`` and ``b`` (raw oids), not
-    descending into paths for which ``skip`` is true; equal subtrees are skipped by id."""
-    if a == b:
-        return
-    ea = {n: (m, o) for n, m, o in (read_tree(git, a) if a else [])}
-    eb = {n: (m, o) for n, m, o in (read_tree(git, b) if b else [])}
-    for name in sorted(ea.keys() | eb.keys()):
-        old, new = ea.get(name), eb.get(name)
-        path = prefix + name
-        if old == new or skip(path):
-            continue
-        sub_a = old[1] if old and old[0] == MODE_TREE else None
-        sub_b = new[1] if new and new[0] == MODE_TREE else None
-        if sub_a or sub_b:
-            yield from changed_paths(git, sub_a, sub_b, skip, path + b"/")
-        if (old and not sub_a) or (new and not sub_b):
-            yield path
+    descending into paths for which ``skip`` is true (``gittree.diff_trees``)."""
+    return (path for path, _, _ in diff_trees(git, a, b, prefix, skip))
 
 
 def merge_paths(git, bases: list, ours, theirs, skip: Callable[[bytes], bool], root: bytes = b"") -> tuple[dict, list[bytes]]:
