@@ -28,7 +28,9 @@ def _ok_error(proc, code=2, needle=None):
 def test_version_and_help_on_every_command(run_pf):
     assert run_pf("--version").stdout.startswith("git-pf ")
     top = run_pf("-h").stdout
-    commands = [line.split()[0] for line in top.split("Commands:")[1].splitlines() if line.strip()]
+    # the commands, listed in groups (images, branches and tags, ...) after the options
+    commands = [line.split()[0] for line in top.split("Options:")[1].splitlines()
+                if line.startswith("  ") and not line.lstrip().startswith("-")]
     assert {"init", "snapshot", "show", "log", "ls", "tag", "branch", "checkout", "fork", "diff", "fsck"} <= set(commands)
     for cmd in commands:
         proc = run_pf(cmd, "-h")

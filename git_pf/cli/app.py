@@ -14,6 +14,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Callable
 
 import typer
+from typer.core import TyperGroup
 
 try:  # Typer >= 0.20 vendors its own click; its exceptions are the ones raised
     from typer._click import exceptions as click_exc
@@ -30,7 +31,43 @@ coerce.install()  # plain values without pydantic: 50-70 ms less on every call
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 
+# How ``git pf -h`` groups the commands, as ``git help`` groups git's (docs/cli.md); a command
+# in no group is listed last, under "other commands".
+GROUPS = (
+    ("start a repository", ("init",)),
+    ("images", ("snapshot", "show", "log", "diff", "checkout", "fork", "merge", "model-merge", "verify")),
+    ("branches and tags", ("ls", "branch", "tag", "switch")),
+    ("remotes", ("push", "fetch", "clone", "remote-store", "install", "uninstall")),
+    ("mounts", ("mount", "umount", "mounts")),
+    ("runs", ("record", "replay", "run", "fanout", "blame", "report", "serve")),
+    ("integrations", ("hook", "rewind")),
+    ("maintenance", ("fsck", "gc", "server")),
+)
+
+
+class GroupedHelp(TyperGroup):
+    """The root command: its help lists the commands in ``GROUPS``."""
+
+    def format_commands(self, ctx, formatter) -> None:
+        commands = {}
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                commands[name] = cmd
+        if not commands:
+            return
+        limit = formatter.width - 6 - max(len(name) for name in commands)
+        placed: set[str] = set()
+        for title, names in GROUPS + (("other commands", tuple(commands)),):
+            rows = [(n, commands[n].get_short_help_str(limit)) for n in names if n in commands and n not in placed]
+            placed.update(n for n, _ in rows)
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+
 app = typer.Typer(
+    cls=GroupedHelp,
     name="git pf",
     help="fork() for AI agents: snapshot, fork, merge and push live agent state with git.",
     context_settings=CONTEXT,
