@@ -1,6 +1,6 @@
 """Fan-outs and blame trials on a one-node Ray cluster against the local executor, in the same run.
 
-    python -m benchmarks.bench_scale [--forks 50,200,1000] [--files 1,400] [-k 3] [--no-blame]
+    python -m benchmarks.bench_scale [--forks 50,200,1000] [--files 1,400] [-k 3] [--no-blame] [--no-fanout]
 
 A Ray head (2 CPUs, a HOME and cwd of its own) and a bare remote behind ``git daemon``
 on 127.0.0.1 are started for the run. For each image size (``--files`` files of 2 KiB
@@ -120,6 +120,7 @@ def main(argv=None) -> int:
     ap.add_argument("--files", default="1,400")
     ap.add_argument("-k", type=int, default=3)
     ap.add_argument("--no-blame", action="store_true")
+    ap.add_argument("--no-fanout", action="store_true")
     args = ap.parse_args(argv)
     try:
         import ray  # noqa: F401
@@ -133,7 +134,9 @@ def main(argv=None) -> int:
     with workdir("scale") as base:
         (base / "served").mkdir()
         with git_daemon(base / "served") as url, ray_cluster(base, env={"PATH": os.environ["PATH"]}) as (address, _):
-            _fanouts(base, url, address, [int(x) for x in args.forks.split(",")], [int(x) for x in args.files.split(",")])
+            if not args.no_fanout:
+                _fanouts(base, url, address, [int(x) for x in args.forks.split(",")],
+                         [int(x) for x in args.files.split(",")])
             if not args.no_blame:
                 _blame(base, url, address, args.k)
     return 0

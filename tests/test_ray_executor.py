@@ -161,6 +161,14 @@ def test_blame_on_ray_equals_jobs_1_and_its_verdicts_are_on_the_remote(repo, run
         here = json.loads(_blame(run_pf, root, plan, fake, agent, "here", steps, 3, "--jobs", "1").stdout)
         there = json.loads(_blame(run_pf, root, plan, fake, agent, "there", steps, 3, "--executor", "ray",
                                   "--ray-address", address).stdout)
+        # the driver crashed before it fetched the verdicts: the same command finds them on the remote
+        for t in there["trials"]:
+            sh("git", "update-ref", "-d", f"refs/pf/blame/there/step-{t['step']}/{t['trial']}", cwd=root)
+        asked = len(fake.requests)
+        again = json.loads(_blame(run_pf, root, plan, fake, agent, "there", steps, 3, "--executor", "ray",
+                                  "--ray-address", address).stdout)
+        assert len(fake.requests) == asked  # no trial ran again: none asked the model
+        assert again["trials"] == there["trials"] and again["resumed"] == 0
     finally:
         fake.__exit__(None, None, None)
     outcomes = lambda s: [(t["step"], t["trial"], t["outcome"]) for t in s["trials"]]

@@ -110,6 +110,7 @@ def blame(repo, rev: str, agent_cmd: list[str], opts: BlameOptions, *,
     ex = executors.make(opts.executor, jobs=opts.jobs, address=opts.ray_address)
     remote = _cluster_remote(repo) if ex.remote else None
     spec = node.RemoteSpec.of(repo, remote) if remote is not None else None
+    ex.start()  # connected to the cluster before anything is written
     grader = Grader(opts.oracle, opts.success_re, opts.failure_re, opts.oracle_timeout_s).check()
     fn = perturb.load(opts.perturb)
     tip = refs.resolve(git, rev)
