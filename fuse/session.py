@@ -27,6 +27,7 @@ import socket
 import subprocess
 import threading
 import time
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 
 from git_pf.errors import PfError
@@ -40,6 +41,7 @@ BUFFER = MAX_WRITE + 4096  # a whole write request: header, write_in, data
 SPIN_S = 100e-6  # after a request, look for the next one this long before sleeping on the device
 CROWD_EVERY_S = 0.01  # how often the loop looks whether the machine has an idle core to spin on
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+REPLY_WAIT_S = 10.0  # at unmount, how long answers still being computed may take
 DRAIN_POLL_MS = 20  # while stopping: how often to look whether the helpers have ended
 
 
@@ -76,6 +78,7 @@ class Session:
         self.after = None  # called once each request is answered: work that must follow the reply
         self.counts: dict[int, int] = {}  # requests served, by opcode
         self.replies: ThreadPoolExecutor | None = None  # the reply threads (``Later``)
+        self._unsent: set = set()  # their answers not sent yet
         self._poller = None
         self._crowd, self._crowd_at = False, -1.0
 
@@ -103,15 +106,21 @@ class Session:
         os.set_inheritable(self.fd, False)
 
     def close(self) -> None:
-        """Detach the mount unless the kernel already ended the session, then drop the device."""
+        """Detach the mount unless the kernel already ended the session, then drop the device once
+        the answers still being sent are out (a stuck one keeps it open until the process exits)."""
         if self.fd < 0:
             return
         for helper in self.helpers:  # after an unmount nothing they write can block
             helper.stop()
-        if self.replies is not None:  # answered before the device closes: its number is never reused under them
-            self.replies.shutdown(wait=True)
         if not self._poll(0) & select.POLLERR:
             subprocess.run(["fusermount3", "-u", "-z", "--", self.mountpoint], capture_output=True)
+        if self.replies is not None:  # answers still being sent write to this descriptor: let them end first
+            self.replies.shutdown(wait=False)
+            _, late = futures.wait(self._unsent.copy(), timeout=REPLY_WAIT_S)
+            if late:  # stuck (a chunk that never comes): the descriptor stays open until the process exits,
+                log.warning("%d answers still pending at unmount", len(late))  # so its number is never reused
+                self.fd = -1
+                return
         os.close(self.fd)
         self.fd = -1
 
@@ -237,7 +246,9 @@ class Session:
         if type(out) is Later:
             if self.replies is None:
                 self.replies = ThreadPoolExecutor(reply_threads(), thread_name_prefix="reply")
-            self.replies.submit(self._answer_later, opcode, unique, out.fn)
+            sent = self.replies.submit(self._answer_later, opcode, unique, out.fn)
+            self._unsent.add(sent)
+            sent.add_done_callback(self._unsent.discard)
         elif out is not None:
             self._reply(unique, out)
 
