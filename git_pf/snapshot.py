@@ -3,16 +3,15 @@
 Order of writes: git objects and side-store objects first, the branch ref
 last (compare-and-swap), so an interrupted snapshot leaves no ref and only
 unreferenced objects that ``git gc`` / ``git pf gc`` remove. The world is
-captured first (the ``WorldSource``); then each registered layer writes what
-the request gives it, or what it inherits from the parent image, through its
-``Layer.input`` (``SnapshotWrite``); a layer without one writes the
-``LayerInput``s named as it and otherwise keeps the parent's files and
-summary. A layer may add a trailer (the effects layer's ``Pf-Rewrite-Effects``).
+captured first (the request's ``WorldSource``, else the root layer's ``DirWorld``);
+then each registered layer writes what the request gives it (``SnapshotRequest.inputs``:
+layer name -> that layer's input), or what it inherits from the parent image, through
+its ``Layer.input`` (``SnapshotWrite``); by default the ``LayerInput``s named as it,
+else the parent's files and summary kept. A layer may add a trailer (the effects
+layer's ``Pf-Rewrite-Effects``). No layer is named here.
 """
 from __future__ import annotations
 
-import errno
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Protocol
