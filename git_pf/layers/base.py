@@ -106,9 +106,6 @@ class Layer:
     def manifest_key(self) -> str:
         return self.summary_key or self.name
 
-    def owns(self, path: bytes) -> bool:
-        return covered(path, self.claims)
-
     # -- input: what a snapshot writes or inherits -------------------------------------------
     def input_from(self, keywords: Mapping[str, Any]) -> Any:
         """This layer's input built from the request keywords it takes (``keywords``); None: none given."""
