@@ -46,9 +46,14 @@ def verdict_row(git, commit: str) -> dict:
     if not isinstance(c, pygit2.Commit):
         raise DataError(f"the verdict {commit[:12]} is not a commit")
     t = dict(img.parse_trailers(c.message))
-    return {"step": int(t.get(store.T_STEP, 0)), "trial": int(t.get(store.T_TRIAL, 0)),
-            "outcome": t.get(store.T_OUTCOME, "undefined"), "reason": t.get(store.T_REASON, ""), "commit": commit,
-            "tip": str(c.parent_ids[0]) if c.parent_ids else None, "cost_usd": float(t.get(store.T_COST, "0") or 0)}
+    try:  # it may come from the remote: checked as store.trials checks it
+        step, trial, cost = int(t[store.T_STEP]), int(t[store.T_TRIAL]), float(t.get(store.T_COST, "0"))
+    except (KeyError, ValueError):
+        raise DataError(f"the verdict {commit[:12]} has no readable trailers") from None
+    if t.get(store.T_OUTCOME) not in store.OUTCOMES:
+        raise DataError(f"the verdict {commit[:12]} has no known outcome")
+    return {"step": step, "trial": trial, "outcome": t[store.T_OUTCOME], "reason": t.get(store.T_REASON, ""),
+            "commit": commit, "tip": str(c.parent_ids[0]) if c.parent_ids else None, "cost_usd": cost}
 
 
 def run_task(task: TrialTask) -> dict:
