@@ -19,6 +19,7 @@ import pytest
 
 from git_pf import Repo, image as img
 from git_pf.layers.effects import ledger
+from git_pf.integrations.claude_code_hook import server_socket, sync
 from git_pf.layers.world.restore import iter_world
 
 import claude_cli_helpers as cli
@@ -156,6 +157,7 @@ def test_a_session_is_a_branch_of_step_images(claude, server):
     if server:
         subprocess.run(["git", "config", "pf.claudeCode.server", "true"], cwd=claude.project, check=True)
     _session(claude)
+    sync(str(claude.project / ".git"))  # the server answers once a step's world is captured, and writes after
     repo = Repo.open(claude.project)
     branch = f"cc/{SID}"
     log = repo.log(branch)
@@ -185,14 +187,17 @@ def test_a_session_is_a_branch_of_step_images(claude, server):
     assert tag is not None and str(tag.target) == log[0].id
     claude.hook("Stop", stop_hook_active=False, last_assistant_message="Done.")  # nothing new: no new image
     claude.hook("SessionEnd", reason="other")
+    sync(str(claude.project / ".git"))
     assert repo.log(branch)[0].id == log[0].id and repo.git.references.get(f"refs/pf/tags/{branch}/turn-2") is None
     if server:
         pid = int((claude.project / ".git/pf/claude-code/server.pid").read_text())
+        sock = server_socket(str(claude.project / ".git"))
+        assert os.path.exists(sock) and not any(p.is_socket() for p in claude.project.rglob("*"))
         out = subprocess.run(["git", "pf", "hook", "claude-code", "--stop-server"], cwd=claude.project,
                              env=claude.env, capture_output=True, text=True)
         assert out.stdout.strip() == "stopped the hook server"
         _wait_gone(pid)
-        assert not (claude.project / ".git/pf/claude-code/server.sock").exists()
+        assert not os.path.exists(sock)
 
 
 def _wait_gone(pid: int) -> None:
@@ -280,11 +285,13 @@ def test_a_repository_whose_hook_server_runs_copies_and_the_copy_gets_its_own_se
 
     subprocess.run(["git", "config", "pf.claudeCode.server", "true"], cwd=claude.project, check=True)
     claude.hook("SessionStart", source="startup")  # starts the server
+    sync(str(claude.project / ".git"))
     copy = tmp_path / "copy"
     shutil.copytree(claude.project, copy, symlinks=True)  # raised on the socket when it was in .git
     other = Claude(copy, tmp_path / "copy.jsonl", dict(claude.env, CLAUDE_PROJECT_DIR=str(copy)), sid="copied-session")
     try:
         other.hook("SessionStart", source="startup")
+        sync(str(copy / ".git"))
         assert Repo.open(copy).resolve("cc/copied-session") and not Repo.open(claude.project).git.references.get(
             "refs/pf/heads/cc/copied-session")
         assert (copy / ".git/pf/claude-code/server.pid").read_text() != (
@@ -476,6 +483,7 @@ def test_the_real_cli_saves_every_call_the_answer_and_rewinds_code_and_conversat
         result = cli.run_claude(root, cenv, "make hello.py")
         assert result["result"] == "All done." and not server.unknown(), server.unknown()
         sid = result["session_id"]
+        sync(str(root / ".git"))  # the hook server may still be writing the final image
         repo = Repo.open(root)
         branch = f"cc/{sid}"
         images = _step_images(repo, branch)

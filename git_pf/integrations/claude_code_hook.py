@@ -254,6 +254,13 @@ def exchange(git_dir: str, request: dict) -> dict | None:
     return reply if isinstance(reply, dict) else None
 
 
+def sync(git_dir: str) -> None:
+    """Return once the repository's hook server, if one runs, has written every event it was sent
+    (it answers after a step's world is captured and writes the image after): what a command that
+    reads a session's images calls first."""
+    exchange(git_dir, {"sync": True})
+
+
 def _server_enabled(git_dir: str) -> bool:
     import subprocess
 

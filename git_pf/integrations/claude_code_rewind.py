@@ -14,6 +14,8 @@ nothing is written through a symlink. The conversation is the session's
 transcript file, cut after the step's tool result (or at the end of the
 turn), so ``claude --resume <session>`` goes on from there; the lines cut are
 kept beside the session's record, so a later rewind can reach a later step.
+A rewind first waits for the repository's hook server to have written every
+event it was sent (``claude_code_hook.sync``).
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from ..layers.effects import ledger as effects_mod
 from ..runs.steps import at_step, step_of
 from ..snapshot import DirWorld
 from .claude_code import BRANCH_PREFIX, WORLD_IGNORE, root_record, session_record
+from .claude_code_hook import sync
 
 SCOPES = ("code", "conversation", "both")
 
@@ -107,6 +110,7 @@ def plan(repo, session: str | None, step: int | None, into: str | os.PathLike | 
         raise UsageError(f"--scope must be one of {'|'.join(SCOPES)}, not '{scope}'")
     if (step is None) == (turn is None):
         raise UsageError("name one of --to-step N and --to-turn N")
+    sync(str(repo.git_dir))  # the hook server's last step may still be being written
     sid = session.removeprefix(BRANCH_PREFIX) if session else latest_session(git)
     branch = BRANCH_PREFIX + sid
     if refs.branch_tip(git, refs.check_name(branch)) is None:

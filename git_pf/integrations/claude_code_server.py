@@ -11,7 +11,8 @@ answered as soon as Claude Code may go on: a step once its world is captured
 (the transcript read, the image and the ref come after, and the next event
 waits for them); a request with ``"wait": false`` (``UserPromptSubmit``,
 ``SessionEnd``) before it is handled at all. A failure after the answer goes
-to the hook log only. A step waiting for its transcript line stops waiting
+to the hook log only. A ``{"sync": true}`` request is answered in its turn,
+once every event sent before it is written (``claude_code_hook.sync``). A step waiting for its transcript line stops waiting
 when the next event arrives (the next step completes its trace). A second
 server for the same repository exits at once (a lock). It ends after
 ``pf.claudeCode.serverIdle`` seconds without an event (default 600), on
@@ -87,6 +88,8 @@ def _answer(conn: socket.socket, git_dir: str, sessions, version: str) -> bool:
             reply = {"error": "the hook server got a malformed request"}
         elif request.get("stop"):
             reply, go_on = {"ok": {"action": "stopped"}}, False
+        elif request.get("sync"):  # answered in turn: every event before it is written
+            reply = {"ok": {"action": "synced"}}
         elif request.get("version") != version:
             reply, go_on = {"restart": True}, False
         elif not isinstance(request.get("event"), str):
