@@ -12,11 +12,13 @@ import threading
 import time
 from pathlib import Path
 
+import pygit2
 import pytest
 
 import s3_helpers
 from git_pf.blame import scripted
 from git_pf.runs.fakellm import FakeLLM
+from git_pf.runs.steps import at_step
 from ray_helpers import ancestors, processes_with, ray_cluster
 from transport_helpers import BIN, bare, git_daemon, sh
 
@@ -72,6 +74,38 @@ def test_fanout_on_the_local_executor_scores_times_out_and_refuses_a_driver_path
     _one_line(run_pf("fanout", "main", "-n", "2", "--executor", "ray", "--", "true", cwd=root, check=False), 2,
               "is a path on this machine")
     assert sh("git", "for-each-ref", cwd=root).stdout == before
+
+
+def _recorded(run_pf, root, fake):
+    """A 4-step run of the blame tests' agent, whose step 3 reply is BUG; its agent, scoring itself."""
+    from blame_helpers import AGENT, HERE, record
+
+    record(run_pf, root, fake)
+    scoring = (f"import os, pathlib, sys; sys.path.insert(0, {str(HERE.parent)!r}); import blame_helpers; "
+               "blame_helpers.main(); w = pathlib.Path(os.environ['GIT_PF_WORLD']); "
+               "print('pf-score:', sum('BUG' not in f.read_text() for f in w.glob('out-*.txt')))")
+    return [AGENT[0], "-c", scoring]
+
+
+def test_fanout_at_a_step_of_a_recorded_run_changes_each_forks_reply_and_scores_the_run_on(repo, run_pf,
+                                                                                           tmp_path):
+    from blame_helpers import REPLIES, by_step
+
+    root = repo.git_dir.parent
+    with FakeLLM(by_step(REPLIES)) as fake:
+        agent = _recorded(run_pf, root, fake)
+        out = json.loads(run_pf("fanout", "run", "--at-step", "3", "-n", "2", "--perturb", "blame_helpers:fix",
+                                "--upstream", fake.url, "--json", "--", *agent, cwd=root,
+                                env={"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
+                                                                     os.environ.get("PYTHONPATH", "")])}).stdout)
+    assert [r["name"] for r in out["forks"]] == ["run-fork-1", "run-fork-2"]
+    for r in out["forks"]:
+        assert r["exit"] == 0 and r["score"] == 4  # BUG fixed at step 3: every out file is right
+        files = sh("git", "show", f"{r['image']}:world/fs/out-3.txt", cwd=root).stdout
+        assert files == "fixed"
+        git = pygit2.Repository(str(repo.git_dir))
+        assert at_step(git, r["image"], 2) == at_step(git, "refs/pf/heads/run", 2)  # steps 1-2: the run's own
+        assert at_step(git, r["image"], 3) != at_step(git, "refs/pf/heads/run", 3)
 
 
 @pytest.fixture(scope="module")
@@ -215,3 +249,23 @@ def test_a_worker_killed_mid_trial_is_retried_and_every_verdict_comes_once(repo,
     assert sorted(line.split("\t")[1] for line in on_remote) == [f"refs/pf/blame/killed/step-{plan.step}/{k}"
                                                                  for k in (1, 2, 3)]
     assert {line.split("\t")[0] for line in on_remote} == {t["commit"] for t in out["trials"]}
+
+
+def test_fanout_at_a_step_on_ray_pushes_each_run_on_as_a_new_branch(repo, run_pf, tmp_path, cluster):
+    from blame_helpers import REPLIES, by_step
+
+    address = cluster[0]
+    root = repo.git_dir.parent
+    served, _ = _remote(root, cluster, "atstep")
+    with FakeLLM(by_step(REPLIES)) as fake:
+        agent = _recorded(run_pf, root, fake)
+        out = json.loads(run_pf("fanout", "run", "--at-step", "3", "-n", "2", "--perturb", "drop", "--upstream",
+                                fake.url, "--executor", "ray", "--ray-address", address, "--json", "--", *agent,
+                                cwd=root).stdout)
+    on_remote = dict(line.split("\t")[::-1] for line in sh("git", "ls-remote", served, "refs/pf/heads/*").stdout.splitlines())
+    git = pygit2.Repository(str(repo.git_dir))
+    for r in out["forks"]:
+        assert r["exit"] == 0 and r["score"] == 4 and r["ran"]  # step 3's reply dropped: no BUG anywhere
+        assert on_remote[f"refs/pf/heads/{r['name']}"] == r["image"] == str(git.references[f"refs/pf/heads/{r['name']}"].target)
+        assert sh("git", "show", f"{r['image']}:world/fs/out-3.txt", cwd=root).stdout == ""
+        assert at_step(git, r["image"], 2) == at_step(git, "refs/pf/heads/run", 2)

@@ -113,18 +113,27 @@ class Setup:
     ignore: object = ()  # matching rules given on the command line (the run's own come with its tape)
 
 
-def change(setup: Setup, step: int, k: int, ups: Upstreams, spent: list[float]):
-    """The ``entry_change`` of the fork of trial ``k`` at ``step``."""
+def reply_change(spec: str, fn, seed: int, step: int, k: int, ups: Upstreams, on_resample=None):
+    """The ``entry_change`` of fork ``k`` at ``step``: the reply perturbed as ``spec`` says (``fn``:
+    ``perturb.load(spec)``, None for resample, whose new entry goes to ``on_resample``)."""
     def apply(entry: dict) -> dict:
-        if setup.perturb_spec == "none":
+        if spec == "none":
             return entry
-        if setup.perturb_fn is None:
+        if fn is None:
             new = resample(entry, ups)
-            spent[0] += setup.meter.add(new)
+            if on_resample is not None:
+                on_resample(new)
             return new
-        rng = perturb.rng_for(setup.seed, step, k)
-        return wire.with_reply(entry, perturb.apply(setup.perturb_fn, wire.reply_text(entry), rng, setup.perturb_spec))
+        rng = perturb.rng_for(seed, step, k)
+        return wire.with_reply(entry, perturb.apply(fn, wire.reply_text(entry), rng, spec))
     return apply
+
+
+def change(setup: Setup, step: int, k: int, ups: Upstreams, spent: list[float]):
+    """The ``entry_change`` of the fork of trial ``k`` at ``step`` (a resample's cost metered)."""
+    def metered(new: dict) -> None:
+        spent[0] += setup.meter.add(new)
+    return reply_change(setup.perturb_spec, setup.perturb_fn, setup.seed, step, k, ups, metered)
 
 
 def run_trial(repo, setup: Setup, step: int, k: int) -> dict | None:

@@ -43,6 +43,10 @@ def fanout(
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="With the local executor: forks run at a time (default: the CPUs)."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDR", help="With --executor ray: the cluster (default: RAY_ADDRESS, else ray.init()'s)."),
     timeout: Optional[float] = typer.Option(None, "--timeout", metavar="SECONDS", help="Kill a fork's command after this long."),
+    at_step: Optional[int] = typer.Option(None, "--at-step", metavar="N", help="REV is a recorded run: fork it at step N with a changed reply; CMD is the agent, run on."),
+    perturb: str = typer.Option("text", "--perturb", metavar="text|drop|resample|none|module:function", help="With --at-step: how each fork's reply is changed (as blame's)."),
+    seed: int = typer.Option(0, "--seed", help="With --at-step: the seed of the changes."),
+    upstream: List[str] = typer.Option([], "--upstream", metavar="[openai=|anthropic=]URL", help="With --at-step: where live requests go (repeatable)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Fork REV N times and run CMD in each fork's world; each world becomes its fork's next image."""
@@ -56,5 +60,6 @@ def fanout(
         say(f"{row['name']}: exit {_exit(row)} in {row['duration_s']:.2f}s{score}{again}")
 
     out = do_fanout(open_repo(), rev, n, list(cmd), prefix=name, executor=executor, jobs=jobs,
-                    ray_address=ray_address, timeout_s=timeout, progress=None if as_json else progress)
+                    ray_address=ray_address, timeout_s=timeout, at_step=at_step, perturb=perturb, seed=seed,
+                    upstreams=list(upstream), progress=None if as_json else progress)
     emit(as_json, out, lambda: typer.echo("\n".join(table(out))))
