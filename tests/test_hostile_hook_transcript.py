@@ -13,6 +13,7 @@ import pytest
 
 from git_pf import Repo
 from git_pf.integrations.claude_code import MAX_TRANSCRIPT
+from git_pf.integrations.claude_code_hook import sync
 
 from test_integrations_claude_code import SID, claude, project  # noqa: F401  (fixtures)
 
@@ -43,6 +44,7 @@ def test_a_bad_transcript_is_skipped_with_one_log_line_and_the_step_is_written(c
                  tool_response={"stdout": "", "stderr": ""}, tool_use_id="toolu_bad")
     assert step.returncode == 0 and step.stderr == b"", step.stderr
     assert (claude.project / ".git/pf/claude-code/server.pid").exists()  # the server handled them
+    sync(str(claude.project / ".git"))  # it answers a step once its world is captured, and writes after
 
     lines = log.read_text().splitlines()
     assert len(lines) == 2 and all("transcript skipped" in l and str(bad) in l for l in lines), lines
@@ -57,5 +59,6 @@ def test_a_bad_transcript_is_skipped_with_one_log_line_and_the_step_is_written(c
     # the same server goes on reading a good transcript
     claude.line(type="user", message={"role": "user", "content": "go on"})
     claude.tool("Read", {"file_path": str(claude.project / "made.txt")}, {"type": "text"})
+    sync(str(claude.project / ".git"))
     messages = [json.loads(l) for l in repo.read_layer(f"cc/{SID}", "trace/messages.jsonl").splitlines()]
     assert messages[0] == {"role": "user", "content": "go on"} and len(log.read_text().splitlines()) == 2

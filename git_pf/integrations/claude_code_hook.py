@@ -129,6 +129,9 @@ def main(data: bytes | None = None) -> int:
         reply = _via_server(git_dir, request)
         if reply is None:
             reply = handle_request(git_dir, request)
+        for line in reply.get("earlier") or ():  # an event the server answered before it failed: logged there
+            sys.stderr.write(f"git pf: claude-code hook: an earlier event failed: {line} "
+                             f"(logged in {os.path.join(state_dir(git_dir), 'hook.log')})\n")
         if reply.get("error"):
             _fail(git_dir, reply["error"], data)
         elif (reply.get("ok") or {}).get("action") == "checked":

@@ -11,7 +11,8 @@ answered as soon as Claude Code may go on: a step once its world is captured
 (the transcript read, the image and the ref come after, and the next event
 waits for them); a request with ``"wait": false`` (``UserPromptSubmit``,
 ``SessionEnd``) before it is handled at all. A failure after the answer goes
-to the hook log only. A ``{"sync": true}`` request is answered in its turn,
+to the hook log, and the next answer carries it, so the next hook says it on
+stderr. A ``{"sync": true}`` request is answered in its turn,
 once every event sent before it is written (``claude_code_hook.sync``). A step waiting for its transcript line stops waiting
 when the next event arrives (the next step completes its trace). A second
 server for the same repository exits at once (a lock). It ends after
@@ -35,6 +36,7 @@ from pathlib import Path
 from .claude_code_hook import handle_request, log_line, server_socket, state_dir
 
 DEFAULT_IDLE_S = 600.0
+_failed_after: list[str] = []  # failures of events already answered: the next answer carries them
 MAX_REQUEST = 64 << 20
 READ_WAIT_S = 10.0
 
@@ -77,8 +79,13 @@ def _answer(conn: socket.socket, git_dir: str, sessions, version: str) -> bool:
             if answered:
                 return
             answered.append(True)
+            reply = dict(reply or {"ok": {"action": "queued"}})
+            if _failed_after and isinstance(request, dict) and isinstance(request.get("event"), str) \
+                    and not reply.get("restart"):  # the hook says so: a failure is never silent
+                reply["earlier"] = _failed_after[:]
+                _failed_after.clear()
             try:
-                conn.sendall(json.dumps(reply or {"ok": {"action": "queued"}}).encode("utf-8"))
+                conn.sendall(json.dumps(reply).encode("utf-8"))
                 conn.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
@@ -100,6 +107,7 @@ def _answer(conn: socket.socket, git_dir: str, sessions, version: str) -> bool:
             reply = handle_request(git_dir, request, sessions, answer)
             if answered and reply.get("error"):
                 log_line(git_dir, "event", reply["error"])
+                _failed_after.append(reply["error"])
         answer(reply)
         return go_on
 
