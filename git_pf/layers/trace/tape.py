@@ -116,6 +116,7 @@ def load(git, name: bytes, oid: bytes) -> list[tuple[bytes, bytes, str]]:
     if span is None:
         data = _blob(git, oid, limit, "pf.maxJsonLine", _where(name))
         if name[9:25].decode() != hashlib.sha256(data).hexdigest()[:16]:
+            parse(data, _where(name))  # an entry that is no JSON object is named as that first
             raise DataError(f"{_where(name)}: its name does not match its content")
         return [(name, data, _where(name))]
     blob = _blob(git, oid, tapechunk.stored_cap(span[1]), "a chunk's size bound", _where(name))
