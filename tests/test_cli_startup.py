@@ -18,8 +18,8 @@ import pytest
 from conftest import BIN
 
 HEAVY = ("pygit2", "torch", "rich", "zstandard", "pathspec", "pyfastcdc")
-# What the CLI may load for --version and -h: the package root, its errors and the CLI layer.
-LIGHT_PF = ("git_pf", "git_pf.errors")
+# What the CLI may load for --version and -h: the package root, its errors, the git-dir finder and the CLI layer.
+LIGHT_PF = ("git_pf", "git_pf.errors", "git_pf.gitdir")
 
 
 def _modules_after(code: str, cwd=None) -> dict:
