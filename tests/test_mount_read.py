@@ -222,28 +222,34 @@ def test_a_large_file_waiting_for_its_data_does_not_hold_the_rest_of_the_mount(p
     os.rename(chunk, kept)
     os.mkfifo(chunk)
     mnt = pf.mount(image, pf.root / "mnt")
-    stuck: list = []
-    big = threading.Thread(target=lambda: stuck.append(_read_or_error(mnt / "data.bin")), daemon=True)
-    big.start()
+    with open(pf.root / "big.out", "wb") as out:  # another process: this one holds nothing open on the mount
+        big = subprocess.Popen(["cat", str(mnt / "data.bin")], stdout=out, stderr=subprocess.DEVNULL)
     try:
+        _wait_for_fifo_reader(pf.states()[0]["pid"])
         small = subprocess.run(["cat", str(mnt / "src" / "main.py")], capture_output=True, timeout=60)
         assert small.stdout == b"print('hello')\n"
         assert (mnt / "link").read_text() == "print('hello')\n"
-        assert not stuck  # still waiting for the chunk: no writer has come to the FIFO
+        assert big.poll() is None  # still waiting for the chunk: no writer has come to the FIFO
     finally:
         writer = os.open(chunk, os.O_RDWR)  # the waiting read of the FIFO goes on, and finds an empty frame
         os.replace(kept, chunk)
         os.close(writer)
-    big.join(60)
-    assert stuck and (stuck[0] == want or isinstance(stuck[0], OSError) and stuck[0].errno == errno.EIO)
+        big.wait(60)
+    assert big.returncode != 0 or (pf.root / "big.out").read_bytes() == want  # EIO, or read once it was back
     assert (mnt / "data.bin").read_bytes() == want  # read again once it is back
 
 
-def _read_or_error(path: Path):
-    try:
-        return path.read_bytes()
-    except OSError as e:
-        return e
+def _wait_for_fifo_reader(pid: int) -> None:
+    """Until a thread of ``pid`` waits in the open of a FIFO for a writer to come."""
+    for _ in range(3000):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                if Path(f"/proc/{pid}/task/{task}/wchan").read_text() == "wait_for_partner":
+                    return
+            except OSError:
+                continue
+        time.sleep(0.01)
+    raise AssertionError("the mount's daemon never opened the chunk")
 
 
 def test_readonly_mount_refuses_writes(pf):
