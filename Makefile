@@ -61,7 +61,7 @@ test: venv browsers claude-code
 	GIT_PF_SERVER=0 $(PY) -m pytest -q tests/test_foundation_cli.py tests/test_field_cli.py tests/test_merge_cli.py tests/test_transport_cli.py tests/test_cli_startup.py
 
 demo: venv
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m git_pf.demo
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m git_pf.testing.demo
 
 bench: venv claude-code
 	@command -v git-lfs >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq git-lfs; }

@@ -128,7 +128,7 @@ def _requests(lines: list[str]) -> str:
 def moto_server(base: Path):
     """A moto S3 server on 127.0.0.1 when moto and the s3 adapter are installed, else None."""
     if importlib.util.find_spec("moto") is None or importlib.util.find_spec("boto3") is None or \
-            importlib.util.find_spec("git_pf.transport.s3store") is None:
+            importlib.util.find_spec("git_pf.transport.adapters.s3") is None:
         return None
     import socket
 

@@ -17,7 +17,7 @@ import os
 import sys
 import time
 
-from git_pf.runs.fakellm import FakeLLM
+from git_pf.testing.fakellm import FakeLLM
 
 from .common import git_env, recorded_run, report, workdir
 

@@ -24,7 +24,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import git_pf.layers.cache as kc
-from git_pf import Repo, cores
+from git_pf import Repo
+from git_pf.core import cores
 from git_pf.store import directio
 
 from .common import report, verdict, workdir

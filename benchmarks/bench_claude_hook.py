@@ -106,7 +106,7 @@ def bench(base: Path, runs: int, files: int, changed: int) -> list:
         subprocess.run([sys.executable, "-c", "pass"], check=True)
         t_py.append((time.perf_counter() - t0, 0.0))
     rows.append(("python -c pass", f"{_median(t_py) * 1000:.0f} ms", ""))
-    from git_pf.integrations.claude_code_settings import hook_command
+    from git_pf.integrations.claude_code.settings import hook_command
 
     commands = {"the installed command (python -S)": hook_command(), "git pf hook claude-code": "git pf hook claude-code"}
     for mode, server in (("warm", "true"), ("in the hook's process", "false")):

@@ -21,8 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-from git_pf import Repo, refs, safepath
-from git_pf.snapshot_inputs import TraceInput
+from git_pf import Repo
+from git_pf.image import refs, safepath
+from git_pf.ops.snapshot_inputs import TraceInput
 
 from .common import git_env, report, verdict, workdir
 

@@ -27,9 +27,10 @@ from statistics import median
 
 import zstandard
 
-from git_pf import Repo, mounts as mount_states
-from git_pf.fuse import manage, protocol
-from git_pf.mount_snapshot import snapshot_mount
+from git_pf import Repo
+from git_pf.mount import mounts as mount_states
+from git_pf.mount import manage, protocol
+from git_pf.mount.snapshot import snapshot_mount
 
 from .common import report, timed, verdict, workdir
 

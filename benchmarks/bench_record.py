@@ -32,13 +32,13 @@ from pathlib import Path
 
 import zstandard
 
-from git_pf.runs.fakellm import FakeLLM
+from git_pf.testing.fakellm import FakeLLM
 
 from .common import git_env, report, sh, verdict, workdir
 
 
 CLIENT = Path(__file__).with_name("record_client.py")
-AGENT = ["-m", "git_pf.runs.demo_agent"]
+AGENT = ["-m", "git_pf.testing.demo_agent"]
 PF = str(Path(sys.executable).with_name("git-pf")) if Path(sys.executable).with_name("git-pf").exists() else "git-pf"
 
 
@@ -85,7 +85,7 @@ def step_times(repo: Path, branch: str, world: Path, steps: int = 40) -> tuple[l
     """Seconds of StepWriter.arrived + completed (one step image) per step, one file changed per step,
     and the bytes of the last step's trace/tape tree."""
     from git_pf import Repo
-    from git_pf.gittree import blob_size, lookup
+    from git_pf.image.tree import blob_size, lookup
     from git_pf.runs.steps import StepWriter, run_plan
 
     r = Repo.open(repo)
@@ -173,7 +173,7 @@ def tape_objects(repo: Path, branch: str) -> tuple[list[str], list[str], list[by
     tree, its loose entries and chunks) and of the finished tape alone (the tip's tree and its
     chunks), the request and response bodies of the tip's tape, and its entries' bytes (the end's too)."""
     from git_pf import Repo
-    from git_pf.gittree import lookup, read_tree
+    from git_pf.image.tree import lookup, read_tree
     from git_pf.layers.trace import exchange, tape
 
     r = Repo.open(repo)

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from git_pf.runs.fakellm import FakeLLM
+from git_pf.testing.fakellm import FakeLLM
 
 from .bench_record import CLIENT, PF, BenchError, new_repo, record, run
 from .common import git_env, report, verdict, workdir

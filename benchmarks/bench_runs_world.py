@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from git_pf.runs.fakellm import FakeLLM
+from git_pf.testing.fakellm import FakeLLM
 
 from .common import git_env, recorded_run, report, verdict, workdir
 
@@ -54,7 +54,7 @@ def by_step(steps: int):
 
 def prefix_cost(repo, base: Path, agent: Path, fake, steps: int, fork_at: int, rounds: int) -> list[tuple]:
     from git_pf.runs import forking, runon
-    from git_pf.layers.trace import wire
+    from git_pf.runs.llm import wire
 
     times = {True: [], False: []}
     for r in range(rounds):

@@ -35,7 +35,7 @@ def _pct(values: list[float], q: float) -> float:
 def _repo(base: Path, url: str, files: int):
     """A repository whose one image holds ``files`` files of 2 KiB, pushed to its own bare remote."""
     from git_pf import Repo
-    from git_pf.snapshot import SnapshotRequest, take
+    from git_pf.ops.snapshot import SnapshotRequest, take
     from transport_helpers import bare
 
     name = f"img{files}"
@@ -51,7 +51,7 @@ def _repo(base: Path, url: str, files: int):
 
 
 def _fanout(repo, n: int, executor: str, address: str, prefix: str) -> tuple[float, list[dict]]:
-    from git_pf.fanout import fanout
+    from git_pf.rollouts.fanout import fanout
 
     t0 = time.perf_counter()
     out = fanout(repo, "main", n, ["true"], prefix=prefix, executor=executor, jobs=2,
@@ -79,10 +79,10 @@ def _fanouts(base: Path, url: str, address: str, forks: list[int], files: list[i
 
 def _blame(base: Path, url: str, address: str, k: int) -> None:
     from git_pf import Repo
-    from git_pf.blame import scripted
+    from git_pf.testing import scripted
     from git_pf.blame.engine import BlameOptions, blame
     from git_pf.blame.validate import case_plan
-    from git_pf.runs.fakellm import FakeLLM
+    from git_pf.testing.fakellm import FakeLLM
     from git_pf.runs.record import record
     from transport_helpers import bare
 
@@ -93,8 +93,8 @@ def _blame(base: Path, url: str, address: str, k: int) -> None:
     world = base / "blame-world"
     world.mkdir()
     (world / scripted.TASK).write_bytes(scripted.task_json(plan.seed))
-    agent = ["python", "-m", "git_pf.blame.scripted", "agent", "--task-seed", str(plan.seed)]
-    oracle = f"python -m git_pf.blame.scripted check --task-seed {plan.seed}"
+    agent = ["python", "-m", "git_pf.testing.scripted", "agent", "--task-seed", str(plan.seed)]
+    oracle = f"python -m git_pf.testing.scripted check --task-seed {plan.seed}"
     rows, rates, outcomes = [], {}, {}
     with FakeLLM(scripted.ScriptedModel(plan)) as fake:
         record(repo, agent, name="case", fs_root=world, upstreams=[fake.url])

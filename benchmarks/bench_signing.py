@@ -18,7 +18,9 @@ import shutil
 import statistics
 import time
 
-from git_pf import Repo, config, signing, verify
+from git_pf import Repo
+from git_pf.core import config
+from git_pf.image import signing, verify
 
 from .common import report, sh, verdict, workdir
 

@@ -36,7 +36,7 @@ import threading
 import time
 from pathlib import Path
 
-from git_pf.runs.fakellm import FakeLLM
+from git_pf.testing.fakellm import FakeLLM
 
 from .common import git_env, workdir
 

@@ -15,11 +15,11 @@ __version__ = "0.1.0"
 # and `git pf --version` or `-h` must not pay for pygit2.
 _EXPORTS = {
     "Repo": "repo",
-    "ImageInfo": "image",
-    "Agent": "image",
+    "ImageInfo": "image.manifest",
+    "Agent": "image.manifest",
     "tool": "runs.tools",
     **dict.fromkeys(["PfError", "UsageError", "UnknownRevision", "InputFormatError", "NotARepository", "DataError",
-                     "CorruptObject", "MissingObject", "WriteFailed"], "errors"),
+                     "CorruptObject", "MissingObject", "WriteFailed"], "core.errors"),
 }
 
 __all__ = [*_EXPORTS, "__version__"]

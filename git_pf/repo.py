@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pygit2
 
-from . import checkout as checkout_mod, config, diff as diff_mod, fork as fork_mod, fsck as fsck_mod, history, image as img, limits, refs
-from .errors import NotARepository, UsageError
+from .ops import checkout as checkout_mod, diff as diff_mod, fork as fork_mod, fsck as fsck_mod
+from .core import config, limits
+from .image import history, manifest as img, refs
+from .core.errors import NotARepository, UsageError
 from .store.sidestore import SideStore
-from .snapshot import SnapshotResult, take
+from .ops.snapshot import SnapshotResult, take
 
 
 class Repo:
@@ -76,7 +78,7 @@ class Repo:
         parent's entries (a ``Pf-Rewrite-Effects`` trailer). The branch (``name``) becomes the
         current one only with ``switch``, or when there is no current image. ``messages=`` and
         ``layers=`` are the first release's spelling: they still work, with a DeprecationWarning."""
-        from .snapshot_inputs import request
+        from .ops.snapshot_inputs import request
 
         return take(self, request(fs_root, name=name, agent=agent, trace=trace, effects=effects, env=env,
                                   model=model, cache=cache, no_redact=no_redact, message=message, label=label,

@@ -1,6 +1,6 @@
 """The real Claude Code CLI against a scripted Anthropic server, for the tests and the hook benchmark.
 
-``ScriptedAnthropic`` is git-pf's offline fake server (``git_pf.runs.fakellm``: streamed
+``ScriptedAnthropic`` is git-pf's offline fake server (``git_pf.testing.fakellm``: streamed
 ``POST /v1/messages?beta=true`` with tool_use blocks) that also answers the CLI's ``HEAD /``
 preconnects and logs every request it does not know. Its script picks the reply of the main
 conversation by the number of assistant turns already in the request, so a resumed session goes on
@@ -18,7 +18,7 @@ import threading
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
-from git_pf.runs import fakellm
+from git_pf.testing import fakellm
 
 ROOT = Path(__file__).resolve().parent.parent
 CLAUDE = Path(os.environ.get("CLAUDE_BIN") or ROOT / ".npm-tools" / "node_modules" / ".bin" / "claude")

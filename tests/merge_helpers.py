@@ -8,7 +8,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from git_pf import image as img
+from git_pf.image import manifest as img
 
 Files = dict[str, bytes | str]
 

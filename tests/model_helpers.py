@@ -15,8 +15,9 @@ from peft import LoraConfig, PeftModel, get_peft_model  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from git_pf.gittree import TreeWriter, edit  # noqa: E402
-from git_pf import config as pf_config, image as img, refs  # noqa: E402
+from git_pf.image.tree import TreeWriter, edit  # noqa: E402
+from git_pf.core import config as pf_config
+from git_pf.image import manifest as img, refs  # noqa: E402
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 

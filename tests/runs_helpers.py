@@ -1,5 +1,5 @@
 """Helpers of the record / replay / run tests: the agent's command line, a recorded run, reading the
-reports. Test helper only: runs the real ``git-pf`` and the real agent (git_pf/runs/demo_agent.py)."""
+reports. Test helper only: runs the real ``git-pf`` and the real agent (git_pf/testing/demo_agent.py)."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-AGENT = ["-m", "git_pf.runs.demo_agent"]
+AGENT = ["-m", "git_pf.testing.demo_agent"]
 # Reply scripts: step 2 reads task.md, so step 3's request carries what the world holds.
 SCRIPT = ["I will keep notes.", {"tool": "read_file", "args": {"path": "task.md"}}, "Read it; writing notes.",
           {"tool": "write_file", "args": {"path": "out.txt", "content": "done"}}, "All done."]

@@ -8,10 +8,10 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE_DIRS = {"git_pf": "git_pf", "git_pf.fuse": "fuse", "git_pf.kernels": "kernels"}
-UTILITIES = {"git_pf.errors", "git_pf.cores", "git_pf.limits", "git_pf.writeback"}
+PACKAGE_DIRS = {"git_pf": "git_pf"}
+UTILITIES = {"git_pf.core.errors", "git_pf.core.cores", "git_pf.core.limits", "git_pf.core.writeback"}
 # What no layer package may import: the porcelain, the transport, the mount, the merge engine.
-ABOVE_LAYERS = ("git_pf.cli", "git_pf.fuse", "git_pf.transport", "git_pf.mounts", "git_pf.mount_snapshot",
+ABOVE_LAYERS = ("git_pf.cli", "git_pf.mount", "git_pf.transport", "git_pf.mount.mounts", "git_pf.mount.snapshot",
                 "git_pf.merge.engine", "git_pf.merge.conflicts", "git_pf.merge.report", "git_pf.runs",
                 "git_pf.integrations", "git_pf.blame", "git_pf.report")
 # A rule that spans layers: the cache merge keeps the pages whose tokens the merged trace still holds.
@@ -77,7 +77,7 @@ def violations(graph: dict[str, set[str]]) -> list[str]:
                 out.append(f"{edge}: the transport reaches layers through registries, not imports")
             if _under(target, "git_pf.cli") and not (_under(module, "git_pf.cli") or module == "git_pf.__main__"):
                 out.append(f"{edge}: only the entry point imports the CLI")
-            if _under(target, "git_pf.fuse") and not (_under(module, "git_pf.fuse") or _under(module, "git_pf.cli")):
+            if _under(target, "git_pf.mount") and not (_under(module, "git_pf.mount") or _under(module, "git_pf.cli")):
                 out.append(f"{edge}: only the CLI starts the mount daemon's code")
             if _under(target, "git_pf.integrations") and not (_under(module, "git_pf.integrations")
                                                                or _under(module, "git_pf.cli")):
@@ -89,7 +89,7 @@ def test_the_graph_is_read_whole():
     graph = import_graph()
     assert "git_pf.store.sidestore" in graph and "git_pf.layers.world.capture" in graph
     assert "git_pf.store.sidestore" in graph["git_pf.layers.world.capture"]
-    assert "git_pf.layers.registry" in graph["git_pf.layercheck"]
+    assert "git_pf.layers.registry" in graph["git_pf.image.layercheck"]
     assert any(_under(t, "git_pf.merge") for t in graph["git_pf.layers.effects.merge"])
 
 
@@ -108,7 +108,7 @@ def test_a_store_module_importing_a_layer_is_caught():
 
 # The operations reach the layers only through the registry (git_pf.layers.registry) and the
 # protocol's methods (git_pf.layers.base): they import no layer module and name no layer.
-OPERATIONS = ("git_pf.snapshot", "git_pf.checkout", "git_pf.diff", "git_pf.fork", "git_pf.fsck", "git_pf.image",
+OPERATIONS = ("git_pf.ops.snapshot", "git_pf.ops.checkout", "git_pf.ops.diff", "git_pf.ops.fork", "git_pf.ops.fsck", "git_pf.image.manifest",
               "git_pf.merge.engine", "git_pf.merge.conflicts", "git_pf.merge.report")
 
 
@@ -123,9 +123,9 @@ def test_operations_reach_layers_through_the_registry():
 
 def test_an_operation_naming_a_layer_is_caught():
     graph = import_graph()
-    assert "git_pf.layers.registry" in graph["git_pf.diff"] and "git_pf.layers.registry" in graph["git_pf.fsck"]
-    graph["git_pf.diff"] = graph["git_pf.diff"] | {"git_pf.layers.effects.ledger"}
-    assert ("git_pf.diff", "git_pf.layers.effects.ledger") in layer_imports(graph)
+    assert "git_pf.layers.registry" in graph["git_pf.ops.diff"] and "git_pf.layers.registry" in graph["git_pf.ops.fsck"]
+    graph["git_pf.ops.diff"] = graph["git_pf.ops.diff"] | {"git_pf.layers.effects.ledger"}
+    assert ("git_pf.ops.diff", "git_pf.layers.effects.ledger") in layer_imports(graph)
 
 
 def layer_names() -> set[str]:
@@ -157,8 +157,58 @@ def test_operations_name_no_layer():
 
 def test_a_layer_name_in_an_operation_is_caught():
     sources = {m: _source(m) for m in OPERATIONS}
-    sources["git_pf.checkout"] += '\nif "trace" in LAYERS:\n    pass\n'
+    sources["git_pf.ops.checkout"] += '\nif "trace" in LAYERS:\n    pass\n'
     sources["git_pf.merge.engine"] += '\nTAPE = b"tape"\n'
     found = layer_literals(sources, layer_names())
-    assert any(line.startswith("git_pf.checkout:") and "'trace'" in line for line in found)
+    assert any(line.startswith("git_pf.ops.checkout:") and "'trace'" in line for line in found)
     assert any(line.startswith("git_pf.merge.engine:") and "'tape'" in line for line in found)
+
+
+# One rule per package (docs/architecture.md, "The tree"): the packages of git_pf in their order,
+# bottom up. A module may import its own package, the package root (the public names) and any
+# package below its own; an import upwards is one of the exceptions listed, with its reason.
+ORDER = ("kernels", "core", "store", "image", "layers", "transport", "ops", "merge", "repo", "cache", "mount",
+         "runs", "executors", "blame", "rollouts", "report", "integrations", "testing", "hooks", "cli", "__main__")
+UPWARD = {
+    ("image", "layers"): "layercheck reads each layer's files through the registry's parsers",
+    ("layers", "merge"): "a layer's merger implements the merge interface (merge.layer, merge.tree3)",
+    ("layers", "repo"): "the KV cache's restore and prefix lookup read images through Repo",
+    ("transport", "repo"): "fetch opens the fetched repository through Repo",
+    ("blame", "testing"): "the validation suite runs the scripted agent against the fake LLM server",
+}
+
+
+def package_of(module: str) -> str:
+    """The top-level package (or root module) of git_pf that ``module`` belongs to."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "git_pf"
+
+
+def package_violations(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for module, targets in sorted(graph.items()):
+        mine = package_of(module)
+        for target in sorted(targets):
+            theirs = package_of(target)
+            if theirs in (mine, "git_pf") or (mine, theirs) in UPWARD:
+                continue
+            if mine not in ORDER or theirs not in ORDER:
+                out.append(f"{module} imports {target}: a package missing from ORDER")
+            elif ORDER.index(theirs) > ORDER.index(mine):
+                out.append(f"{module} imports {target}: {mine} is below {theirs}")
+    return out
+
+
+def test_each_package_imports_only_those_below_it():
+    graph = import_graph()
+    assert {package_of(m) for m in graph} - {"git_pf"} == set(ORDER)
+    assert package_violations(graph) == []
+
+
+def test_an_import_upwards_is_caught():
+    graph = import_graph()
+    graph["git_pf.core.units"] = graph["git_pf.core.units"] | {"git_pf.image.refs"}
+    graph["git_pf.ops.diff"] = graph["git_pf.ops.diff"] | {"git_pf.runs.replay"}
+    found = package_violations(graph)
+    assert "git_pf.core.units imports git_pf.image.refs: core is below image" in found
+    assert "git_pf.ops.diff imports git_pf.runs.replay: ops is below runs" in found

@@ -8,8 +8,8 @@ import subprocess
 
 from git_pf import Repo
 from git_pf.blame import store
-from git_pf.layers.trace import wire
-from git_pf.runs.fakellm import FakeLLM
+from git_pf.runs.llm import wire
+from git_pf.testing.fakellm import FakeLLM
 from blame_helpers import AGENT, HERE, ORACLE, REPLIES, by_step, record
 from runs_helpers import tape
 

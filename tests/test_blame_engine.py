@@ -7,7 +7,7 @@ import subprocess
 from git_pf.blame import perturb, store
 from git_pf.blame.engine import BlameOptions, blame
 from git_pf.blame.grade import Grader
-from git_pf.runs.fakellm import FakeLLM
+from git_pf.testing.fakellm import FakeLLM
 from blame_helpers import AGENT, ORACLE, REPLIES, by_step, record
 
 

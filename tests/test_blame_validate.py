@@ -1,4 +1,4 @@
-"""``git pf blame --validate`` and its scripted agent, model and oracle (git_pf/blame/scripted.py): the
+"""``git pf blame --validate`` and its scripted agent, model and oracle (git_pf/testing/scripted.py): the
 fault plan, how each fault class hurts the world, that the fault step is the one whose change saves the
 run, and a small validation run end to end. Real components: the fake LLM server on 127.0.0.1, the
 scripted agent as a subprocess recorded by the real ``git-pf``, the oracle as a command."""
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from git_pf.blame import scripted
+from git_pf.testing import scripted
 from git_pf.blame.validate import case_plan, top3
-from git_pf.runs.fakellm import FakeLLM
+from git_pf.testing.fakellm import FakeLLM
 
-SCRIPTED = [sys.executable, "-m", "git_pf.blame.scripted"]
+SCRIPTED = [sys.executable, "-m", "git_pf.testing.scripted"]
 
 
 def oracle(seed: int, world: Path) -> subprocess.CompletedProcess:

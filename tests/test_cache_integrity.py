@@ -11,7 +11,7 @@ from transformers import DynamicCache
 
 import git_pf.layers.cache as kc
 from git_pf.layers.cache.table import read
-from git_pf.errors import CorruptObject
+from git_pf.core.errors import CorruptObject
 from cache_helpers import deterministic_torch, decode, feed, prompt, tiny_llama  # noqa: F401 (autouse fixture)
 
 
@@ -126,7 +126,7 @@ def test_page_ids_chain_over_model_adapter_and_layout():
 
 def test_damaged_page_table_is_a_data_error():
     from git_pf.layers.cache import table as table_mod
-    from git_pf.errors import DataError
+    from git_pf.core.errors import DataError
 
     model = tiny_llama()
     cache, tokens = _decoded_cache(model, steps=0)

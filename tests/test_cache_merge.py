@@ -8,7 +8,7 @@ from transformers import DynamicCache
 
 import git_pf.layers.cache as kc
 from git_pf.layers.cache.table import PATH, object_refs, read
-from git_pf.gittree import lookup
+from git_pf.image.tree import lookup
 from git_pf.merge.layer import PLUGINS, MergeContext
 from cache_helpers import deterministic_torch, feed, prompt, tiny_llama  # noqa: F401 (autouse fixture)
 

@@ -10,7 +10,7 @@ import zstandard
 import git_pf.layers.cache as kc
 from git_pf.layers.cache import pages as pg, planes
 from git_pf.layers.cache.table import PATH, RAW, Page, PageTable, decode, read
-from git_pf.errors import DataError
+from git_pf.core.errors import DataError
 from cache_helpers import deterministic_torch  # noqa: F401 (autouse fixture)
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8]

@@ -8,7 +8,7 @@ from transformers import DynamicCache
 
 import git_pf.layers.cache as kc
 from git_pf.layers.cache.table import read
-from git_pf.errors import MissingObject
+from git_pf.core.errors import MissingObject
 from cache_helpers import deterministic_torch, feed, prompt, tiny_llama  # noqa: F401 (autouse fixture)
 
 

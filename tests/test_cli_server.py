@@ -185,7 +185,7 @@ def test_a_change_of_git_pf_files_starts_a_new_server(world, tmp_path):
     env = _env(PYTHONPATH=str(site))
     first = running_server(repo, env)
     assert first["pid"] and pf("show", ids[0], cwd=repo, env=env).returncode == 0
-    with open(site / "git_pf" / "errors.py", "a") as f:  # what a reinstall does to a file
+    with open(site / "git_pf" / "core" / "errors.py", "a") as f:  # what a reinstall does to a file
         f.write("\n# changed\n")
     assert ids[1] in pf("show", ids[1], cwd=repo, env=env).stdout  # still right: in-process
     second = running_server(repo, env)
@@ -310,7 +310,7 @@ def test_a_served_command_loads_nothing_heavy_in_the_client(world):
     exit_code, modules = json.loads(line[-1][len("MODULES "):])
     assert exit_code == 0 and ids[1] in proc.stdout
     assert not [m for m in modules if m.split(".")[0] in ("pygit2", "typer", "click", "zstandard", "rich")]
-    assert sorted(m for m in modules if m.startswith("git_pf")) == ["git_pf", "git_pf.cli", "git_pf.cli.client", "git_pf.gitdir"]
+    assert sorted(m for m in modules if m.startswith("git_pf")) == ["git_pf", "git_pf.cli", "git_pf.cli.client", "git_pf.core.gitdir"]
 
 
 def test_a_repository_too_deep_for_a_socket_path_gets_a_private_short_one(tmp_path):

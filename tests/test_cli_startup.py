@@ -19,7 +19,7 @@ from conftest import BIN
 
 HEAVY = ("pygit2", "torch", "rich", "zstandard", "pathspec", "pyfastcdc")
 # What the CLI may load for --version and -h: the package root, its errors, the git-dir finder and the CLI layer.
-LIGHT_PF = ("git_pf", "git_pf.errors", "git_pf.gitdir")
+LIGHT_PF = ("git_pf", "git_pf.core", "git_pf.core.errors", "git_pf.core.gitdir")
 
 
 def _modules_after(code: str, cwd=None) -> dict:
@@ -51,7 +51,7 @@ def test_import_git_pf_loads_nothing_heavy():
 def test_lazy_exports_still_resolve():
     got = _modules_after("import git_pf\n"
                          "print(json.dumps([getattr(git_pf, n).__module__ for n in git_pf.__all__ if n != '__version__']))")
-    assert set(json.loads(got["stdout"])) == {"git_pf.repo", "git_pf.image", "git_pf.errors", "git_pf.runs.tools"}
+    assert set(json.loads(got["stdout"])) == {"git_pf.repo", "git_pf.image.manifest", "git_pf.core.errors", "git_pf.runs.tools"}
 
 
 @pytest.mark.parametrize("args", [["--version"], ["-h"], ["snapshot", "-h"], ["log", "-h"]])

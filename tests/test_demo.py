@@ -15,7 +15,7 @@ import pytest
 @pytest.mark.skipif(not os.path.exists("/dev/fuse") or not shutil.which("fusermount3"),
                     reason="the demo mounts images: needs /dev/fuse and fusermount3")
 def test_demo_runs_end_to_end():
-    proc = subprocess.run([sys.executable, "-m", "git_pf.demo"], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "git_pf.testing.demo"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     assert "main-fork-2: tests pass" in out

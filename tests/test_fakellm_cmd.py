@@ -1,4 +1,4 @@
-"""``python -m git_pf.runs.fakellm``: the offline fake LLM server as a command. It prints its URL,
+"""``python -m git_pf.testing.fakellm``: the offline fake LLM server as a command. It prints its URL,
 answers the real SDKs with the replies given, stops cleanly when killed, and says a bad input in one line."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import anthropic
 import openai
 import pytest
 
-CMD = [sys.executable, "-m", "git_pf.runs.fakellm"]
+CMD = [sys.executable, "-m", "git_pf.testing.fakellm"]
 
 
 def test_prints_its_url_serves_the_replies_and_stops_on_sigterm():

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from git_pf import Repo
-from git_pf.errors import UsageError
+from git_pf.core.errors import UsageError
 
 GIT_ENV = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
                GIT_COMMITTER_EMAIL="t@t", GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL="/dev/null")

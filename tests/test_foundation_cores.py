@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from git_pf import cores
+from git_pf.core import cores
 
 _REPORT = "from git_pf import cores; from git_pf.layers.cache import pages; print(cores.usable(), pages.WORKERS)"
 

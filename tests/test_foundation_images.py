@@ -7,7 +7,7 @@ import pygit2
 import pytest
 
 from git_pf.layers.effects import ledger as effects
-from git_pf.errors import InputFormatError, UnknownRevision, UsageError
+from git_pf.core.errors import InputFormatError, UnknownRevision, UsageError
 
 
 def _sandbox(tmp_path, **files):

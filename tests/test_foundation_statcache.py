@@ -7,7 +7,8 @@ import shutil
 import time
 from pathlib import Path
 
-from git_pf import config, image as img
+from git_pf.core import config
+from git_pf.image import manifest as img
 from git_pf.layers.world import attrs as attrs_mod
 from git_pf.layers.world.capture import capture
 from git_pf.layers.world.statcache import StatCache

@@ -11,7 +11,7 @@ import pytest
 import zstandard
 
 from git_pf.store import pointer
-from git_pf.errors import CorruptObject, DataError
+from git_pf.core.errors import CorruptObject, DataError
 from git_pf.store.sidestore import SideStore
 from world_helpers import make_grid
 

@@ -364,7 +364,7 @@ def test_a_held_object_whose_git_blob_is_huge_is_refused_unread(pf, small_pointe
 def test_a_remote_objects_index_holding_a_huge_blob_is_not_copied_in(tmp_path, zero_pack):
     """The git adapter copies a remote's objects index commit (a few KB) in from a scratch
     repository; one whose tree holds the zero blob is refused unread."""
-    from git_pf.errors import DataError
+    from git_pf.core.errors import DataError
     from git_pf.transport import scratch
     zero, files = zero_pack
     src, dst = (pygit2.init_repository(str(tmp_path / n), bare=True) for n in ("src", "dst"))
@@ -386,7 +386,7 @@ def test_a_store_record_holding_a_huge_blob_is_refused_unread(tmp_path, zero_pac
     """A pushed store record (refs/pf/meta/store) whose record file or a sizes bucket is the
     zero blob: refused with one line by its size, before it is read (pygit2's lookup of a
     blob inflates it whole, so the size is taken from the object header)."""
-    from git_pf.errors import DataError
+    from git_pf.core.errors import DataError
     from git_pf.transport import storerecord
     zero, files = zero_pack
     git = pygit2.init_repository(str(tmp_path / "r"), bare=True)
@@ -405,7 +405,7 @@ def test_a_store_record_holding_a_huge_blob_is_refused_unread(tmp_path, zero_pac
 
     def read(commit: str) -> tuple[int, str, int]:
         """Read the record ``commit`` in a fresh process: its exit code, stderr and peak RSS."""
-        code = ("import pygit2, sys\nfrom git_pf.transport import storerecord\nfrom git_pf.errors import DataError\n"
+        code = ("import pygit2, sys\nfrom git_pf.transport import storerecord\nfrom git_pf.core.errors import DataError\n"
                 f"git = pygit2.Repository({git.path!r})\n"
                 f"try:\n    storerecord._read_commit(git, {commit!r}, 'the record')\n"
                 f"    storerecord.read_listings(git, {commit!r}, 'the record')\n"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import git_pf
-from git_pf.errors import PfError
+from git_pf.core.errors import PfError
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from git_pf import Repo, liveness, mount_snapshot
-from git_pf.errors import EXIT_NEGATIVE, PfError
+from git_pf import Repo
+from git_pf.core import liveness
+from git_pf.mount import snapshot as mount_snapshot
+from git_pf.core.errors import EXIT_NEGATIVE, PfError
 from mount_helpers import VENV_BIN, pf, requires_fuse, snapshot  # noqa: F401
 
 BIG = 40 << 20  # enough that a snapshot takes a moment

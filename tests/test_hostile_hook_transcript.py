@@ -12,8 +12,8 @@ import subprocess
 import pytest
 
 from git_pf import Repo
-from git_pf.integrations.claude_code import MAX_TRANSCRIPT
-from git_pf.integrations.claude_code_hook import sync
+from git_pf.integrations.claude_code.session import MAX_TRANSCRIPT
+from git_pf.integrations.claude_code.hook import sync
 
 from test_integrations_claude_code import SID, claude, project  # noqa: F401  (fixtures)
 

@@ -30,7 +30,7 @@ from langchain_core.messages import HumanMessage  # noqa: E402
 from langgraph.graph import END, START, StateGraph  # noqa: E402
 from typing_extensions import TypedDict  # noqa: E402
 
-from git_pf.errors import DataError  # noqa: E402
+from git_pf.core.errors import DataError  # noqa: E402
 from git_pf.integrations.langgraph import PfSaver  # noqa: E402
 
 from test_integrations_langgraph import build, git  # noqa: E402
@@ -191,7 +191,7 @@ def write_zero_blob(git_dir: Path, size: int) -> str:
 
 PEAK = textwrap.dedent("""
     import json, resource, sys
-    from git_pf.errors import DataError
+    from git_pf.core.errors import DataError
     from git_pf.integrations.langgraph import PfSaver
     saver = PfSaver(sys.argv[1])
     saver.get_tuple({"configurable": {"thread_id": "t0"}})  # a normal checkpoint

@@ -26,9 +26,9 @@ from hypothesis import given, settings, strategies as st
 
 from git_pf import Repo
 from git_pf.layers.trace import tape
-from git_pf.errors import DataError
-from git_pf.gittree import MODE_FILE, MODE_TREE, encode_tree
-from git_pf.secrets import REDACTED, looks_secret, redact_json, redact_text
+from git_pf.core.errors import DataError
+from git_pf.image.tree import MODE_FILE, MODE_TREE, encode_tree
+from git_pf.core.secrets import REDACTED, looks_secret, redact_json, redact_text
 
 # Key shapes with the lengths their vendors document.
 KEYS = {

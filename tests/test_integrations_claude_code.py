@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from git_pf import Repo, image as img
+from git_pf import Repo
+from git_pf.image import manifest as img
 from git_pf.layers.effects import ledger
-from git_pf.integrations.claude_code_hook import server_socket, sync
+from git_pf.integrations.claude_code.hook import server_socket, sync
 from git_pf.layers.world.restore import iter_world
 
 import claude_cli_helpers as cli
@@ -255,7 +256,7 @@ def test_the_installed_hook_command_loads_no_site_and_no_git_pf_machinery_on_the
     the warm hook server; ``-X importtime`` shows what that process imported. Stop is answered once its
     world is captured and SessionEnd before the server does anything; their images still come, in order,
     each with the world of its event. Without the server the client loads what it needs."""
-    from git_pf.integrations.claude_code_settings import hook_command
+    from git_pf.integrations.claude_code.settings import hook_command
 
     subprocess.run(["git", "config", "pf.claudeCode.server", "true"], cwd=claude.project, check=True)
     claude.hook("SessionStart", source="startup")  # starts the server
@@ -263,8 +264,8 @@ def test_the_installed_hook_command_loads_no_site_and_no_git_pf_machinery_on_the
     out = Claude(claude.project, claude.transcript, env).run(hook_command(), claude.payload(
         "Stop", stop_hook_active=False, last_assistant_message="Done."), check_stderr=False)
     imported = {line.split("|")[-1].strip() for line in out.stderr.decode().splitlines() if line.startswith("import time:")}
-    assert "git_pf.integrations.claude_code_hook" in imported, out.stderr[-2000:]
-    assert not imported & {"site", "pygit2", "typer", "git_pf.repo", "git_pf.integrations.claude_code", "subprocess",
+    assert "git_pf.integrations.claude_code.hook" in imported, out.stderr[-2000:]
+    assert not imported & {"site", "pygit2", "typer", "git_pf.repo", "git_pf.integrations.claude_code.session", "subprocess",
                            "json", "re"}
     repo = Repo.open(claude.project)
     (claude.project / "late.txt").write_text("late\n")  # after Stop was answered: not in its world
@@ -398,7 +399,7 @@ def test_install_into_no_settings_and_user_scope_and_a_broken_file(claude):
     assert not (claude.project / ".claude").exists()
     user = Path(claude.env["HOME"]) / ".claude" / "settings.json"
     assert run("install", "--claude-code", "--scope", "user").returncode == 0
-    assert "claude_code_hook_main.py hook claude-code" in user.read_text() and not settings.exists()
+    assert "claude_code/hook_main.py hook claude-code" in user.read_text() and not settings.exists()
     assert run("uninstall", "--claude-code", "--scope", "user").returncode == 0 and not user.exists()
     claude.env["CLAUDE_CONFIG_DIR"] = str(claude.project.parent / "claude-config")  # where Claude Code reads it
     assert run("install", "--claude-code", "--scope", "user").returncode == 0 and not user.exists()

@@ -15,7 +15,7 @@ from agents import Agent, ModelResponse, Runner, Usage, function_tool, set_traci
 from agents.models.interface import Model  # noqa: E402
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText  # noqa: E402
 
-from git_pf import image as img, refs  # noqa: E402
+from git_pf.image import manifest as img, refs  # noqa: E402
 from git_pf.integrations.openai_agents import PfRunHooks  # noqa: E402
 from git_pf.layers.effects import ledger  # noqa: E402
 from git_pf.layers.world.restore import iter_world  # noqa: E402
@@ -170,7 +170,7 @@ asyncio.run(main())
 @pytest.mark.parametrize("mode", ["json", "stream"])
 def test_a_recorded_agent_with_pf_run_hooks_replays_bit_exact_with_its_tools_on_the_ledger(repo, run_pf, tmp_path,
                                                                                             mode):
-    from git_pf.runs.fakellm import FakeLLM
+    from git_pf.testing.fakellm import FakeLLM
 
     root = repo.git_dir.parent
     script = tmp_path / "agent.py"

@@ -6,7 +6,7 @@ import json
 
 from git_pf.layers import registry
 from git_pf.layers.base import Layer
-from git_pf.snapshot_inputs import EnvInput, TraceInput
+from git_pf.ops.snapshot_inputs import EnvInput, TraceInput
 
 METHODS = ("input", "checkout_plan", "checkout", "diff", "patches", "make_merger", "merge_start", "report_line",
            "summary", "fsck", "object_refs", "tree_problems")

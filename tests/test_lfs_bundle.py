@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from git_pf.errors import CorruptObject, DataError
+from git_pf.core.errors import CorruptObject, DataError
 from git_pf.transport import lfsbundle, storerecord
 
 KiB, MiB = 1024, 1024 * 1024

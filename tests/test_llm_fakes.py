@@ -16,12 +16,12 @@ import anthropic
 import openai
 import pytest
 
-from git_pf.runs.fakellm import COOKIE, FakeLLM, routed
+from git_pf.testing.fakellm import COOKIE, FakeLLM, routed
 
 KEY = "sk-test-fakes-0123456789abcdef0123456789abcdef"
 TOOL = {"tool": "read_file", "args": {"path": "notes/a.txt"}}
 USER = [{"role": "user", "content": "hello"}]
-AGENT = ["-m", "git_pf.runs.demo_agent"]
+AGENT = ["-m", "git_pf.testing.demo_agent"]
 
 
 def oai(fake, cls=openai.OpenAI, **kw):

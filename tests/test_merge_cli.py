@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from git_pf import image as img
+from git_pf.image import manifest as img
 from merge_helpers import snap
 
 LINES = "".join(f"line {i}\n" for i in range(1, 11))

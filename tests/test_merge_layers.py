@@ -8,7 +8,7 @@ import pytest
 
 from git_pf.layers.effects import ledger as ledger_fmt
 from git_pf.layers.trace import messages as trace_fmt
-from git_pf.errors import UsageError
+from git_pf.core.errors import UsageError
 from merge_helpers import snap
 
 U = {"role": "user", "content": "task"}

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from git_pf.errors import UsageError
+from git_pf.core.errors import UsageError
 from git_pf.layers.model.layer import ModelInput
 from git_pf.layers.model.state import read_state
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from git_pf.errors import UsageError
+from git_pf.core.errors import UsageError
 from git_pf.merge.layer import MergeContext
 from git_pf.layers.model.layer import ModelInput
 from git_pf.layers.model.merge import ModelMerger

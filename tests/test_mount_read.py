@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from git_pf import mounts
-from git_pf.fuse import protocol
+from git_pf.mount import mounts
+from git_pf.mount import protocol
 
 from mount_helpers import describe, make_sandbox, pf, requires_fuse, snapshot  # noqa: F401
 

@@ -16,8 +16,8 @@ import pygit2
 import pytest
 
 import s3_helpers
-from git_pf.blame import scripted
-from git_pf.runs.fakellm import FakeLLM
+from git_pf.testing import scripted
+from git_pf.testing.fakellm import FakeLLM
 from git_pf.runs.steps import at_step
 from ray_helpers import ancestors, processes_with, ray_cluster
 from transport_helpers import BIN, bare, git_daemon, sh
@@ -171,7 +171,7 @@ def _scripted_run(repo, tmp_path, monkeypatch):
     world = tmp_path / "world"
     world.mkdir()
     (world / scripted.TASK).write_bytes(scripted.task_json(plan.seed))
-    agent = ["python", "-m", "git_pf.blame.scripted", "agent", "--task-seed", str(plan.seed)]
+    agent = ["python", "-m", "git_pf.testing.scripted", "agent", "--task-seed", str(plan.seed)]
     fake = FakeLLM(scripted.ScriptedModel(plan))
     fake.__enter__()
     run = record(repo, agent, name="case", fs_root=world, upstreams=[fake.url])
@@ -180,7 +180,7 @@ def _scripted_run(repo, tmp_path, monkeypatch):
 
 
 def _blame(run_pf, root, plan, fake, agent, name, steps, k, *extra, **kw):
-    oracle = f"python -m git_pf.blame.scripted check --task-seed {plan.seed}"
+    oracle = f"python -m git_pf.testing.scripted check --task-seed {plan.seed}"
     return run_pf("blame", "case", "--oracle", oracle, "-k", str(k), "--steps", steps, "--perturb", "resample",
                   "--upstream", fake.url, "--no-mount", "--name", name, "--json", *extra, "--", *agent, cwd=root, **kw)
 
@@ -226,7 +226,7 @@ def test_a_worker_killed_mid_trial_is_retried_and_every_verdict_comes_once(repo,
     def kill_one() -> None:
         end = time.time() + 120
         while not killed and time.time() < end:
-            for pid in processes_with("git_pf.blame.scripted agent"):
+            for pid in processes_with("git_pf.testing.scripted agent"):
                 worker = [p for p, cmdline in ancestors(pid) if cmdline.startswith("ray::")]
                 if worker:
                     os.kill(worker[0], signal.SIGKILL)

@@ -14,8 +14,8 @@ import pytest
 
 from conftest import BIN, git_fsck_clean
 
-from git_pf.layers.trace import wire
-from git_pf.runs.fakellm import FakeLLM
+from git_pf.runs.llm import wire
+from git_pf.testing.fakellm import FakeLLM
 from runs_helpers import agent_cmd, git, record, report, step_ids, tape
 
 HOSTILE = "</script><script>alert(1)</script> <img src=x onerror=alert(2)> \u2028&amp;"

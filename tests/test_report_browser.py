@@ -19,8 +19,8 @@ import pytest
 
 from browser_helpers import browser, click, css, png_colours, serving, wait_for
 from conftest import BIN, git_fsck_clean
-from git_pf.layers.trace import wire
-from git_pf.runs.fakellm import FakeLLM
+from git_pf.runs.llm import wire
+from git_pf.testing.fakellm import FakeLLM
 from runs_helpers import SCRIPT, agent_cmd, git, record, step_ids, tape
 
 HOSTILE = ["</script><script>window.__pwned=1</script>", '<img src=x onerror="window.__pwned=1">']

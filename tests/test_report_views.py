@@ -13,7 +13,7 @@ import json
 import pytest
 
 from browser_helpers import browser, click, css, png_colours, wait_for
-from git_pf.runs.fakellm import FakeLLM
+from git_pf.testing.fakellm import FakeLLM
 from runs_helpers import record, step_ids
 from test_report import _runner, parse, write_blame
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from git_pf.errors import DataError, UsageError
+from git_pf.core.errors import DataError, UsageError
 from git_pf.runs.channel import ChannelReader, draws, write_replay_file
 from git_pf.runs.inject import HOOK_DIR, child_env
 

@@ -2,7 +2,7 @@
 from there, in step 3's world. Real components: fake LLM servers, the agent on the real SDKs, the CLI."""
 from __future__ import annotations
 
-from git_pf.runs.fakellm import FakeLLM
+from git_pf.testing.fakellm import FakeLLM
 from runs_helpers import SCRIPT, agent_cmd, agent_line, git, record, report, step_ids
 
 

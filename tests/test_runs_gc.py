@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from conftest import git_fsck_clean
-from git_pf.runs.fakellm import FakeLLM
+from git_pf.testing.fakellm import FakeLLM
 from git_pf.store.packfile import FAILPOINT_ENV, STOP_ENV
 from runs_helpers import agent_cmd, agent_line, git, record, report, step_ids, tape
 

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from git_pf.runs.fakellm import FakeLLM
+from git_pf.testing.fakellm import FakeLLM
 
 # A child that draws, asks the model once, writes what it heard into its world and, with an argument,
 # then waits (so it can be interrupted while the replay runs).

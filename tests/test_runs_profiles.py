@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
-from git_pf.runs.fakellm import FakeLLM
+from git_pf.testing.fakellm import FakeLLM
 from runs_helpers import report, tape
 
 # What the Claude Code CLI does to a request: a date in its system prompt, a session id in its metadata.

@@ -1,7 +1,7 @@
 """The recording proxy's routes: each API on its own base path, the run's secret, local answers to
 preconnects, strict request framing (docs/record.md, "Proxy").
 
-Real components only: the fake LLM servers of git_pf/runs/fakellm.py, the real ``anthropic`` and
+Real components only: the fake LLM servers of git_pf/testing/fakellm.py, the real ``anthropic`` and
 ``openai`` SDKs in the agent, the real ``git-pf`` command, raw sockets for framing the SDKs never send."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import socket
 import sys
 import urllib.request
 
-from git_pf.runs.fakellm import FakeLLM
+from git_pf.testing.fakellm import FakeLLM
 from runs_helpers import report, step_ids, tape
 
 # A preconnect of the kind the Claude Code CLI sends (HEAD on the base URL), then one real SDK call each way.

@@ -1,7 +1,7 @@
 """``git pf record``: a live agent on the real SDKs, behind the proxy, recorded as step images.
 
-Real components only: the fake LLM servers of git_pf/runs/fakellm.py on 127.0.0.1, the agent of
-git_pf/runs/demo_agent.py on the real openai / anthropic SDKs, the real ``git-pf`` command."""
+Real components only: the fake LLM servers of git_pf/testing/fakellm.py on 127.0.0.1, the agent of
+git_pf/testing/demo_agent.py on the real openai / anthropic SDKs, the real ``git-pf`` command."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from git_pf.runs.fakellm import COOKIE, FakeLLM
+from git_pf.testing.fakellm import COOKIE, FakeLLM
 from runs_helpers import SCRIPT, agent_line, git, record, report, step_ids, tape
 
 SECRET = "ghp_" + "Zq8" * 12  # a GitHub token the agent puts in its system prompt
@@ -22,7 +22,7 @@ ANTHROPIC_KEY = "sk-ant-api03-" + "Hm2wQ7" * 8
 
 def test_each_exchange_is_a_step_with_its_world_and_the_agent_sees_no_difference(repo, run_pf, tmp_path):
     with FakeLLM(SCRIPT) as fake:
-        direct = subprocess.run([sys.executable, "-m", "git_pf.runs.demo_agent", "--api", "openai.chat",
+        direct = subprocess.run([sys.executable, "-m", "git_pf.testing.demo_agent", "--api", "openai.chat",
                                  "--sandbox", str(tmp_path / "direct"), "--effects-file", str(tmp_path / "fx0")],
                                 env=dict(os.environ, **fake.env()), capture_output=True, text=True)
     with FakeLLM(SCRIPT) as fake:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from git_pf.runs.fakellm import FakeLLM, routed
+from git_pf.testing.fakellm import FakeLLM, routed
 from mount_helpers import requires_fuse
 from runs_helpers import SCRIPT, agent_cmd, agent_line, record, report, tape
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from git_pf import image as img
-from git_pf.errors import DataError, UnknownRevision, UsageError
+from git_pf.image import manifest as img
+from git_pf.core.errors import DataError, UnknownRevision, UsageError
 from git_pf.layers.trace import exchange, tape
 from git_pf.runs import steps, stepworld
-from git_pf.snapshot_inputs import TraceInput
+from git_pf.ops.snapshot_inputs import TraceInput
 
 SECRET = "sk-proj-0123456789abcdefghijklmnopqrstuv"
 

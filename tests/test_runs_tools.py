@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import git_pf
-from git_pf.errors import UsageError
+from git_pf.core.errors import UsageError
 from git_pf.layers.effects import ledger
 from git_pf.runs.channel import ChannelReader, draws, effects, write_replay_file
 from git_pf.runs.inject import child_env

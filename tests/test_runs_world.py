@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from blame_helpers import by_step
-from git_pf.runs.fakellm import FakeLLM
+from git_pf.testing.fakellm import FakeLLM
 from runs_helpers import git, report, step_ids
 import tool_agent
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from git_pf import Repo
-from git_pf.runs.fakellm import FakeLLM
+from git_pf.testing.fakellm import FakeLLM
 
 from conftest import git_fsck_clean
 from runs_helpers import SCRIPT, record, report, step_ids
@@ -115,7 +115,7 @@ def test_require_refuses_an_image_an_unknown_key_pushed_and_writes_nothing(tmp_p
     assert sh("git", "for-each-ref", "refs/pf", cwd=alice).stdout == before
     assert not list((alice / ".git" / "pf" / "mounts").glob("*")) if (alice / ".git" / "pf" / "mounts").exists() else True
     # the LangGraph saver never decodes the fetched checkpoint
-    from git_pf.verify import Untrusted
+    from git_pf.image.verify import Untrusted
 
     saver = PfSaver(Repo.open(alice))
     with pytest.raises(Untrusted, match="unknown key"):

@@ -8,10 +8,10 @@ import warnings
 import pytest
 
 from git_pf import Repo
-from git_pf.errors import UsageError
+from git_pf.core.errors import UsageError
 from git_pf.layers.trace.tape import TapeInput
 from git_pf.layers.world.procs import ProcsInput
-from git_pf.snapshot_inputs import EnvInput, TraceInput
+from git_pf.ops.snapshot_inputs import EnvInput, TraceInput
 
 MESSAGES = [{"role": "user", "content": "fix the parser"}, {"role": "assistant", "content": "done"}]
 TAPE = [{"request": {"model": "m", "messages": MESSAGES[:1]}, "response": {"content": "done"}}]
@@ -76,7 +76,7 @@ def test_a_mount_snapshot_takes_the_same_inputs(tmp_path):
     import subprocess
     import sys
 
-    from git_pf.mount_snapshot import snapshot_mount
+    from git_pf.mount.snapshot import snapshot_mount
 
     repo, _, sb = _repos(tmp_path)
     first = repo.snapshot(sb, message="1")

@@ -13,7 +13,7 @@ import pygit2
 import pytest
 
 from conftest import git_fsck_clean
-from git_pf.errors import WriteFailed
+from git_pf.core.errors import WriteFailed
 from git_pf.store import packfile
 from git_pf.store.packfile import BLOB, FAILPOINT_ENV, PackWriter, RunPackWriter, read_index
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from git_pf.errors import DataError, UsageError
+from git_pf.core.errors import DataError, UsageError
 from git_pf.layers.trace import exchange, matching, tape
-from git_pf.snapshot_inputs import TraceInput
+from git_pf.ops.snapshot_inputs import TraceInput
 
 KEY = "sk-proj-" + "A1b2C3d4" * 6  # an OpenAI project key's shape
 

@@ -14,11 +14,12 @@ import pygit2
 import pytest
 import zstandard
 
-from git_pf import Repo, image as img
-from git_pf.errors import DataError, MissingObject
-from git_pf.gittree import MODE_FILE, TreeWriter
+from git_pf import Repo
+from git_pf.image import manifest as img
+from git_pf.core.errors import DataError, MissingObject
+from git_pf.image.tree import MODE_FILE, TreeWriter
 from git_pf.layers.trace import tape, tapechunk
-from git_pf.runs.fakellm import FakeLLM
+from git_pf.testing.fakellm import FakeLLM
 
 EXCHANGES = 300  # past the first chunk of 256
 PF = str(Path(sys.executable).with_name("git-pf"))

@@ -1,4 +1,4 @@
-"""The LLM wire formats of a tape entry (git_pf.layers.trace.wire): the bodies here are built as
+"""The LLM wire formats of a tape entry (git_pf.runs.llm.wire): the bodies here are built as
 OpenAI chat.completions, OpenAI responses and Anthropic messages send them (JSON, and SSE cut
 into chunks at odd places), and what ``with_reply`` / ``response_from_file`` render is read
 back by the real SDKs' own stream parsers, strict model validation and stream accumulators."""
@@ -16,8 +16,9 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response, ResponseStreamEvent
 
-from git_pf.errors import InputFormatError, UsageError
-from git_pf.layers.trace import exchange, wire
+from git_pf.core.errors import InputFormatError, UsageError
+from git_pf.layers.trace import exchange
+from git_pf.runs.llm import wire
 
 
 def sse(events: list[dict], named: bool) -> str:

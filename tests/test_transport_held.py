@@ -14,7 +14,7 @@ import pytest
 import zstandard
 
 from git_pf import Repo
-from git_pf.errors import CorruptObject
+from git_pf.core.errors import CorruptObject
 from git_pf.transport import index as idx
 from transport_helpers import bare, origin_of, pf, sh, source_repo, tree_files
 

@@ -163,7 +163,7 @@ def test_push_killed_half_way_then_rerun_completes(tmp_path):
 def test_racing_pushers_both_land_in_the_objects_index(tmp_path, monkeypatch):
     from git_pf import Repo
     from git_pf.transport import index as idx, remotes
-    from git_pf.transport.gitstore import GitAdapter
+    from git_pf.transport.adapters.git import GitAdapter
     from git_pf.transport.progress import Progress
 
     remote = bare(tmp_path / "r.git")
@@ -221,7 +221,7 @@ def test_checkout_fetches_only_the_objects_that_image_needs(tmp_path):
 def test_an_object_over_64_mib_travels_as_parts(tmp_path, monkeypatch):
     from git_pf import Repo
     from git_pf.transport import index as idx, remotes
-    from git_pf.transport.gitstore import GitAdapter
+    from git_pf.transport.adapters.git import GitAdapter
     from git_pf.transport.progress import Progress
 
     monkeypatch.setenv("GIT_PF_NO_LOCAL_SHORTCUT", "1")

@@ -5,12 +5,12 @@ from __future__ import annotations
 import subprocess
 
 from git_pf.transport import adapters
-from git_pf.transport.filestore import FileAdapter
-from git_pf.transport.gitstore import GitAdapter
-from git_pf.transport.lfsstore import LfsAdapter
+from git_pf.transport.adapters.file import FileAdapter
+from git_pf.transport.adapters.git import GitAdapter
+from git_pf.transport.adapters.lfs import LfsAdapter
 from git_pf.transport.objectstore import ObjectStore
 from git_pf.transport.remotes import Remote
-from git_pf.transport.s3store import S3Adapter
+from git_pf.transport.adapters.s3 import S3Adapter
 
 CLASSES = {"git": GitAdapter, "file": FileAdapter, "lfs": LfsAdapter, "s3": S3Adapter}
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import pygit2
 
-from .. import image as img
-from ..errors import DataError
+from ..image import manifest as img
+from ..core.errors import DataError
 from ..executors import node
 from ..runs.replaying import plan_of
 from . import perturb, store, trials

@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 import threading
 
-from ..config import get_str
-from ..errors import UsageError
-from ..layers.trace import wire
+from ..core.config import get_str
+from ..core.errors import UsageError
+from ..runs.llm import wire
 
 PER = 1_000_000  # prices are per million tokens
 

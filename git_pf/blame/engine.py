@@ -24,8 +24,9 @@ from typing import Callable
 
 import pygit2
 
-from .. import executors, refs
-from ..errors import EXIT_NEGATIVE, PfError, UsageError
+from .. import executors
+from ..image import refs
+from ..core.errors import EXIT_NEGATIVE, PfError, UsageError
 from ..runs import child
 from ..runs.replaying import fresh_world, plan_of, remove_world
 from ..executors import node

@@ -17,8 +17,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import UsageError
-from ..layers.trace import wire
+from ..core.errors import UsageError
+from ..runs.llm import wire
 
 SUCCESS, FAIL, UNDEFINED = "success", "fail", "undefined"
 DETAIL_MAX = 200

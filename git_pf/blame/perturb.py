@@ -15,7 +15,7 @@ import random
 import re
 from typing import Callable
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 
 BUILTIN = ("text", "drop", "resample", "none")
 # Words a replaced word becomes: ordinary ones, so the change reads like a model's slip.

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import pygit2
 
-from .. import canonjson, config, image as img, refs, signing
-from ..errors import DataError, UsageError
-from ..gittree import MODE_FILE, TreeWriter
+from ..core import canonjson, config
+from ..image import manifest as img, refs, signing
+from ..core.errors import DataError, UsageError
+from ..image.tree import MODE_FILE, TreeWriter
 from . import stats
 from ..store.packfile import packed
 

@@ -23,8 +23,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import PfError
-from ..layers.trace import exchange, tape as tape_mod, wire
+from ..core.errors import PfError
+from ..layers.trace import exchange, tape as tape_mod
+from ..runs.llm import wire
 from ..runs import forking, runon
 from ..runs.forward import Upstreams, UpstreamDown, forward
 from ..runs.proxy import Request
@@ -173,7 +174,7 @@ def _outcome(git, grader: grade_mod.Grader, world: Path, result, prefix) -> tupl
         return "undefined", f"the agent {what} {runon.prefix_where(problem.step, prefix.fork_step)}: {problem.line}"
     if result.upstream_error or result.failures:
         return "undefined", result.upstream_error or f"internal proxy error: {result.failures[0]}"
-    from ..image import read_image
+    from ..image.manifest import read_image
 
     tip = read_image(git, result.tip)
     last = max((e for e in tape_mod.read(git, tip.tree) if e.get("kind") == "exchange"),

@@ -1,7 +1,7 @@
 """``git pf blame --validate``: measure how often blame finds the step that decided a run, on runs
 whose deciding step is known (docs/blame.md, "Validation").
 
-Each case is task ``seed * 1000 + c`` of the scripted agent (``git_pf.blame.scripted``) with fault
+Each case is task ``seed * 1000 + c`` of the scripted agent (``git_pf.testing.scripted``) with fault
 class ``c mod 5`` at a step drawn from the seed: a fresh repository in a temporary directory, the run
 recorded against the scripted model (the fake LLM server on 127.0.0.1), then blamed twice with the
 scripted oracle: with the perturbation asked for (default ``resample``: the model, asked again,
@@ -21,8 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..errors import EXIT_NEGATIVE, EXIT_OK, PfError, UsageError
-from . import scripted
+from ..core.errors import EXIT_NEGATIVE, EXIT_OK, PfError, UsageError
+from ..testing import scripted
 
 CASE_STRIDE = 1000  # case c of seed s is task s * 1000 + c
 
@@ -33,11 +33,11 @@ def case_plan(seed: int, case: int) -> scripted.FaultPlan:
 
 
 def agent_cmd(plan: scripted.FaultPlan) -> list[str]:
-    return [sys.executable, "-m", "git_pf.blame.scripted", "agent", "--task-seed", str(plan.seed)]
+    return [sys.executable, "-m", "git_pf.testing.scripted", "agent", "--task-seed", str(plan.seed)]
 
 
 def oracle_cmd(plan: scripted.FaultPlan) -> str:
-    return shlex.join([sys.executable, "-m", "git_pf.blame.scripted", "check", "--task-seed", str(plan.seed)])
+    return shlex.join([sys.executable, "-m", "git_pf.testing.scripted", "check", "--task-seed", str(plan.seed)])
 
 
 def top3(steps: list[dict]) -> list[int]:
@@ -50,7 +50,7 @@ def top3(steps: list[dict]) -> list[int]:
 def run_case(plan: scripted.FaultPlan, *, k: int, jobs: int, perturb: str, seed: int, mount: bool = False) -> dict:
     """Record ``plan``'s run in a fresh repository, blame it with ``perturb`` and with ``none``."""
     from ..repo import Repo
-    from ..runs.fakellm import FakeLLM
+    from ..testing.fakellm import FakeLLM
     from ..runs.record import record
     from .engine import BlameOptions, blame
 

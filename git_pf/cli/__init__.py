@@ -27,7 +27,7 @@ def _run_command() -> int:
 
         return write(version_line() + "\n")
     if sys.argv[1:] == ["hook", "claude-code"]:  # Claude Code waits on every hook: no Typer, no pygit2 up front
-        from ..integrations.claude_code_hook import main as hook
+        from ..integrations.claude_code.hook import main as hook
 
         return hook()
     from .client import serve  # the repository's command server, when it runs this command

@@ -21,7 +21,7 @@ try:  # Typer >= 0.20 vendors its own click; its exceptions are the ones raised
 except ImportError:  # pragma: no cover - older Typer on the real click
     from click import exceptions as click_exc
 
-from ..errors import EXIT_NEGATIVE, EXIT_USAGE, PfError
+from ..core.errors import EXIT_NEGATIVE, EXIT_USAGE, PfError
 from . import coerce, pipe, version_line
 
 if TYPE_CHECKING:

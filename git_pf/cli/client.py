@@ -16,7 +16,7 @@ import os
 import sys
 
 # where a repository's git directory and its servers' sockets are: shared with the Claude Code hook client
-from ..gitdir import SUN_PATH_MAX, find_git_dir, private_dir, socket_path  # noqa: F401
+from ..core.gitdir import SUN_PATH_MAX, find_git_dir, private_dir, socket_path  # noqa: F401
 
 # The commands the server runs: short, non-interactive, no daemon, no children to supervise.
 # Everything else (record, replay, run, serve, blame, mount, hook, transport, ...) runs in-process.

@@ -12,7 +12,7 @@ from typing import List, Optional
 
 import typer
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from .app import JsonOpt, app, emit, open_repo, say
 
 

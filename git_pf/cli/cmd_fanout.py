@@ -10,7 +10,7 @@ from typing import List, Optional
 
 import typer
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from .app import JsonOpt, app, emit, open_repo, say
 
 
@@ -52,7 +52,7 @@ def fanout(
     """Fork REV N times and run CMD in each fork's world; each world becomes its fork's next image."""
     if not cmd:
         raise UsageError("give the command after '--'")
-    from ..fanout import fanout as do_fanout
+    from ..rollouts.fanout import fanout as do_fanout
 
     def progress(row: dict) -> None:
         score = f", score {row['score']:g}" if row["score"] is not None else ""

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from ..errors import EXIT_NEGATIVE, UsageError
+from ..core.errors import EXIT_NEGATIVE, UsageError
 from . import format as fmt
 from .app import JsonOpt, app, emit, open_repo
 
@@ -17,7 +17,7 @@ SigOpt = typer.Option(False, "--show-signature", help="Check each image's signat
 
 def _signatures(repo, images, on: bool) -> dict:
     """{id: Verdict} of ``images`` with --show-signature, else {}."""
-    from ..verify import Verifier
+    from ..image.verify import Verifier
 
     verifier = Verifier(repo.git) if on else None
     return {i.id: verifier.trust(i.id) for i in images} if on else {}
@@ -31,7 +31,7 @@ def show(
     as_json: bool = JsonOpt,
 ) -> None:
     """Show an image: id, parents, agent, subject and a summary of every layer."""
-    from .. import layercheck
+    from ..image import layercheck
     from ..runs.steps import resolve_step, step_of
 
     repo = open_repo()
@@ -83,7 +83,7 @@ def log(
     if max_count is not None and max_count < 0:
         raise UsageError("-n must not be negative")
     if graph and not as_json:
-        from .. import refs
+        from ..image import refs
 
         start = refs.resolve(repo.git, rev or "HEAD")
         args = ["git", "--git-dir", str(repo.git_dir), "log", "--graph", "--format=%h %s", start]

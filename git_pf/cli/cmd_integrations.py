@@ -12,11 +12,11 @@ from typing import Optional
 
 import typer
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from .app import JsonOpt, app, emit, open_repo
 
 def install_claude_code(scope: str, as_json: bool, check: bool = False) -> None:
-    from ..integrations import claude_code_settings as settings
+    from ..integrations.claude_code import settings
 
     if check:
         report = settings.check(open_repo(), scope)
@@ -38,7 +38,7 @@ def install_claude_code(scope: str, as_json: bool, check: bool = False) -> None:
 
 
 def uninstall_claude_code(scope: str, as_json: bool) -> None:
-    from ..integrations import claude_code_settings as settings
+    from ..integrations.claude_code import settings
 
     result = settings.uninstall(open_repo(), scope)
 
@@ -61,7 +61,7 @@ def hook(
     """Handle one Claude Code hook event (JSON on stdin); always exits 0, a failure is one line on stderr."""
     if framework != "claude-code":
         raise UsageError(f"unknown hook '{framework}' (choose from claude-code)")
-    from ..integrations import claude_code_hook
+    from ..integrations.claude_code import hook as claude_code_hook
 
     if not stop_server:
         raise typer.Exit(claude_code_hook.main())
@@ -82,7 +82,7 @@ def rewind(
 ) -> None:
     """Put the project directory, the conversation or both back as they were at a step or turn of a Claude Code
     session, shell commands' changes included."""
-    from ..integrations import claude_code_rewind as rw
+    from ..integrations.claude_code import rewind as rw
 
     repo = open_repo()
     plan = rw.plan(repo, session, to_step, into, turn=to_turn, scope=scope)

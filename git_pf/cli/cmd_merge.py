@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from ..errors import EXIT_NEGATIVE, UsageError
+from ..core.errors import EXIT_NEGATIVE, UsageError
 from .app import JsonOpt, app, emit, open_repo
 
 

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import typer
 
-from ..errors import NotARepository, UsageError
+from ..core.errors import NotARepository, UsageError
 from . import format as fmt
 from .app import JsonOpt, app, emit, open_repo, warn
 
 
 def _fuse():
     """The mount manager, or one clear line when this machine cannot mount."""
-    from ..fuse import manage
+    from ..mount import manage
 
     if shutil.which("fusermount3") is None:
         raise UsageError("mounting needs fusermount3 on PATH (install the fuse3 package)")
@@ -58,7 +58,7 @@ def umount(
 
 def _repo_of_mount(directory: Path):
     """The repository the kernel's mount table names for the mount at ``directory``, else the current one."""
-    from .. import mounts as mounts_mod
+    from ..mount import mounts as mounts_mod
     from ..repo import Repo
 
     git_dir = mounts_mod.listed().get(mounts_mod.canonical(directory))
@@ -74,7 +74,7 @@ def _repo_of_mount(directory: Path):
 def list_mounts(as_json: bool = JsonOpt) -> None:
     """List mounts with their image, mode, status and upper-layer size; outside a repository, every
     git-pf mount of this machine with its repository."""
-    from .. import mounts as mounts_mod
+    from ..mount import mounts as mounts_mod
 
     try:
         states = [s.to_json() for s in mounts_mod.all_states(open_repo().git_dir)]

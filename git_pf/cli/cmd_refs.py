@@ -5,7 +5,7 @@ from typing import Optional
 
 import typer
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from .app import JsonOpt, app, emit, open_repo
 
 
@@ -71,7 +71,7 @@ def switch(
     as_json: bool = JsonOpt,
 ) -> None:
     """Make BRANCH the current branch: where a bare snapshot, merge, log or push goes."""
-    from .. import refs
+    from ..image import refs
 
     repo = open_repo()
     if create:

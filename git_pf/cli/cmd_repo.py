@@ -5,7 +5,7 @@ from pathlib import Path
 
 import typer
 
-from ..errors import EXIT_NEGATIVE
+from ..core.errors import EXIT_NEGATIVE
 from .app import JsonOpt, app, emit, open_repo
 
 
@@ -27,7 +27,7 @@ def fsck(as_json: bool = JsonOpt) -> int:
     """Check every image under refs/pf/ and every side-store object; exit 1 on problems."""
     repo = open_repo()
     report = repo.fsck()
-    from ..verify import untrusted_lines
+    from ..image.verify import untrusted_lines
 
     pol, untrusted = untrusted_lines(repo.git)  # pf.verify: images not signed by a trusted key
     report.problems += untrusted if pol == "require" else []

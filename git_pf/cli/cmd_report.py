@@ -14,7 +14,7 @@ from typing import Optional
 
 import typer
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from .app import JsonOpt, app, emit, open_repo
 
 

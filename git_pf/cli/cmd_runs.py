@@ -13,7 +13,7 @@ from typing import List, Optional
 
 import typer
 
-from ..errors import EXIT_NEGATIVE, UsageError
+from ..core.errors import EXIT_NEGATIVE, UsageError
 from .app import JsonOpt, app, emit, open_repo, say
 
 RUN = {"allow_interspersed_args": False}  # record's CMD may follow without '--' (replay and run need it: REV comes first)

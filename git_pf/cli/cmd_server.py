@@ -6,7 +6,7 @@ import time
 
 import typer
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from .app import CONTEXT, JsonOpt, app, emit, open_repo
 
 server_app = typer.Typer(help="The repository's command server: status, stop.", no_args_is_help=True, context_settings=CONTEXT)

@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from .app import JsonOpt, app, emit, open_repo, warn
 
 
@@ -47,8 +47,8 @@ def snapshot(
     """Snapshot the sandbox at --fs-root, or a mount (--mount), and the given layers as a new image; print its id.
 
     Layers not given (messages, effects, env) are carried over from the parent image."""
-    from .. import jsonl
-    from ..image import Agent
+    from ..core import jsonl
+    from ..image.manifest import Agent
     from ..layers.world import env as env_mod
 
     if env is not None and capture_env:
@@ -65,12 +65,12 @@ def snapshot(
     if rewrite_effects and effects is None:
         raise UsageError("--rewrite-effects needs --effects")
     repo = open_repo()
-    from ..snapshot_inputs import EnvInput, TraceInput
+    from ..ops.snapshot_inputs import EnvInput, TraceInput
 
     trace = TraceInput(messages=jsonl.read(messages, "--messages") if messages is not None else None,
                        tape=_tape(tape))
     if sign or gpg_sign:  # -S / --gpg-sign=KEYID: this command's image is signed
-        from ..signing import sign_from_now
+        from ..image.signing import sign_from_now
 
         sign_from_now(gpg_sign or True)
     take = repo.snapshot if mount is None else _mount_snapshot(repo)
@@ -137,6 +137,6 @@ def _mount_snapshot(repo):
     """``snapshot_mount`` bound to ``repo``: same options as ``Repo.snapshot``."""
     from functools import partial
 
-    from ..mount_snapshot import snapshot_mount
+    from ..mount.snapshot import snapshot_mount
 
     return partial(snapshot_mount, repo)

@@ -163,7 +163,7 @@ def remote_store(
     as_json: bool = JsonOpt,
 ) -> None:
     """Show, set or accept where a remote keeps side-store objects (pinned in pf.remote.<name>.store)."""
-    from ..errors import UsageError
+    from ..core.errors import UsageError
     from ..transport import adapters, remotes
 
     repo = open_repo()

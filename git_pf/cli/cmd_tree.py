@@ -73,8 +73,8 @@ def fork(
 def _fork_at_step(rev: str, step: Optional[int], response: Optional[Path], edit: bool, name: Optional[str],
                   other: bool, as_json: bool) -> None:
     """``git pf fork REV --at-step N [--response FILE | --edit] [--name NAME]``."""
-    from ..errors import UsageError
-    from ..layers.trace import wire
+    from ..core.errors import UsageError
+    from ..runs.llm import wire
     from ..runs import forking
 
     if step is None:
@@ -85,7 +85,7 @@ def _fork_at_step(rev: str, step: Optional[int], response: Optional[Path], edit:
         raise UsageError("--at-step makes one branch: it takes no -n, --explore or --mount")
     repo = open_repo()
     if response is not None:
-        from ..jsonl import read_bytes
+        from ..core.jsonl import read_bytes
 
         data = read_bytes(response, "--response")
         change = lambda entry: wire.response_from_file(entry, data)  # noqa: E731

@@ -5,7 +5,7 @@ from typing import List
 
 import typer
 
-from ..errors import EXIT_NEGATIVE, UsageError
+from ..core.errors import EXIT_NEGATIVE, UsageError
 from .app import JsonOpt, app, emit, open_repo
 
 
@@ -16,7 +16,7 @@ def verify(
     as_json: bool = JsonOpt,
 ) -> int:
     """Print each image's signature status; exit 1 when any is not trusted (signed, or covered by a signed descendant, by a trusted key)."""
-    from .. import refs, verify as ver
+    from ..image import refs, verify as ver
 
     if bool(revs) == all_images:
         raise UsageError("give REV... or --all")

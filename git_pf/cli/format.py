@@ -1,6 +1,6 @@
 """Human-readable rendering shared by the command modules (sizes, dates, images).
 
-``size`` is ``git_pf.units.size`` (a layer's lines for ``show`` use it too).
+``size`` is ``git_pf.core.units.size`` (a layer's lines for ``show`` use it too).
 """
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import datetime as dt
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..image import ImageInfo
+    from ..image.manifest import ImageInfo
 
 
 def size(n: int) -> str:
-    from ..units import size as human_size  # imported when used: -h and --version load no git-pf module
+    from ..core.units import size as human_size  # imported when used: -h and --version load no git-pf module
 
     return human_size(n)
 

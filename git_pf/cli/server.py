@@ -8,7 +8,7 @@ handlers and runs the Typer application, so nothing of one command (config,
 signals, working directory, errors) reaches the next. It listens on a 0600
 unix socket (``cli.client.socket_path``), answers only its own user
 (``SO_PEERCRED``), kills a command's process group when its client goes away,
-keeps a file watcher per snapshotted sandbox (``cmdwatch``), and ends when idle
+keeps a file watcher per snapshotted sandbox (``layers.world.watch``), and ends when idle
 for ``pf.server.idleTimeout``, when ``pf.server`` is turned off, when its own
 installed files change (a new server starts on the next command), on ``git pf
 server stop`` and on SIGTERM. Reads the repository's config; writes only its
@@ -26,7 +26,7 @@ import struct
 import sys
 import time
 
-from .. import cmdwatch
+from ..layers.world import watch as cmdwatch
 from . import client as cmdclient
 
 DEFAULT_IDLE_S = 600
@@ -37,8 +37,8 @@ MAX_SERVERS = 8  # per user: a new server stops the one idle longest beyond this
 # What the parent loads before it forks: the CLI and what the served commands run.
 LIGHT_DEPENDENCIES = frozenset({"git_pf", "typer", "click", "pygit2", "zstandard", "pathspec", "pyfastcdc", "xattr",
                                 "_cffi_backend", "cffi"})
-PRELOAD = ("git_pf.cli.app", "git_pf.cli.commands", "git_pf.repo", "git_pf.snapshot", "git_pf.history",
-           "git_pf.diff", "git_pf.merge", "git_pf.checkout", "git_pf.fsck", "git_pf.verify", "git_pf.fork",
+PRELOAD = ("git_pf.cli.app", "git_pf.cli.commands", "git_pf.repo", "git_pf.ops.snapshot", "git_pf.image.history",
+           "git_pf.ops.diff", "git_pf.merge", "git_pf.ops.checkout", "git_pf.ops.fsck", "git_pf.image.verify", "git_pf.ops.fork",
            "git_pf.layers.world.capture", "git_pf.layers.world.statcache", "git_pf.store.sidestore",
            "git_pf.transport.lazy", "git_pf.runs.stepworld", "typer._click.decorators", "typer._click._textwrap")
 
@@ -72,7 +72,7 @@ def _package_dirs() -> list[str]:
     import importlib.util
 
     roots = {os.path.dirname(os.path.dirname(os.path.abspath(cmdclient.__file__)))}
-    for name in ("git_pf.fuse", "git_pf.kernels", "git_pf.hooks"):
+    for name in ("git_pf.mount", "git_pf.kernels", "git_pf.hooks"):
         try:
             spec = importlib.util.find_spec(name)
         except (ImportError, ValueError):
@@ -90,7 +90,7 @@ class CodeWatch:
     """Notices a change to git-pf's installed files (a reinstall, an edit): the server is stale."""
 
     def __init__(self):
-        from ..runs.fswatch import MASK, _libc
+        from ..core.fswatch import MASK, _libc
 
         self.libc = _libc()
         self.fd = self.libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC) if self.libc else -1
@@ -100,7 +100,7 @@ class CodeWatch:
                 self.changed = True
 
     def stale(self) -> bool:
-        from ..runs.fswatch import _EVENT
+        from ..core.fswatch import _EVENT
 
         while self.fd >= 0 and not self.changed:
             try:
@@ -617,7 +617,7 @@ def _preloadable(name: str) -> bool:
     """A module the parent may import because a command imported it: git-pf's own (not the
     model or kernel code, which loads torch), its light dependencies and the standard library."""
     top = name.partition(".")[0]
-    if name.startswith(("git_pf.kernels", "git_pf.layers.model", "git_pf.fuse", "git_pf.integrations")):
+    if name.startswith(("git_pf.kernels", "git_pf.layers.model", "git_pf.mount", "git_pf.integrations")):
         return False
     return top in LIGHT_DEPENDENCIES or (top in sys.stdlib_module_names and top not in ("tkinter", "idlelib", "turtle"))
 

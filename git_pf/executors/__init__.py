@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Callable, Protocol, Sequence, TypeVar
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 
 T = TypeVar("T")
 R = TypeVar("R")

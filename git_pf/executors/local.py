@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 
 
 class LocalExecutor:

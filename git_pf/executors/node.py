@@ -26,8 +26,9 @@ from pathlib import Path
 
 import pygit2
 
-from .. import config, refs
-from ..errors import PfError, UsageError
+from ..core import config
+from ..image import refs
+from ..core.errors import PfError, UsageError
 from ..transport import gitcmd
 from ..transport.progress import Progress
 from ..transport.remotes import Remote

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import socket
 
-from ..errors import PfError, UsageError
+from ..core.errors import PfError, UsageError
 
 EXTRA = "pip install 'git-pf[ray]'"
 RETRIES = 3  # a worker killed under a task: Ray runs the task again, this many times at most

@@ -32,12 +32,13 @@ try:
 except ImportError as e:  # pragma: no cover - the extra is missing
     raise ImportError("git_pf.integrations.langgraph needs LangGraph: pip install 'git-pf[langgraph]'") from e
 
-from .. import canonjson, config as pf_config, image as img, signing, verify as signing_verify
-from ..errors import DataError, UsageError, WriteFailed
-from ..gittree import TreeWriter
+from ..core import canonjson, config as pf_config
+from ..image import manifest as img, signing, verify as signing_verify
+from ..core.errors import DataError, UsageError, WriteFailed
+from ..image.tree import TreeWriter
 from ..layers import registry
 from ..repo import Repo
-from ..snapshot import DirWorld, SnapshotRequest, SnapshotWrite
+from ..ops.snapshot import DirWorld, SnapshotRequest, SnapshotWrite
 from ..store.packfile import packing
 from . import langgraph_serde, langgraph_store as st
 

@@ -22,9 +22,10 @@ from urllib.parse import unquote_to_bytes
 
 import pygit2
 
-from .. import canonjson, image as img, jsonl, limits, refs, signing
-from ..errors import DataError
-from ..gittree import MODE_FILE, MODE_TREE, TreeWriter, blob_size, lookup, over_limit, read_blob, read_tree
+from ..core import canonjson, jsonl, limits
+from ..image import manifest as img, refs, signing
+from ..core.errors import DataError
+from ..image.tree import MODE_FILE, MODE_TREE, TreeWriter, blob_size, lookup, over_limit, read_blob, read_tree
 
 ROOT = b"langgraph"
 INDEX = b"checkpoint.json"

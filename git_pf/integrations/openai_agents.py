@@ -28,14 +28,15 @@ import threading
 import uuid
 from pathlib import Path
 
-from .. import image as img, refs, secrets
-from ..errors import UsageError
+from ..image import manifest as img, refs
+from ..core import secrets
+from ..core.errors import UsageError
 from ..layers.effects import ledger as effects_mod
 from ..runs import tools as tools_mod
 from ..runs.steps import STEP_TRAILER, step_of
 from ..runs.stepworld import Given, inherited
-from ..snapshot import DirWorld, SnapshotRequest, take
-from .claude_code import tool_effect
+from ..ops.snapshot import DirWorld, SnapshotRequest, take
+from .claude_code.session import tool_effect
 
 try:
     from agents import FunctionTool, RunHooks

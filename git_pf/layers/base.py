@@ -45,7 +45,7 @@ class DiffPart:
 @contextmanager
 def naming(image):
     """A DataError raised inside names ``image``."""
-    from ..errors import DataError
+    from ..core.errors import DataError
 
     try:
         yield
@@ -128,7 +128,7 @@ class Layer:
 
     def read(self, git, image, path: bytes, default: Any = None) -> Any:
         """The parsed layer file at ``path`` of ``image`` (``default`` when absent); a DataError names the image."""
-        from ..image import read_file
+        from ..image.manifest import read_file
 
         data = read_file(git, image.tree, path)
         with naming(image):
@@ -139,7 +139,7 @@ class Layer:
         """Everything checked before anything is written (a malformed file: DataError); what
         ``checkout`` is then given. Default: each of ``files`` parsed, and (path, bytes) of
         each one that is a file (a tree there is absent, as its reader has it)."""
-        from ..gittree import MODE_TREE, lookup, read_blob
+        from ..image.tree import MODE_TREE, lookup, read_blob
 
         for path in self.files:
             if path in self.parsers:
@@ -254,6 +254,6 @@ class Layer:
 
     def present(self, git, image) -> bool:
         """Whether ``image`` (or None) holds any of the layer's paths."""
-        from ..gittree import lookup
+        from ..image.tree import lookup
 
         return image is not None and any(lookup(git, bytes.fromhex(image.tree), p) is not None for p in self.claims)

@@ -18,9 +18,9 @@ import os
 import shutil
 from pathlib import Path
 
-from .. import refs
-from ..checkout import check_dest
-from ..errors import EXIT_NEGATIVE, PfError, UsageError
+from ..image import refs
+from ..ops.checkout import check_dest
+from ..core.errors import EXIT_NEGATIVE, PfError, UsageError
 from ..layers import registry
 from . import engine
 

@@ -16,12 +16,13 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from .. import canonjson, config, image as img, layercheck, refs, safepath, signing
-from .. import verify as signing_verify
-from ..errors import DataError, UsageError
-from ..gittree import lookup
+from ..core import canonjson, config
+from ..image import manifest as img, layercheck, refs, safepath, signing
+from ..image import verify as signing_verify
+from ..core.errors import DataError, UsageError
+from ..image.tree import lookup
 from ..store.packfile import packed
-from ..image import ImageInfo
+from ..image.manifest import ImageInfo
 from ..layers import registry
 from .layer import PLUGINS, LayerResult, MergeContext
 from .tree3 import entry, merge_paths

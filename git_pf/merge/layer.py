@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..image import ImageInfo
+from ..image.manifest import ImageInfo
 from ..layers import registry
 
 Change = tuple[int, bytes] | None  # (git file mode, raw oid) or None to delete the path

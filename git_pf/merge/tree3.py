@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable
 
 import pygit2
 
-from ..gittree import MODE_FILE, MODE_TREE, diff_trees, lookup
+from ..image.tree import MODE_FILE, MODE_TREE, diff_trees, lookup
 
 MISSING: Any = object()  # a key absent on one side
 AMBIGUOUS: Any = object()  # a key on which several merge bases disagree
@@ -79,7 +79,7 @@ def _sort_key(key):
 
 def changed_paths(git, a: bytes | None, b: bytes | None, skip: Callable[[bytes], bool], prefix: bytes = b"") -> Iterable[bytes]:
     """Every non-tree path that differs between trees ``a`` and ``b`` (raw oids), not
-    descending into paths for which ``skip`` is true (``gittree.diff_trees``)."""
+    descending into paths for which ``skip`` is true (``image.tree.diff_trees``)."""
     return (path for path, _, _ in diff_trees(git, a, b, prefix, skip))
 
 

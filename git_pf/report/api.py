@@ -17,7 +17,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 
 STOP_WAIT_S = 10.0  # how long a stopping server waits for a run to finish its steps before killing it
 MAX_REPLY = 1 << 20  # bytes of a new reply
@@ -44,7 +44,7 @@ def _repo(path: Path):
 
 
 def _branch(repo, body: dict) -> str:
-    from .. import refs
+    from ..image import refs
 
     name = refs.check_name(_field(body, "branch", str, "a branch name"))
     if refs.branch_tip(repo.git, name) is None:
@@ -100,7 +100,7 @@ class Actions:
 
     def fork(self, body: dict) -> dict:
         """``{"branch", "step", "reply", "name"?}``: a new branch whose step holds ``reply``."""
-        from ..layers.trace import wire
+        from ..runs.llm import wire
         from ..runs import forking
 
         step = _field(body, "step", int, "a step number")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from ..blame import store
-from ..errors import UsageError
+from ..core.errors import UsageError
 
 LABELS = ("decisive", "suggestive", "none", "insufficient")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from .. import image as img, refs
+from ..image import manifest as img, refs
 from ..runs.steps import RUN_END_TRAILER, step_of
 
 MAX_NODES = 5000  # beyond this the graph says it was cut

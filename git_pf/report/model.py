@@ -3,7 +3,7 @@
 ``report_data`` walks REV's first-parent line from its step 0 image to its tip and gives, per
 step, its exchange (request and response as pretty JSON, a streamed reply reassembled by
 ``layers.trace.wire``), its world diff against the step before (file lists and unified patches
-from ``worldpatch``) and the size of its effects ledger; then the tip's ledger, the fork graph
+from ``layers.world.patch``) and the size of its effects ledger; then the tip's ledger, the fork graph
 (``forkgraph``), the blame runs of the run (``blamedata``), the tool calls the tape shows (each
 matched to a ledger entry, or not on the ledger) and a replay report's divergence, where a long
 string that differs is shown as a line diff. Everything
@@ -16,16 +16,17 @@ import difflib
 import json
 import os
 
-from .. import image as img, refs
-from ..errors import DataError, UsageError
-from ..gittree import diff_trees
-from ..layercheck import load
+from ..image import manifest as img, refs
+from ..core.errors import DataError, UsageError
+from ..image.tree import diff_trees
+from ..image.layercheck import load
 from ..layers.effects import ledger as ledger_mod
-from ..layers.trace import exchange as exchange_mod, matching, wire
+from ..layers.trace import exchange as exchange_mod, matching
+from ..runs.llm import wire
 from ..layers.world.diff import diff_world
 from ..layers.world.names import real_path
 from ..runs.steps import FORKED_TRAILER, RUN_END_TRAILER, run_plan, step_of
-from ..worldpatch import patches as world_patches
+from ..layers.world.patch import patches as world_patches
 from . import blamedata, forkgraph
 
 BODY_CHARS = 6000  # a request or response shown per step (the head and the tail kept)

@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from ..errors import PfError, UsageError
+from ..core.errors import PfError, UsageError
 from . import serve_page
 from .api import Actions, Conflict
 
@@ -210,7 +210,7 @@ class Handler(BaseHTTPRequestHandler):
         if not 0 <= length <= MAX_BODY:
             self._error(413 if length > MAX_BODY else 411, f"a body of 0 to {MAX_BODY} bytes with its Content-Length")
             return None
-        from ..canonjson import strict_loads
+        from ..core.canonjson import strict_loads
 
         try:
             body = strict_loads(self.rfile.read(length))
@@ -233,7 +233,7 @@ class Handler(BaseHTTPRequestHandler):
             return None
 
     def _index(self) -> None:
-        from .. import refs
+        from ..image import refs
 
         repo = self._repo()
         if repo is None:
@@ -245,7 +245,7 @@ class Handler(BaseHTTPRequestHandler):
         self._html(serve_page.index_page(names))
 
     def _report(self, branch: str) -> None:
-        from .. import refs
+        from ..image import refs
         from .render import render_report
 
         repo = self._repo()

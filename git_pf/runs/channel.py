@@ -13,8 +13,8 @@ import json
 import os
 from pathlib import Path
 
-from .. import canonjson
-from ..errors import DataError, UsageError
+from ..core import canonjson
+from ..core.errors import DataError, UsageError
 
 # Each draw function and the JSON type of its recorded value (docs/record.md has the table).
 DRAW_FNS = {

@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from ..errors import PfError
+from ..core.errors import PfError
 
 GRACE_S = 3.0
 POLL_S = 0.02

@@ -16,10 +16,12 @@ import subprocess
 import tempfile
 from typing import Callable
 
-from .. import canonjson, config, image as img, refs, signing, verify
-from ..errors import DataError, UsageError
-from ..fork import _next_index
-from ..layers.trace import messages as trace, tape as tape_mod, wire
+from ..core import canonjson, config
+from ..image import manifest as img, refs, signing, verify
+from ..core.errors import DataError, UsageError
+from ..ops.fork import _next_index
+from ..layers.trace import messages as trace, tape as tape_mod
+from .llm import wire
 from .steps import FORKED_TRAILER, RUN_END_TRAILER, STEP_TRAILER, at_step, check_target, step_of
 from ..store.packfile import packed
 

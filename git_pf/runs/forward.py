@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from ..layers.trace import exchange
 from .proxy import HOP_BY_HOP, Reply, Request
 
@@ -97,7 +97,7 @@ class Upstreams:
 
     @classmethod
     def from_repo(cls, git, specs: list[str]) -> "Upstreams":
-        from ..config import get_str
+        from ..core.config import get_str
 
         return cls(specs, {f: get_str(git, f"pf.upstream.{f}") for f in DEFAULTS})
 

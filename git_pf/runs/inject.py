@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 
 MODES = ("record", "replay", "run")
 HOOK_DIR = Path(__file__).resolve().parent / "hook"

@@ -16,7 +16,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from ..layers.trace.matching import Rules
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "agent_profiles"

@@ -22,9 +22,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import refs
-from ..errors import UsageError
-from ..layers.trace import exchange, wire
+from ..image import refs
+from ..core.errors import UsageError
+from ..layers.trace import exchange
+from .llm import wire
 from . import child
 from .forward import Upstreams, UpstreamDown, forward
 from .proxy import Proxy, Reply, Request

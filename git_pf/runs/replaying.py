@@ -21,7 +21,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import EXIT_NEGATIVE, EXIT_USAGE, PfError, UsageError
+from ..core.errors import EXIT_NEGATIVE, EXIT_USAGE, PfError, UsageError
 from .replay import Mismatch, Replayer
 
 DIVERGED_EXIT = 86  # the hook's exit on a divergence (docs/record.md, "Draws")
@@ -123,7 +123,7 @@ def _count(pair: tuple[int | None, int]) -> str:
 
 def fresh_world(repo, image: str, into: Path | None) -> Path:
     """Check the world of ``image`` out into ``into`` (absent or empty) or a new temporary directory."""
-    from ..checkout import checkout
+    from ..ops.checkout import checkout
 
     if into is None:
         into = Path(tempfile.mkdtemp(prefix="pf-world-"))
@@ -238,7 +238,7 @@ def remove_world(repo, temp: Path, world: Path) -> None:
     """Remove a temporary directory holding the world ``world`` and the stat cache file its
     step captures left (the cache of a directory that is gone would only be dead weight)."""
     from ..layers.world.statcache import StatCache
-    from ..snapshot import resolve_fs_root
+    from ..ops.snapshot import resolve_fs_root
 
     try:
         root = resolve_fs_root(world, repo.git_dir)

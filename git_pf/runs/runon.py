@@ -19,8 +19,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-from .. import image as img
-from ..errors import UsageError
+from ..image import manifest as img
+from ..core.errors import UsageError
 from .record import Recorder, RunResult, drive, world_env
 from .replay import MISMATCH_STATUS, Replayer
 from .proxy import Proxy, Reply, Request

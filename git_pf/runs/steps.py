@@ -30,13 +30,15 @@ from pathlib import Path
 
 import pygit2
 
-from .. import image as img, refs, secrets, verify
-from ..errors import InputFormatError, PfError, UnknownRevision, UsageError, WriteFailed
+from ..image import manifest as img, refs, verify
+from ..core import secrets
+from ..core.errors import InputFormatError, PfError, UnknownRevision, UsageError, WriteFailed
 from ..layers.effects import ledger as effects_mod
-from ..layers.trace import exchange, tape as tape_mod, tapechunk, wire
-from ..gittree import MODE_FILE, TreeWriter
-from ..signing import SigningFailed
-from ..snapshot import SnapshotRequest, take
+from ..layers.trace import exchange, tape as tape_mod, tapechunk
+from .llm import wire
+from ..image.tree import MODE_FILE, TreeWriter
+from ..image.signing import SigningFailed
+from ..ops.snapshot import SnapshotRequest, take
 from ..store.packfile import RunPackWriter, packing
 from . import channel
 from .channel import ChannelReader

@@ -18,14 +18,15 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import config, image as img
-from ..gittree import TreeWriter
+from ..core import config
+from ..image import manifest as img
+from ..image.tree import TreeWriter
 from ..layers.world import attrs as attrs_mod
 from ..layers.world.capture import Capture, CaptureStats, capture
 from ..layers.world.statcache import StatCache
-from ..snapshot import resolve_fs_root
+from ..ops.snapshot import resolve_fs_root
 from ..store.packfile import current
-from .fswatch import DirWatch, unchanged_test
+from ..core.fswatch import DirWatch, unchanged_test
 
 ROOT_TRAILER = "Pf-Run-Root"  # on step 0: the sandbox's absolute path when it was recorded
 CWD_TRAILER = "Pf-Run-Cwd"  # on step 0: the child's working directory then

@@ -25,8 +25,8 @@ import sys
 import threading
 import time
 
-from .. import canonjson, secrets
-from ..errors import UsageError
+from ..core import canonjson, secrets
+from ..core.errors import UsageError
 
 CLASSES = ("pure", "idempotent", "irreversible")
 _MIN_HIDDEN = 4  # a redacted argument shorter than this is not looked for in the result
@@ -76,7 +76,7 @@ class _WorldWatch:
     looking again only at the directories a watcher (``fswatch.DirWatch``) saw change."""
 
     def __init__(self, root: str):
-        from .fswatch import DirWatch
+        from ..core.fswatch import DirWatch
 
         self.root = root
         self.watch = DirWatch(os.fsencode(os.path.realpath(root)))

@@ -17,9 +17,9 @@ from typing import Callable
 
 import zstandard
 
-from .. import limits
+from ..core import limits
 from . import directio
-from ..errors import CorruptObject, WriteFailed
+from ..core.errors import CorruptObject, WriteFailed
 
 OID_RE = re.compile(r"^[0-9a-f]{64}$")
 ZSTD_LEVEL = 3

@@ -16,11 +16,11 @@ from typing import Iterable, Iterator
 
 import zstandard
 
-from .. import limits
+from ..core import limits
 from .chunking import MIN_CHUNK, chunk_spans
 from .frames import OID_RE, decoded_size, zstd_problem
 from .objectio import WORKERS, read_ahead
-from ..errors import CorruptObject
+from ..core.errors import CorruptObject
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .. import cores
+from ..core import cores
 from . import directio
 
 WORKERS = max(2, min(8, cores.usable()))

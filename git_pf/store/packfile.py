@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pygit2
 
-from ..errors import WriteFailed
+from ..core.errors import WriteFailed
 
 KIND_NAMES = {1: b"commit", 2: b"tree", 3: b"blob", 4: b"tag"}
 COMMIT, BLOB, TREE = 1, 3, 2

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .. import limits
+from ..core import limits
 from .large import LargeObject
 
 VERSION = "https://git-pf.dev/spec/pointer/v1"

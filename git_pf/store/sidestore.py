@@ -26,13 +26,13 @@ from typing import Callable, Hashable, Iterable, Iterator, Protocol
 
 import zstandard
 
-from .. import limits, writeback
+from ..core import limits, writeback
 from . import directio
 from .frames import (OID_RE, ZSTD_LEVEL, compress_into_buffer, compressor, decoded_size, decompressor, stored_bound,
                      has_checksum, sha256_hex, verify_frame, zstd_problem)
 from .large import LargeContent
 from .objectio import MAP_MIN, frame_writer, read_ahead, read_fd, read_file, sync_files
-from ..errors import CorruptObject, MissingObject, WriteFailed
+from ..core.errors import CorruptObject, MissingObject, WriteFailed
 
 _temp_ids = itertools.count()  # temp file names: unique within the process
 _TEMP_RE = re.compile(r"^obj-([1-9][0-9]*)-[0-9]+$")

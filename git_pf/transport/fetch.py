@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pygit2
 
-from .. import refs as refs_mod
-from ..errors import TransferFailed, UsageError
+from ..image import refs as refs_mod
+from ..core.errors import TransferFailed, UsageError
 from . import adapters, gitcmd, remotes, storerecord
 from .progress import Progress
 from .remotes import Remote

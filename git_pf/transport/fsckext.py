@@ -11,8 +11,8 @@ from typing import Callable
 
 import pygit2
 
-from .. import refs as refs_mod
-from ..errors import PfError
+from ..image import refs as refs_mod
+from ..core.errors import PfError
 from . import index as idx
 
 

@@ -19,10 +19,11 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from .. import config, refs as refs_mod, safepath, siblings
+from ..core import config, siblings
+from ..image import refs as refs_mod, safepath
 from ..store import sidestore
-from ..errors import UsageError
-from ..liveness import may_have_written, pid_alive
+from ..core.errors import UsageError
+from ..core.liveness import may_have_written, pid_alive
 from . import gitcmd, reach
 
 DEFAULT_PRUNE = "2.weeks.ago"

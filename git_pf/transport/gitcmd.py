@@ -9,7 +9,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from ..errors import TransferFailed
+from ..core.errors import TransferFailed
 
 # Never let a nested git run our own hooks or ask for credentials on a tty.
 _BASE_ENV = {"GIT_TERMINAL_PROMPT": "0"}

@@ -23,7 +23,7 @@ from typing import Iterator
 
 import pygit2
 
-from ..errors import CorruptObject, PfError
+from ..core.errors import CorruptObject, PfError
 from . import gitcmd, index as idx, marks, packread
 
 OBJECTS_REF = "refs/pf/objects"

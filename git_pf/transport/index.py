@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import pygit2
 
-from ..errors import DataError
-from ..gittree import MODE_FILE, MODE_TREE, TreeWriter, read_blob, read_tree
+from ..core.errors import DataError
+from ..image.tree import MODE_FILE, MODE_TREE, TreeWriter, read_blob, read_tree
 from ..store.packfile import add_commit, packed
 
 VERSION = b"https://git-pf.dev/spec/objects/v1\n"

@@ -22,7 +22,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from ..errors import PfError, UsageError
+from ..core.errors import PfError, UsageError
 from . import gitcmd, remotes
 
 HOOKS = ("pre-push",)

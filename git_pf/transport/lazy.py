@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 
-from ..errors import CorruptObject, PfError
-from .. import limits
+from ..core.errors import CorruptObject, PfError
+from ..core import limits
 from ..store.large import decode_chunk_index, index_bound
 from . import adapters, remotes
 from .held import HeldObjects

@@ -18,8 +18,8 @@ import re
 import threading
 from urllib.parse import urlsplit, urlunsplit
 
-from .. import config
-from ..errors import TransferFailed, UsageError
+from ..core import config
+from ..core.errors import TransferFailed, UsageError
 from . import gitcmd, httpbody
 from .remotes import Remote, check_http
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from ..errors import CorruptObject
+from ..core.errors import CorruptObject
 
 DEFAULT_TARGET = 16 * 1024 * 1024
 MIN_TARGET = 64 * 1024

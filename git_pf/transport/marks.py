@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..markfile import MarkFile
+from ..core.markfile import MarkFile
 
 HEADER = b"pf-rehashed 1\n"
 _LINE = re.compile(rb"^([0-9a-f]{64})((?: [0-9a-f]{40}(?:[0-9a-f]{24})?)+)$")

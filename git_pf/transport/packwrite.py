@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
 
-from .. import writeback
+from ..core import writeback
 from ..store import directio
 from ..store.packfile import BLOB, entry_header, idx_bytes, object_id
 

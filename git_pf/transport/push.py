@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import refs as refs_mod
-from ..errors import DataError, TransferFailed, UsageError
+from ..image import refs as refs_mod
+from ..core.errors import DataError, TransferFailed, UsageError
 from . import adapters, gitcmd, reach, remotes, storerecord
 from .progress import Progress
 from .remotes import Remote

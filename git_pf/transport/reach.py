@@ -15,8 +15,8 @@ from typing import Iterable, Iterator
 import pygit2
 
 from ..store import pointer as pointer_fmt
-from ..errors import DataError, PfError
-from ..gittree import MODE_LINK, MODE_TREE, read_tree
+from ..core.errors import DataError, PfError
+from ..image.tree import MODE_LINK, MODE_TREE, read_tree
 from ..layers import registry
 from ..store.large import decode_chunk_index
 from ..store.sidestore import SideStore

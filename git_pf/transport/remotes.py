@@ -20,8 +20,8 @@ from urllib.parse import unquote, urlparse, urlsplit
 
 import pygit2
 
-from .. import config
-from ..errors import UsageError
+from ..core import config
+from ..core.errors import UsageError
 
 TRACKING = "refs/pf/remotes/"
 

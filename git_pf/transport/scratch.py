@@ -27,9 +27,9 @@ from typing import Iterator
 
 import pygit2
 
-from ..errors import DataError
-from ..gittree import MODE_TREE, blob_size, over_limit, read_tree
-from ..liveness import may_have_written
+from ..core.errors import DataError
+from ..image.tree import MODE_TREE, blob_size, over_limit, read_tree
+from ..core.liveness import may_have_written
 
 PREFIX = "transfer-"
 

@@ -31,8 +31,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pygit2
 
-from ..errors import DataError, TransferFailed, UsageError
-from ..gittree import MODE_FILE, MODE_TREE, TreeWriter, blob_size
+from ..core.errors import DataError, TransferFailed, UsageError
+from ..image.tree import MODE_FILE, MODE_TREE, TreeWriter, blob_size
 from ..store.packfile import add_commit, packed
 from . import gitcmd
 from .remotes import Remote

@@ -27,7 +27,7 @@ class CacheDiff(DiffPart):
 
 def diff(git, a, b) -> CacheDiff | None:
     """None when neither image holds a cache."""
-    from ...image import read_file
+    from ...image.manifest import read_file
 
     tables = [read_file(git, x.tree, PATH) for x in (a, b)]
     if tables == [None, None]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...image import read_file
+from ...image.manifest import read_file
 from .kvfile import FILENAME, save
 from .restoring import load_table, read_layers
 from .table import PATH

@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import InputFormatError, UsageError
+from ...core.errors import InputFormatError, UsageError
 from . import pages as pg
 
 FILENAME = "kv.safetensors"

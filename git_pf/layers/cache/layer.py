@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ... import image as img
-from ...errors import UsageError
+from ...image import manifest as img
+from ...core.errors import UsageError
 from . import planes, threads
 from .pages import DEFAULT_PAGE_TOKENS, DTYPES, IO_WORKERS, batches
 from .table import PATH, PageTable

@@ -11,9 +11,9 @@ reuses an existing ``pages.json`` blob.
 """
 from __future__ import annotations
 
-from ... import image as img
+from ...image import manifest as img
 from ..trace import messages as trace
-from ...gittree import lookup
+from ...image.tree import lookup
 from ...merge.layer import LayerResult, MergeContext
 from .table import PATH, PageTable, read
 

@@ -15,7 +15,7 @@ import re
 import struct
 from dataclasses import dataclass
 
-from ... import cores
+from ...core import cores
 
 VERSION = "pf-kv/1"
 DEFAULT_PAGE_TOKENS = 16

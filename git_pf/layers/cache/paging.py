@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...errors import UsageError
+from ...core.errors import UsageError
 from . import pages as pg, planes, tensors
 from .table import Page, PageTable
 

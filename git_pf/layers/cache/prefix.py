@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ... import refs
-from ...errors import PfError
-from ...sequences import common_prefix
+from ...image import refs
+from ...core.errors import PfError
+from ...core.sequences import common_prefix
 from .paging import fingerprint, token_list
 from .table import read
 
@@ -32,7 +32,7 @@ def longest_prefix(tokens, *, repo=None, model, adapter: str | None = None) -> M
     """The image the repository's refs point at whose cache holds the longest prefix of
     ``tokens`` for ``model`` (a fingerprint string or the module) and ``adapter``; ties go
     to the first ref by name. Images whose cache cannot be read are passed over."""
-    from ...image import read_image
+    from ...image.manifest import read_image
     from ...repo import Repo
 
     if repo is None or isinstance(repo, (str, bytes)) or hasattr(repo, "__fspath__"):

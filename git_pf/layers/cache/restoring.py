@@ -11,8 +11,8 @@ the pages that hold it. Writes nothing.
 """
 from __future__ import annotations
 
-from ...errors import UsageError
-from ...sequences import common_prefix
+from ...core.errors import UsageError
+from ...core.sequences import common_prefix
 from . import planes, tensors, threads
 from .pages import DTYPES, batches
 from .paging import fingerprint, token_list
@@ -26,7 +26,7 @@ class CacheMismatch(UsageError):
 
 
 def _open(image_or_rev, repo):
-    from ...image import ImageInfo
+    from ...image.manifest import ImageInfo
     from ...repo import Repo
 
     if repo is None or isinstance(repo, (str, bytes)) or hasattr(repo, "__fspath__"):

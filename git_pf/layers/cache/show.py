@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...units import size
+from ...core.units import size
 from .table import sharing
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ... import canonjson
-from ...errors import DataError
+from ...core import canonjson
+from ...core.errors import DataError
 from . import pages as pg
 
 PATH = b"cache/pages.json"
@@ -134,7 +134,7 @@ def _check(table: PageTable, doc: dict) -> None:
 
 def read(repo, tree: str) -> PageTable | None:
     """The page table of an image tree, or None when the image has no cache."""
-    from ...image import read_file
+    from ...image.manifest import read_file
 
     data = read_file(repo.git, tree, PATH)
     return decode(data) if data is not None else None
@@ -142,7 +142,7 @@ def read(repo, tree: str) -> PageTable | None:
 
 def object_refs(git, tree_hex: str) -> list[str]:
     """Side-store objects an image tree's KV cache needs (for push, fetch, gc, fsck reachability)."""
-    from ...image import read_file
+    from ...image.manifest import read_file
 
     data = read_file(git, tree_hex, PATH)
     return decode(data).oids() if data is not None else []
@@ -150,7 +150,7 @@ def object_refs(git, tree_hex: str) -> list[str]:
 
 def sharing(repo, image) -> dict | None:
     """Tokens, pages, bytes of an image's cache and how much of it its first parent already holds."""
-    from ...image import read_image
+    from ...image.manifest import read_image
 
     table = read(repo, image.tree)
     if table is None:

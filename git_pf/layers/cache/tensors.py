@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import torch
 
-from ...errors import UsageError
+from ...core.errors import UsageError
 from . import pages as pg, prefault
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]

@@ -4,7 +4,7 @@ diff (``diff``), fsck checks (``check``) and merge (``merge``). ``EffectsLayer``
 layer's ``Layer`` object. Imports as ``git_pf.layers`` says (docs/architecture.md).
 """
 
-from ... import image as _img
+from ...image import manifest as _img
 from ..base import Layer
 
 

@@ -5,8 +5,8 @@ that extends its first parent's (docs/format.md §9) unless the image carries
 """
 from __future__ import annotations
 
-from ... import image as img
-from ...errors import PfError
+from ...image import manifest as img
+from ...core.errors import PfError
 from . import ledger as effects
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ... import image as img
-from ...layercheck import load
+from ...image import manifest as img
+from ...image.layercheck import load
 from ..registry import DiffPart
 from .ledger import entry_hash
 

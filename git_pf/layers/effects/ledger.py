@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import hashlib
 
-from ... import canonjson, jsonl
-from ...errors import DataError, InputFormatError
+from ...core import canonjson, jsonl
+from ...core.errors import DataError, InputFormatError
 
 PATH = "effects/ledger.jsonl"
 CLASSES = ("pure", "idempotent", "irreversible")

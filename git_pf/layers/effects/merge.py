@@ -13,10 +13,11 @@ same key always, under another key (same tool and argument hash) unless
 """
 from __future__ import annotations
 
-from ... import canonjson, image as img
+from ...core import canonjson
+from ...image import manifest as img
 from . import ledger as ledger_fmt
-from ...errors import DataError
-from ...layercheck import load
+from ...core.errors import DataError
+from ...image.layercheck import load
 from ...merge.layer import LayerResult, MergeContext
 from ...merge.tree3 import base_entry, blob, entry, pick
 

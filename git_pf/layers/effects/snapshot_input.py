@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ... import image as img
-from ...errors import UsageError
+from ...image import manifest as img
+from ...core.errors import UsageError
 from . import ledger as effects
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...errors import DataError, UsageError
+from ...core.errors import DataError, UsageError
 from . import store as store_mod
 from .layer import CONFIG_FILE, WEIGHTS_FILE
 from .state import read_state

@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ... import canonjson
-from ...errors import DataError, UsageError
+from ...core import canonjson
+from ...core.errors import DataError, UsageError
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _BAD = re.compile(r"[\s\x00-\x1f\x7f]")

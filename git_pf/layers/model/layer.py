@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import UsageError
+from ...core.errors import UsageError
 from . import store as store_mod
 from .identity import BaseModel
 from .state import Adapter, read_state
@@ -55,7 +55,7 @@ def check_adapter_dir(directory: Path) -> bytes:
 
 @dataclass(frozen=True)
 class ModelInput:
-    """A ``LayerInput`` for ``git_pf.snapshot``: the model parts given on this snapshot."""
+    """A ``LayerInput`` for ``git_pf.ops.snapshot``: the model parts given on this snapshot."""
 
     adapter_dir: Path | None = None
     base: BaseModel | None = None

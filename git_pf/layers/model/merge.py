@@ -12,8 +12,8 @@ objects only; never refs or commits.
 """
 from __future__ import annotations
 
-from ...errors import UsageError
-from ...gittree import TreeWriter, edit
+from ...core.errors import UsageError
+from ...image.tree import TreeWriter, edit
 from ...merge.layer import LayerResult, MergeContext
 from .options import MergeRefused, MergeSpec
 from .state import ADAPTER, BASE, DELTA, PARTS, ModelState, part_ids, read_state

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ... import canonjson, config, image as img, refs, signing, verify
-from ...errors import UsageError
-from ...gittree import TreeWriter
+from ...core import canonjson, config
+from ...image import manifest as img, refs, signing, verify
+from ...core.errors import UsageError
+from ...image.tree import TreeWriter
 from .options import MergeRefused, MergeSpec
 from .state import ModelState, read_state
 

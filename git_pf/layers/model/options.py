@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import UsageError
+from ...core.errors import UsageError
 
 # CLI name -> kernel method name
 METHODS = {"ties": "ties", "dare": "dare_linear", "dare_linear": "dare_linear", "dare_ties": "dare_ties",

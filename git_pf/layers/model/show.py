@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...errors import DataError
+from ...core.errors import DataError
 from ..base import DiffPart
 from .state import ADAPTER, BASE, DELTA, ModelState, part_ids, read_state
 
@@ -69,7 +69,7 @@ class ModelShow:
 
 def summary(repo, image) -> ModelShow | None:
     """The tensors ``image`` changed from its first parent; None when the image has no model layer."""
-    from ...image import read_image
+    from ...image.manifest import read_image
 
     git = repo.git
     if not any(part_ids(git, image.tree).values()):

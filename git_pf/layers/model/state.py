@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 
-from ... import image as img
-from ...errors import DataError
-from ...gittree import MODE_FILE, MODE_TREE, TreeWriter, lookup
+from ...image import manifest as img
+from ...core.errors import DataError
+from ...image.tree import MODE_FILE, MODE_TREE, TreeWriter, lookup
 from .identity import BaseModel
 from .store import TensorIndex
 

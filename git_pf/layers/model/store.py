@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from ... import canonjson, cores
-from ...errors import DataError, UsageError
+from ...core import canonjson, cores
+from ...core.errors import DataError, UsageError
 from ...store.frames import OID_RE
 from ...store.sidestore import SideStore
 from . import stfile

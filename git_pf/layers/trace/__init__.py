@@ -5,7 +5,7 @@ summary of the other branch in ``summary``). ``TraceLayer`` is the layer's ``Lay
 Imports as ``git_pf.layers`` says (docs/architecture.md).
 """
 
-from ... import image as _img
+from ...image import manifest as _img
 from ..base import Layer, naming
 
 

@@ -11,9 +11,10 @@ images of a run, which share them, are each read once. Reads blobs; writes nothi
 """
 from __future__ import annotations
 
-from ... import image as img, limits
-from ...errors import DataError, PfError
-from ...gittree import MODE_TREE, lookup, read_tree
+from ...image import manifest as img
+from ...core import limits
+from ...core.errors import DataError, PfError
+from ...image.tree import MODE_TREE, lookup, read_tree
 from . import exchange, tape
 
 _SOUND_MAX = 1 << 17  # entries and chunks remembered as sound: (name, blob id, size limit) -> entry name -> step

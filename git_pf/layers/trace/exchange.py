@@ -16,7 +16,7 @@ import math
 import re
 from typing import Iterable
 
-from ...errors import DataError
+from ...core.errors import DataError
 
 VERSION = 2
 APIS = ("openai.chat", "openai.responses", "anthropic.messages", "other")

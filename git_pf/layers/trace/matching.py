@@ -18,9 +18,9 @@ import json
 import re
 from dataclasses import dataclass
 
-from ... import canonjson
-from ...errors import DataError, UsageError
-from ...secrets import redact_json, redact_text
+from ...core import canonjson
+from ...core.errors import DataError, UsageError
+from ...core.secrets import redact_json, redact_text
 from . import exchange
 
 MAX_DIFFS = 20
@@ -200,7 +200,7 @@ def normal_body(data: bytes, ignore=(), keep: frozenset[str] = frozenset()) -> t
         return "bytes", hashlib.sha256(data).hexdigest()
     rules = as_rules(ignore)
     masks = [parse_mask(m) for m in rules.masks]
-    try:  # a duplicate key or NaN makes it text, as redaction has it (git_pf.secrets)
+    try:  # a duplicate key or NaN makes it text, as redaction has it (git_pf.core.secrets)
         value = redact_json(canonjson.strict_loads(text), keep)
         for path, rx in masks:
             value = _mask(value, path, rx)

@@ -12,9 +12,9 @@ it). Writes blobs only.
 """
 from __future__ import annotations
 
-from ... import image as img, layercheck
+from ...image import manifest as img, layercheck
 from . import messages as trace_fmt
-from ...sequences import common_prefix
+from ...core.sequences import common_prefix
 from ...merge.layer import LayerResult, MergeContext
 from .summary import merge_message, summarize
 from ...merge.tree3 import base_entry, blob, entry, merge_paths, pick

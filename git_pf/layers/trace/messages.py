@@ -6,8 +6,8 @@ by merge reports); it never reads the world or effects.
 """
 from __future__ import annotations
 
-from ... import canonjson, jsonl
-from ...errors import DataError
+from ...core import canonjson, jsonl
+from ...core.errors import DataError
 
 PATH = "trace/messages.jsonl"
 

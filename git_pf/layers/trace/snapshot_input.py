@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ... import image as img
+from ...image import manifest as img
 from . import messages as trace, tape
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import subprocess
 
-from ... import canonjson, config
-from ...errors import PfError
+from ...core import canonjson, config
+from ...core.errors import PfError
 
 MAX_BYTES = 4096
 ROLE = "user"

@@ -29,11 +29,12 @@ from pathlib import Path
 
 import pygit2
 
-from ... import canonjson, image as img, jsonl, limits
-from ...errors import DataError, InputFormatError, MissingObject
-from ...gittree import MODE_FILE, MODE_TREE, lookup, read_blob, read_tree
-from ...safepath import show
-from ...secrets import redact_json
+from ...core import canonjson, jsonl, limits
+from ...image import manifest as img
+from ...core.errors import DataError, InputFormatError, MissingObject
+from ...image.tree import MODE_FILE, MODE_TREE, lookup, read_blob, read_tree
+from ...image.safepath import show
+from ...core.secrets import redact_json
 from . import tapechunk
 from .exchange import is_v2, parse_entry
 

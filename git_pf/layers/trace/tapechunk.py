@@ -16,8 +16,8 @@ import re
 
 import zstandard
 
-from ... import limits
-from ...errors import DataError
+from ...core import limits
+from ...core.errors import DataError
 from ...store.frames import compressor, decompressor, stored_bound
 
 CHUNK_ENTRIES = 256

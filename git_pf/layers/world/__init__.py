@@ -6,11 +6,11 @@ records the process table; ``snapshot_input`` writes them into a snapshot,
 ``diff`` compares two images' worlds and environments, ``check`` is fsck's
 check of the tree and its pointers; ``merge`` (with ``merge_attrs``,
 ``merge_env`` and ``gitmerge``) is the layer's three-way merge, ``handmerge`` its
-resolution by hand. Nothing here writes refs or commits; ``git_pf.image`` assembles
+resolution by hand. Nothing here writes refs or commits; ``git_pf.image.manifest`` assembles
 images. ``WorldLayer`` and ``EnvLayer`` are the two layers' ``Layer`` objects.
 """
 
-from ... import image as _img
+from ...image import manifest as _img
 from ..base import Layer, naming
 
 SUMMARY_FIELDS = ("files", "bytes", "pointers")  # of the manifest's "world" entry, the fs part's
@@ -40,7 +40,7 @@ class WorldLayer(Layer):
         return DirWorld(repo, fs_root, ignore)
 
     def checkout_plan(self, git, image):
-        from ...safepath import validate_image
+        from ...image.safepath import validate_image
 
         with naming(image):
             return validate_image(git, image.tree)

@@ -15,8 +15,8 @@ import binascii
 import re
 from dataclasses import dataclass, field
 
-from ... import canonjson, jsonl
-from ...errors import DataError
+from ...core import canonjson, jsonl
+from ...core.errors import DataError
 
 DEFAULT_FILE_MODE = 0o644
 DEFAULT_EXEC_MODE = 0o755

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import pygit2
 
-from ...errors import UsageError
-from ...gittree import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, Entry, TreeWriter
+from ...core.errors import UsageError
+from ...image.tree import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, Entry, TreeWriter
 from ...store.pointer import Pointer
 from ...store.sidestore import SideStore
 from .attrs import DEFAULT_DIR_MODE, DEFAULT_EXEC_MODE, DEFAULT_FILE_MODE, PathAttrs

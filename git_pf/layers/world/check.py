@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import os
 
-from ... import image as img, safepath
-from ...errors import PfError
-from ...gittree import lookup, read_pointer
+from ...image import manifest as img, safepath
+from ...core.errors import PfError
+from ...image.tree import lookup, read_pointer
 from ...store import pointer as pointer_fmt
 from . import attrs as attrs_mod
 from .names import tree_path

@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ... import image as img
-from ...gittree import diff_trees
-from ...layercheck import load
+from ...image import manifest as img
+from ...image.tree import diff_trees
+from ...image.layercheck import load
 from ..registry import DiffPart
 from .env import Env
 from .names import real_path
@@ -72,9 +72,9 @@ def diff_env(git, a: img.ImageInfo, b: img.ImageInfo) -> EnvDiff:
 
 
 def patches(git, store, a: img.ImageInfo, b: img.ImageInfo) -> list[tuple[bytes, bytes]]:
-    """Each changed world file's unified diff, as git prints it (``worldpatch``)."""
-    from ... import worldpatch
-    from ...errors import DataError
+    """Each changed world file's unified diff, as git prints it (``patch``)."""
+    from . import patch as worldpatch
+    from ...core.errors import DataError
 
     pa, pb = ({p for p, e in load(git, x, img.WORLD_ATTRS, {}).items() if e.pointer} for x in (a, b))
     ta, tb = (img.subtree(git, x.tree, img.WORLD_FS) for x in (a, b))

@@ -16,9 +16,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ... import canonjson, jsonl
-from ...errors import DataError, InputFormatError
-from ...secrets import REDACTED, looks_secret
+from ...core import canonjson, jsonl
+from ...core.errors import DataError, InputFormatError
+from ...core.secrets import REDACTED, looks_secret
 
 PATH = "world/env.json"
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 import pygit2
 
-from ... import image as img
-from ...errors import PfError
-from ...gittree import MODE_TREE, TreeWriter, lookup
+from ...image import manifest as img
+from ...core.errors import PfError
+from ...image.tree import MODE_TREE, TreeWriter, lookup
 
 _STAGE = re.compile(rb"^([0-7]{6}) ([0-9a-f]{40,64}) ([123])\t(.*)$", re.S)
 _SIG = pygit2.Signature("git-pf", "git-pf@localhost", 0, 0)

@@ -17,9 +17,10 @@ import os
 import re
 from pathlib import Path
 
-from ... import config, image as img, safepath, siblings
-from ...errors import DataError
-from ...gittree import MODE_TREE, TreeWriter, blob_size, edit, lookup, over_limit, read_blob
+from ...core import config, siblings
+from ...image import manifest as img, safepath
+from ...core.errors import DataError
+from ...image.tree import MODE_TREE, TreeWriter, blob_size, edit, lookup, over_limit, read_blob
 from ...merge.layer import LayerResult
 from . import attrs as attrs_mod, gitmerge
 from .capture import capture

@@ -13,8 +13,8 @@ import os
 
 import pygit2
 
-from ... import image as img
-from ...gittree import MODE_EXEC, MODE_FILE, MODE_TREE, TreeWriter, blob_size, lookup, read_pointer
+from ...image import manifest as img
+from ...image.tree import MODE_EXEC, MODE_FILE, MODE_TREE, TreeWriter, blob_size, lookup, read_pointer
 from . import attrs as attrs_mod
 from .names import real_path, tree_path
 from . import merge_attrs as fsattrs

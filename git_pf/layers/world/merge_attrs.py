@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from ...gittree import MODE_EXEC, MODE_FILE, MODE_TREE
+from ...image.tree import MODE_EXEC, MODE_FILE, MODE_TREE
 from .attrs import PathAttrs
 from ...merge.tree3 import merge_mapping, virtual_mapping
 

@@ -9,7 +9,7 @@ naming the image when it does not parse). Reads image blobs, writes one blob.
 """
 from __future__ import annotations
 
-from ... import image as img, layercheck
+from ...image import manifest as img, layercheck
 from .env import REDACTED, Env
 from ...merge.layer import LayerResult, MergeContext
 from ...merge.tree3 import AMBIGUOUS, MISSING, base_entry, blob, entry, merge_mapping, pick, virtual_mapping

@@ -8,6 +8,6 @@ functions, kept with the path checks (``safepath``), which name no layer.
 """
 from __future__ import annotations
 
-from ...safepath import ESCAPE_PREFIX, from_tree, real_path, to_tree, tree_path
+from ...image.safepath import ESCAPE_PREFIX, from_tree, real_path, to_tree, tree_path
 
 __all__ = ["ESCAPE_PREFIX", "from_tree", "real_path", "to_tree", "tree_path"]

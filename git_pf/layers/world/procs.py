@@ -17,9 +17,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ... import canonjson, image as img, jsonl
-from ...errors import DataError, InputFormatError, UsageError
-from ...gittree import read_blob
+from ...core import canonjson, jsonl
+from ...image import manifest as img
+from ...core.errors import DataError, InputFormatError, UsageError
+from ...image.tree import read_blob
 
 SCHEMA = 1
 NAME = "procs"

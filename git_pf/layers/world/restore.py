@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 import pygit2
 
-from ... import writeback
+from ...core import writeback
 from ...store import pointer as pointer_fmt
-from ...errors import DataError
-from ...gittree import MODE_EXEC, MODE_LINK, MODE_TREE, blob_size, iter_blob, read_blob, read_pointer, read_tree
-from ...safepath import DIR, SafeDir, World
+from ...core.errors import DataError
+from ...image.tree import MODE_EXEC, MODE_LINK, MODE_TREE, blob_size, iter_blob, read_blob, read_pointer, read_tree
+from ...image.safepath import DIR, SafeDir, World
 from ...store.sidestore import SideStore
 from .attrs import DEFAULT_EXEC_MODE, DEFAULT_FILE_MODE, PathAttrs
 from .names import from_tree

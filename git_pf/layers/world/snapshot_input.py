@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ... import image as img
+from ...image import manifest as img
 from . import attrs, procs
 from .env import Env, redact
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ... import cmdwatch, config
-from ...safepath import resolve_fs_root
+from . import watch as cmdwatch
+from ...core import config
+from ...image.safepath import resolve_fs_root
 from .capture import Capture, capture
 from .statcache import StatCache
 

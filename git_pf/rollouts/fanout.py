@@ -1,0 +1,312 @@
+"""``git pf fanout`` (docs/scale.md): N forks of an image, each running a command in its own world,
+each world afterwards the fork's next image; on this machine or as tasks on a Ray cluster.
+
+The forks are ``git pf fork``'s (branches ``<prefix>-<k>``, each a child of REV).
+A fork's task checks its world out into a temporary directory, runs CMD there
+(cwd the world, ``GIT_PF_FORK=<k>``, ``GIT_PF_WORLD``, stdin closed, output
+kept apart; past ``timeout_s`` its whole process group is killed) and snapshots
+the world as the branch's next image with the trailers ``Pf-Fanout-Exit``
+(the exit code, or ``timeout``), ``Pf-Fanout-Duration-Ms`` and, when CMD
+printed a ``pf-score: <number>`` line on stdout (the last one counts),
+``Pf-Fanout-Score``. On a cluster the driver pushes the fork branches first; a
+worker fetches its branch into the node's cache repository, runs the fork
+there and pushes the new image as a fast-forward, never forced. A branch the
+remote has already moved past its fork is a fork that ran: it is read back,
+not run again (a retried task, a resumed fan-out). The driver then fetches
+the branches (fast-forward only) and ``summary`` sorts the rows by score.
+
+From a step of a recorded run (``at_step``), a fork is ``git pf fork --at-step``'s,
+made where it runs, with its reply changed as blame's ``--perturb`` changes it
+(seeded by the seed, the step and k), and CMD is the agent, run on from step 0's
+world as ``git pf run`` runs it (its output, stdout and stderr, is where a
+``pf-score`` line is looked for); its final world is snapshotted on top of the
+run's last step with the same trailers. On a cluster the driver pushes REV's
+branch, and each worker pushes its fork as a new branch, never forced.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pygit2
+
+from .. import executors
+from ..ops import fork as fork_mod
+from ..image import manifest as img, refs
+from ..core.errors import DataError, UsageError
+from ..executors import node
+from ..runs.replaying import fresh_world, remove_world
+from ..ops.snapshot import SnapshotRequest, take
+from ..transport import gitcmd, remotes
+
+T_FORK, T_EXIT, T_TIME, T_SCORE = "Pf-Fanout-Fork", "Pf-Fanout-Exit", "Pf-Fanout-Duration-Ms", "Pf-Fanout-Score"
+_SCORE = re.compile(rb"^pf-score:[ \t]*(\S+)[ \t]*\r?$", re.M)
+
+
+@dataclass(frozen=True)
+class StepFork:
+    """What a fork of a recorded run at a step adds to its task."""
+
+    step: int
+    perturb: str = "text"
+    seed: int = 0
+    upstreams: tuple[str, ...] = ()
+    source_ref: str | None = None  # the run's ref on the remote (a cluster's workers fetch it)
+
+
+@dataclass(frozen=True)
+class ForkTask:
+    remote: node.RemoteSpec | None  # None on the local executor
+    name: str  # the fork's branch, ``<prefix>-<k>``
+    prefix: str
+    base: str  # the fork's image: the branch's tip before CMD runs
+    k: int
+    cmd: tuple[str, ...]
+    timeout_s: float | None = None
+    at: StepFork | None = None  # a fork of a recorded run at a step; ``base`` is then the run's tip
+
+
+def score_of(stdout: bytes) -> float | None:
+    """The number of the last ``pf-score: <number>`` line, or None (none, or not a finite number)."""
+    for raw in reversed(_SCORE.findall(stdout)):
+        try:
+            value = float(raw.decode("ascii"))
+        except (UnicodeDecodeError, ValueError):
+            continue
+        if math.isfinite(value):
+            return value
+    return None
+
+
+def _run_cmd(cmd: tuple[str, ...], world: Path, k: int, timeout_s: float | None, out_path: Path) -> str:
+    """Run CMD in ``world``; its exit code as text, or ``timeout``."""
+    env = dict(os.environ, GIT_PF_FORK=str(k), GIT_PF_WORLD=str(world))
+    with open(out_path, "wb") as out:
+        try:
+            proc = subprocess.Popen(list(cmd), cwd=world, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.DEVNULL, start_new_session=True)
+        except OSError:
+            return "127"  # as a shell says of a command it cannot start
+        try:
+            return str(proc.wait(timeout_s))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            return "timeout"
+
+
+def row_of(git, name: str, commit: str) -> dict:
+    """A fork's summary row read from its image (its Pf-Fanout-* trailers)."""
+    c = git.get(commit)
+    if not isinstance(c, pygit2.Commit):
+        raise DataError(f"fork {name}: {commit[:12]} is not a commit")
+    t = dict(img.parse_trailers(c.message))
+    if T_EXIT not in t:
+        raise DataError(f"fork {name}: its branch moved to {commit[:12]}, which no fan-out wrote")
+    exit_ = t[T_EXIT]
+    try:
+        ms = int(t.get(T_TIME, "0"))
+        score = float(t[T_SCORE]) if T_SCORE in t else None
+        k = int(t.get(T_FORK, "0"))
+    except ValueError:
+        raise DataError(f"fork {name}: the image {commit[:12]} has unreadable fan-out trailers") from None
+    return {"fork": k, "name": name, "image": commit, "exit": int(exit_) if exit_.lstrip("-").isdigit() else None,
+            "timed_out": exit_ == "timeout", "duration_s": ms / 1000, "score": score}
+
+
+def run_fork(repo, task: ForkTask, ref: str) -> dict:
+    """Run CMD in the world of ``task.base`` and write the world as its child on ``ref``; the row, with
+    ``task_s``: the seconds of the whole fork (world, CMD, snapshot)."""
+    began = time.monotonic()
+    tmp = Path(tempfile.mkdtemp(prefix="pf-fanout-"))
+    world = tmp / "world"
+    try:
+        fresh_world(repo, task.base, world)
+        start = time.monotonic()
+        exit_ = _run_cmd(task.cmd, world, task.k, task.timeout_s, tmp / "stdout")
+        ms = int((time.monotonic() - start) * 1000)
+        score = score_of((tmp / "stdout").read_bytes())
+        trailers = [(T_FORK, str(task.k)), (T_EXIT, exit_), (T_TIME, str(ms))]
+        if score is not None:
+            trailers.append((T_SCORE, repr(score)))
+        result = take(repo, SnapshotRequest(fs_root=world, ref=ref, parent=task.base, allow_empty=True,
+                                            message=f"fanout {task.name}: exit {exit_}", trailers=tuple(trailers)))
+    finally:
+        remove_world(repo, tmp, world)
+    return dict(row_of(repo.git, task.name, result.image.id), task_s=round(time.monotonic() - began, 6))
+
+
+def run_step_fork(repo, task: ForkTask, target: str) -> dict:
+    """Fork the run ``task.base`` at ``task.at.step`` with a changed reply onto ``target`` (a branch
+    name, or a full ref), run the agent on, and snapshot its final world there; the row."""
+    from ..blame import perturb, trials
+    from ..runs import forking, runon
+    from ..runs.forward import Upstreams
+    from ..runs.steps import at_step
+
+    at, git = task.at, repo.git
+    began = time.monotonic()
+    full = target if target.startswith(refs.ROOT) else refs.HEADS + target
+    change = trials.reply_change(at.perturb, perturb.load(at.perturb), at.seed, at.step, task.k,
+                                 Upstreams.from_repo(git, list(at.upstreams)))
+    where = {"ref": target} if target.startswith(refs.ROOT) else {"name": target}
+    fork = forking.fork_at_step(repo, task.base, at.step, entry_change=change, **where)
+    tmp = Path(tempfile.mkdtemp(prefix="pf-fanout-"))
+    world = tmp / "world"
+    stop = threading.Event()
+    timer = threading.Timer(task.timeout_s, stop.set) if task.timeout_s else None
+    try:
+        fresh_world(repo, at_step(git, fork.id, 0), world)
+        start = time.monotonic()
+        with open(tmp / "stdout", "wb") as out:
+            if timer is not None:
+                timer.start()
+            result, _ = runon.run(repo, target, list(task.cmd), upstreams=list(at.upstreams), world=world,
+                                  stop=stop, output=out)
+        ms = int((time.monotonic() - start) * 1000)
+        exit_ = "timeout" if stop.is_set() else str(result.exit)
+        score = score_of((tmp / "stdout").read_bytes())
+        trailers = [(T_FORK, str(task.k)), (T_EXIT, exit_), (T_TIME, str(ms))]
+        if score is not None:
+            trailers.append((T_SCORE, repr(score)))
+        snap = take(repo, SnapshotRequest(fs_root=world, ref=full, parent=refs.ref_tip(git, full), allow_empty=True,
+                                          message=f"fanout {task.name}: exit {exit_}", trailers=tuple(trailers)))
+    finally:
+        if timer is not None:
+            timer.cancel()
+        remove_world(repo, tmp, world)
+    return dict(row_of(git, task.name, snap.image.id), task_s=round(time.monotonic() - began, 6))
+
+
+def fork_task(task: ForkTask) -> dict:
+    """A fork on a cluster worker: fetch what it needs into the node's cache, run it unless the remote
+    has its result already, push it. The fork is written on a work ref of the cache
+    (``refs/pf/work/fanout/<name>``); the remote-tracking refs move only by fetches, so a retried task
+    reads the remote's state, never what a dead attempt left here."""
+    began = time.monotonic()
+    spec = task.remote
+    repo = node.cache(spec)
+    git = repo.git
+    if task.at is not None or task.base not in git:  # the first fork of a fan-out on a node brings every fork
+        run = [f"+{task.at.source_ref}:{node.TRACKING}{task.at.source_ref[len(refs.ROOT):]}"] if task.at else []
+        node.fetch(repo, [*run, f"+{refs.HEADS}{task.prefix}-*:{node.TRACKING}heads/{task.prefix}-*"])
+        if task.base not in git:
+            raise DataError(f"fork {task.name}: the remote lacks its image {task.base[:12]}")
+    fetched = time.monotonic()
+    tip = node.tracked(repo, f"heads/{task.name}")
+    if tip is not None and (task.at is not None or tip != task.base):  # it ran already (a retried task);
+        return dict(row_of(git, task.name, tip), ran=False)  # a run not seen here yet is caught by the push
+    work = f"{refs.ROOT}work/fanout/{task.name}"
+    try:
+        if git.references.get(work) is not None:
+            git.references.delete(work)  # a dead attempt's
+        row = run_step_fork(repo, task, work) if task.at else run_fork(repo, task, work)
+        ran = time.monotonic()
+        pushed = node.publish(repo, node.origin(repo, spec), row["image"], refs.HEADS + task.name,
+                              known=None if task.at else task.base)
+    finally:
+        if git.references.get(work) is not None:
+            git.references.delete(work)
+    if not pushed:
+        node.fetch(repo, [f"+{refs.HEADS}{task.name}:{node.TRACKING}heads/{task.name}"])
+        return dict(row_of(git, task.name, node.tracked(repo, f"heads/{task.name}")), ran=False)
+    end = time.monotonic()
+    return dict(row, ran=True, task_s=round(end - began, 6),  # with the fetch and the push
+                phases_s={"fetch": round(fetched - began, 6), "fork": row["task_s"], "push": round(end - ran, 6)})
+
+
+def summary(rows: list[dict]) -> list[dict]:
+    """The rows by score, best first (no score last), then by fork."""
+    return sorted(rows, key=lambda r: (r["score"] is None, -(r["score"] or 0.0), r["fork"]))
+
+
+def _step_forks(repo, rev: str, n: int, prefix: str | None, step: int, perturb_spec: str) -> tuple[str, list]:
+    """(the run's tip, [(k, branch name)]) of a fan-out of the recorded run REV at ``step``."""
+    from ..blame import perturb
+    from ..runs.replaying import plan_of
+
+    tip = refs.resolve(repo.git, rev)
+    last = max((e["step"] for e in plan_of(repo, tip).entries), default=0)
+    if not 1 <= step <= last:
+        raise UsageError(f"--at-step {step}: the run has steps 1..{last}")
+    perturb.load(perturb_spec)  # a plug-in that does not load: one line before anything runs
+    names = fork_mod.planned_names(repo, rev, n, prefix)
+    return tip, [(int(name.rsplit("-", 1)[1]), name) for name in names]
+
+
+def fanout(repo, rev: str, n: int, cmd: list[str], *, prefix: str | None = None, executor: str = "local",
+           jobs: int | None = None, ray_address: str | None = None, timeout_s: float | None = None,
+           at_step: int | None = None, perturb: str = "text", seed: int = 0, upstreams: list[str] = (),
+           progress=None) -> dict:
+    """Fork REV ``n`` times and run CMD in each fork's world; ``{"rev", "executor", "forks": rows}``.
+    With ``at_step``: forks of the recorded run REV at that step, CMD the agent run on."""
+    if not cmd:
+        raise UsageError("give the command after '--'")
+    if timeout_s is not None and not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise UsageError(f"--timeout must be a number of seconds above 0, not {timeout_s}")
+    ex = executors.make(executor, jobs=jobs or os.cpu_count() or 1, address=ray_address)
+    remote = spec = None
+    if ex.remote:
+        if not remotes.names(repo):
+            raise UsageError("--executor ray needs a remote the workers can reach (git remote add origin URL)")
+        remote = remotes.resolve(repo, None)
+        spec = node.RemoteSpec.of(repo, remote)
+    source = refs.resolve(repo.git, rev)
+    if at_step is not None:
+        source, planned = _step_forks(repo, rev, n, prefix, at_step, perturb)
+        ex.start()
+        at = StepFork(at_step, perturb, seed, tuple(upstreams))
+        if remote is not None:
+            from ..transport.push import push, refspecs_for
+
+            at = StepFork(at_step, perturb, seed, tuple(upstreams), refspecs_for(repo, [rev], False)[0][0])
+            push(repo, remote, [rev])
+        prefix = planned[0][1].rsplit("-", 1)[0]
+        tasks = [ForkTask(spec, name, prefix, source, k, tuple(cmd), timeout_s, at) for k, name in planned]
+        made = [name for _, name in planned]
+    else:
+        ex.start()
+        forks = fork_mod.fork(repo, rev, n, prefix)
+        prefix = forks[0].name.rsplit("-", 1)[0]
+        tasks = [ForkTask(spec, f.name, prefix, f.id, f.index, tuple(cmd), timeout_s) for f in forks]
+        made = [f.name for f in forks]
+        if remote is not None:
+            from ..transport.push import push
+
+            try:
+                push(repo, remote, made)
+            except BaseException:
+                for f in forks:  # the forks were never pushed and no task ran: nothing of this fan-out stays
+                    ref = repo.git.references.get(refs.HEADS + f.name)
+                    if ref is not None and str(ref.target) == f.id:
+                        ref.delete()
+                raise
+    if remote is not None:
+        rows = ex.map(fork_task, tasks, on_result=progress)
+        specs = [s for name in made for s in (f"{refs.HEADS}{name}:{refs.HEADS}{name}",
+                                              f"+{refs.HEADS}{name}:{remote.tracking('heads/' + name)}")]
+        gitcmd.run(repo.git_dir, ["fetch", "--no-tags", "--refmap=", "--quiet", remote.arg, *specs],
+                   cwd=repo.git.workdir or repo.git_dir)
+    else:
+        local = threading.local()
+
+        def one(task: ForkTask) -> dict:
+            if not hasattr(local, "repo"):  # a repository object per thread
+                local.repo = type(repo)(pygit2.Repository(str(repo.git_dir)))
+            if task.at is not None:
+                return dict(run_step_fork(local.repo, task, task.name), ran=True)
+            return dict(run_fork(local.repo, task, refs.HEADS + task.name), ran=True)
+
+        rows = ex.map(one, tasks, on_result=progress)
+    return {"rev": source, "executor": ex.name, "forks": summary(rows)}
