@@ -212,3 +212,61 @@ def test_an_import_upwards_is_caught():
     found = package_violations(graph)
     assert "git_pf.core.units imports git_pf.image.refs: core is below image" in found
     assert "git_pf.ops.diff imports git_pf.runs.replay: ops is below runs" in found
+
+
+# One command module does not reach into another's private names: what two commands share
+# lives in the CLI's shared module (git_pf.cli.app) under a public name.
+def _commands() -> dict[str, str]:
+    """Each ``git_pf.cli.cmd_*`` module -> its source."""
+    return {f"git_pf.cli.{p.stem}": p.read_text() for p in sorted((ROOT / "git_pf" / "cli").glob("cmd_*.py"))}
+
+
+def private_command_imports(sources: dict[str, str]) -> list[str]:
+    """Each private name (``_x``, not a dunder) a command module takes from another command module:
+    ``from .cmd_x import _y``, or ``cmd_x._y`` on a command module it imported."""
+    def private(name: str) -> bool:
+        return name.startswith("_") and not name.endswith("__")
+
+    out = []
+    for module, text in sorted(sources.items()):
+        package = module.split(".")[:-1]
+        bound = {}  # local name -> the command module it stands for
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ImportFrom):
+                base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else [])) \
+                    if node.level else node.module or ""
+                for alias in node.names:
+                    if f"{base}.{alias.name}" in sources:
+                        bound[alias.asname or alias.name] = f"{base}.{alias.name}"
+                    elif base in sources and base != module and private(alias.name):
+                        out.append(f"{module}:{node.lineno}: imports {alias.name} of {base}")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name in sources and alias.asname:
+                        bound[alias.asname] = alias.name
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Attribute) and private(node.attr):
+                target = bound.get(node.value.id) if isinstance(node.value, ast.Name) else \
+                    ast.unparse(node.value) if ast.unparse(node.value) in sources else None
+                if target and target != module:
+                    out.append(f"{module}:{node.lineno}: uses {node.attr} of {target}")
+    return out
+
+
+def test_no_command_imports_another_commands_private_names():
+    sources = _commands()
+    assert "git_pf.cli.cmd_mount" in sources and "git_pf.cli.cmd_runs" in sources
+    assert private_command_imports(sources) == []
+
+
+def test_a_command_importing_another_commands_private_name_is_caught():
+    sources = _commands()
+    sources["git_pf.cli.cmd_runs"] += "\ndef f():\n    from .cmd_mount import _repo_of_mount\n"
+    sources["git_pf.cli.cmd_tree"] += "\nfrom . import cmd_mount as m\nm._repo_of_mount\n"
+    sources["git_pf.cli.cmd_model"] += "\nimport git_pf.cli.cmd_mount\ngit_pf.cli.cmd_mount._repo_of_mount\n"
+    sources["git_pf.cli.cmd_mount"] += "\nfrom .cmd_mount import _repo_of_mount\n"  # its own: fine
+    found = private_command_imports(sources)
+    assert any(v.startswith("git_pf.cli.cmd_runs:") and "_repo_of_mount of git_pf.cli.cmd_mount" in v for v in found)
+    assert any(v.startswith("git_pf.cli.cmd_tree:") and "_repo_of_mount" in v for v in found)
+    assert any(v.startswith("git_pf.cli.cmd_model:") and "_repo_of_mount" in v for v in found)
+    assert not any(v.startswith("git_pf.cli.cmd_mount:") for v in found)

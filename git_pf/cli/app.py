@@ -99,6 +99,22 @@ def open_repo() -> Repo:
     return Repo.open(os.environ.get("GIT_PF_REPO", "."))
 
 
+def mount_manager():
+    """The mount manager (``git_pf.mount.manage``), or one clear line when this machine cannot mount;
+    mount, umount, ``fork --mount`` and ``replay --mount`` start with it."""
+    import shutil
+    from pathlib import Path
+
+    from ..core.errors import UsageError
+    from ..mount import manage
+
+    if shutil.which("fusermount3") is None:
+        raise UsageError("mounting needs fusermount3 on PATH (install the fuse3 package)")
+    if not Path("/dev/fuse").exists():
+        raise UsageError("mounting needs /dev/fuse (load the fuse kernel module)")
+    return manage
+
+
 def emit(as_json: bool, data: Any, human: Callable[[], None]) -> None:
     if as_json:
         typer.echo(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))

@@ -1,25 +1,13 @@
 """``git pf mount``, ``git pf umount``, ``git pf mounts``: images as directories."""
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import typer
 
-from ..core.errors import NotARepository, UsageError
+from ..core.errors import NotARepository
 from . import format as fmt
-from .app import JsonOpt, app, emit, open_repo, warn
-
-
-def _fuse():
-    """The mount manager, or one clear line when this machine cannot mount."""
-    from ..mount import manage
-
-    if shutil.which("fusermount3") is None:
-        raise UsageError("mounting needs fusermount3 on PATH (install the fuse3 package)")
-    if not Path("/dev/fuse").exists():
-        raise UsageError("mounting needs /dev/fuse (load the fuse kernel module)")
-    return manage
+from .app import JsonOpt, app, emit, mount_manager, open_repo, warn
 
 
 @app.command()
@@ -32,7 +20,7 @@ def mount(
     as_json: bool = JsonOpt,
 ) -> None:
     """Mount an image's world as a directory; returns once it is ready."""
-    manage = _fuse()
+    manage = mount_manager()
     state, notes = manage.mount(open_repo(), rev, directory, rw, foreground, force=force)
     for line in notes:
         warn(line)
@@ -48,7 +36,7 @@ def umount(
 ) -> None:
     """Unmount (from anywhere: the mount names its repository); an --rw mount's unsnapshotted changes are
     kept for the next mount of the same image there."""
-    manage = _fuse()
+    manage = mount_manager()
     state = manage.umount(_repo_of_mount(directory), directory, discard)
     if state.dir.exists():
         warn(f"kept unsnapshotted changes of '{state.mountpoint}' ({fmt.size(state.upper_size())}); "

@@ -14,7 +14,7 @@ from typing import List, Optional
 import typer
 
 from ..core.errors import EXIT_NEGATIVE, UsageError
-from .app import JsonOpt, app, emit, open_repo, say
+from .app import JsonOpt, app, emit, mount_manager, open_repo, say
 
 RUN = {"allow_interspersed_args": False}  # record's CMD may follow without '--' (replay and run need it: REV comes first)
 CmdArg = typer.Argument(..., metavar="-- CMD [ARGS]...", help="The agent to run, after '--'.")
@@ -113,10 +113,9 @@ def _mounted(repo, rev: str, directory: Optional[str], cmd: List[str]):
         return
     from ..runs import child
     from ..runs.replaying import plan_of
-    from .cmd_mount import _fuse
 
     child.start_check(cmd, os.environ)  # before anything is mounted
-    manage = _fuse()
+    manage = mount_manager()
     manage.mount(repo, plan_of(repo, rev).first, directory, rw=True)
     try:
         yield Path(directory)

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from . import format as fmt
-from .app import JsonOpt, app, emit, open_repo
+from .app import JsonOpt, app, emit, mount_manager, open_repo
 
 
 @app.command()
@@ -62,9 +62,8 @@ def fork(
         forks = open_repo().fork(rev, n, name, explore)
         emit(as_json, [f.to_json() for f in forks], lambda: [typer.echo(f"{f.id} {f.name}") for f in forks])
         return
-    from .cmd_mount import _fuse
 
-    manage = _fuse()
+    manage = mount_manager()
     repo = open_repo()
     rows = [dict(f.to_json(), mountpoint=s.mountpoint) for f, s in manage.fork_and_mount(repo, rev, n, name, explore, mount, force)]
     emit(as_json, rows, lambda: [typer.echo(f"{r['id']} {r['name']} {r['mountpoint']}") for r in rows])
