@@ -9,7 +9,8 @@ node's cache repository and Ray's worker pool. Then, for each fork count, a fan-
 whose command does nothing (``true``) runs on the local executor (2 threads) and on
 Ray, interleaved. Printed: tasks per second of each, the ratio, and the per-task
 overhead (the whole task less its command: on Ray the fetch of the fork's branch,
-the world's checkout, the snapshot and the push) at p50 and p99. With blame, a
+the world's checkout, the snapshot and the push) at p50 and p99, and each phase's
+p50 (on Ray a chunk's fetch and push are shared by its forks). With blame, a
 scripted agent's run (``git pf blame --validate``'s) is blamed at its fault step and
 the one before, k trials each, with ``--jobs 2`` and on Ray: trials per minute of each.
 Everything lives in a temporary directory; the cluster is stopped by its process group.
@@ -72,6 +73,10 @@ def _fanouts(base: Path, url: str, address: str, forks: list[int], files: list[i
                 took[executor] = wall
                 rows.append((f"{n} forks, {size} files, {executor}", f"{n / wall:.1f} tasks/s",
                              f"overhead p50 {_pct(over, 0.5):.0f} ms, p99 {_pct(over, 0.99):.0f} ms"))
+                phases = [r["phases_s"] for r in got if r.get("phases_s")]
+                if phases:
+                    rows.append((f"  its phases, p50", "", ", ".join(
+                        f"{k} {_pct([p.get(k, 0.0) * 1000 for p in phases], 0.5):.0f} ms" for k in phases[0])))
             rows.append((f"{n} forks, {size} files, ray / local wall", f"{took['ray'] / took['local']:.2f}x",
                          "goal: at most 1.5x"))
     report("Fan-out of no-op forks: Ray (1 node, 2 CPUs) against the local executor (2 threads)", rows)

@@ -28,6 +28,10 @@ class Executor(Protocol):
         """Be ready to run (connect to the cluster): called before anything is written."""
         ...
 
+    def width(self) -> int:
+        """How many items run at once (threads; the cluster's CPUs): what work is cut to."""
+        ...
+
     def map(self, fn: Callable[[T], R], items: Sequence[T], on_result: Callable[[R], None] | None = None,
             on_error: Callable[[BaseException], None] | None = None) -> list[R]:
         """Each result goes to ``on_result`` as it arrives (in this thread). The first failure goes to

@@ -18,6 +18,9 @@ class LocalExecutor:
     def start(self) -> None:
         pass
 
+    def width(self) -> int:
+        return self.jobs
+
     def map(self, fn, items, on_result=None, on_error=None) -> list:
         items = list(items)
         out: list = [None] * len(items)

@@ -11,7 +11,8 @@ so no gc runs under a task. Fetches into it hold an exclusive lock (a file
 beside it); side-store objects come lazily, when a world first needs them,
 through the remote's adapter as in any clone. ``publish`` uploads what an
 image needs, then pushes one ref, never forced: False when the remote already
-has that ref at another commit.
+has that ref at another commit; ``publish_many`` does that for many results in
+one upload and one ``git push`` (a fan-out's chunk of forks).
 """
 from __future__ import annotations
 
@@ -147,18 +148,37 @@ def publish(repo, remote: Remote, commit: str, ref: str, known: str | None = Non
     ``known``: an image whose objects the remote holds (it came from there): when ``commit`` needs
     no other, nothing is uploaded (and the remote's objects index is not asked). False when the
     remote has ``ref`` at another commit already (nothing is overwritten)."""
+    return publish_many(repo, remote, [(commit, ref, known)])[ref]
+
+
+def publish_many(repo, remote: Remote, results: list[tuple[str, str, str | None]]) -> dict[str, bool]:
+    """``publish`` of many ``(commit, ref, known)`` at once: one upload of the objects they need and
+    one ``git push`` of every ref, each ref still never forced. ``{ref: pushed}``: False where the
+    remote has that ref at another commit (the other refs are pushed all the same)."""
     from ..transport.push import upload_objects
 
-    if known is None or _adds_objects(repo, commit, known):
-        upload_objects(repo, remote, [commit], Progress(True))
-    proc = gitcmd.run(repo.git_dir, ["push", "--quiet", remote.arg, f"{commit}:{ref}"], check=False,
-                      env={"GIT_PF_SKIP_PUSH": "1"}, cwd=repo.git.workdir or repo.git_dir)
-    if proc.returncode == 0:
-        return True
-    theirs = gitcmd.ls_remote(repo.git_dir, remote.arg, [ref], cwd=repo.git.workdir or repo.git_dir).get(ref)
-    if theirs is not None:
-        return theirs == commit
-    raise PfError(f"cannot push {ref}: {gitcmd.last_line(proc.stderr)}", 1)
+    if not results:
+        return {}
+    upload = [commit for commit, _, known in results if known is None or _adds_objects(repo, commit, known)]
+    if upload:
+        upload_objects(repo, remote, upload, Progress(True))
+    proc = gitcmd.run(repo.git_dir, ["push", "--porcelain", remote.arg, *(f"{c}:{ref}" for c, ref, _ in results)],
+                      check=False, env={"GIT_PF_SKIP_PUSH": "1"}, cwd=repo.git.workdir or repo.git_dir)
+    done: dict[str, bool] = {}
+    for line in proc.stdout.decode("utf-8", "replace").splitlines():  # <flag> TAB <from>:<to> TAB <summary>
+        flag, _, rest = line.partition("\t")
+        to = rest.split("\t", 1)[0].partition(":")[2]
+        if to and flag in (" ", "*", "="):
+            done[to] = True
+    wanted = {ref: commit for commit, ref, _ in results}
+    unsure = [ref for ref in wanted if ref not in done]
+    if unsure:  # refused (another commit there), or the push failed: the remote's word
+        theirs = gitcmd.ls_remote(repo.git_dir, remote.arg, unsure, cwd=repo.git.workdir or repo.git_dir)
+        for ref in unsure:
+            if theirs.get(ref) is None:
+                raise PfError(f"cannot push {ref}: {gitcmd.last_line(proc.stderr)}", 1)
+            done[ref] = theirs[ref] == wanted[ref]
+    return {ref: done[ref] for ref in wanted}
 
 
 def tracked(repo, ref: str) -> str | None:

@@ -74,6 +74,10 @@ class RayExecutor:
     def start(self) -> None:
         self._connect()
 
+    def width(self) -> int:
+        self._connect()
+        return max(1, int(self.ray.cluster_resources().get("CPU", 1)))
+
     def _connect(self) -> None:
         ray = self.ray
         if ray.is_initialized():

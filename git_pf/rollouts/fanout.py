@@ -48,6 +48,7 @@ from ..ops.snapshot import SnapshotRequest, take
 from ..transport import gitcmd, remotes
 
 T_FORK, T_EXIT, T_TIME, T_SCORE = "Pf-Fanout-Fork", "Pf-Fanout-Exit", "Pf-Fanout-Duration-Ms", "Pf-Fanout-Score"
+CHUNK = 16  # the most forks one cluster task runs (and pushes at once)
 _SCORE = re.compile(rb"^pf-score:[ \t]*(\S+)[ \t]*\r?$", re.M)
 
 
@@ -135,7 +136,8 @@ def run_fork(repo, task: ForkTask, ref: str) -> dict:
         fresh_world(repo, task.base, world)
         start = time.monotonic()
         exit_ = _run_cmd(task.cmd, world, task.k, task.timeout_s, tmp / "stdout")
-        ms = int((time.monotonic() - start) * 1000)
+        cmd_end = time.monotonic()
+        ms = int((cmd_end - start) * 1000)
         score = score_of((tmp / "stdout").read_bytes())
         trailers = [(T_FORK, str(task.k)), (T_EXIT, exit_), (T_TIME, str(ms))]
         if score is not None:
@@ -144,7 +146,10 @@ def run_fork(repo, task: ForkTask, ref: str) -> dict:
                                             message=f"fanout {task.name}: exit {exit_}", trailers=tuple(trailers)))
     finally:
         remove_world(repo, tmp, world)
-    return dict(row_of(repo.git, task.name, result.image.id), task_s=round(time.monotonic() - began, 6))
+    end = time.monotonic()
+    phases = {"world": start - began, "run": cmd_end - start, "snapshot": end - cmd_end}  # snapshot: with the cleanup
+    return dict(row_of(repo.git, task.name, result.image.id), task_s=round(end - began, 6),
+                phases_s={k: round(v, 6) for k, v in phases.items()})
 
 
 def run_step_fork(repo, task: ForkTask, target: str) -> dict:
@@ -189,41 +194,69 @@ def run_step_fork(repo, task: ForkTask, target: str) -> dict:
     return dict(row_of(git, task.name, snap.image.id), task_s=round(time.monotonic() - began, 6))
 
 
-def fork_task(task: ForkTask) -> dict:
-    """A fork on a cluster worker: fetch what it needs into the node's cache, run it unless the remote
-    has its result already, push it. The fork is written on a work ref of the cache
-    (``refs/pf/work/fanout/<name>``); the remote-tracking refs move only by fetches, so a retried task
-    reads the remote's state, never what a dead attempt left here."""
+def fork_tasks(tasks: tuple[ForkTask, ...]) -> list[dict]:
+    """A chunk of a fan-out's forks on a cluster worker, one Ray task: fetch what they need into the
+    node's cache, run each fork the remote has no result of yet, then push every result in one
+    ``git push`` (each ref never forced); the rows come back only once their refs are on the remote.
+    A fork is written on a work ref of the cache (``refs/pf/work/fanout/<name>``); the remote-tracking
+    refs move only by fetches, so a retried chunk reads the remote's state, never what a dead attempt
+    left here (a fork it pushed is refused to the retry and read back, ``ran: false``)."""
     began = time.monotonic()
-    spec = task.remote
+    spec = tasks[0].remote
     repo = node.cache(spec)
     git = repo.git
-    if task.at is not None or task.base not in git:  # the first fork of a fan-out on a node brings every fork
-        run = [f"+{task.at.source_ref}:{node.TRACKING}{task.at.source_ref[len(refs.ROOT):]}"] if task.at else []
-        node.fetch(repo, [*run, f"+{refs.HEADS}{task.prefix}-*:{node.TRACKING}heads/{task.prefix}-*"])
-        if task.base not in git:
-            raise DataError(f"fork {task.name}: the remote lacks its image {task.base[:12]}")
+    if any(t.at is not None or t.base not in git for t in tasks):  # the first chunk on a node brings every fork
+        runs = sorted({t.at.source_ref for t in tasks if t.at is not None})
+        prefix = tasks[0].prefix
+        node.fetch(repo, [*(f"+{r}:{node.TRACKING}{r[len(refs.ROOT):]}" for r in runs),
+                          f"+{refs.HEADS}{prefix}-*:{node.TRACKING}heads/{prefix}-*"])
+        for t in tasks:
+            if t.base not in git:
+                raise DataError(f"fork {t.name}: the remote lacks its image {t.base[:12]}")
     fetched = time.monotonic()
-    tip = node.tracked(repo, f"heads/{task.name}")
-    if tip is not None and (task.at is not None or tip != task.base):  # it ran already (a retried task);
-        return dict(row_of(git, task.name, tip), ran=False)  # a run not seen here yet is caught by the push
-    work = f"{refs.ROOT}work/fanout/{task.name}"
+    rows: list = [None] * len(tasks)
+    todo = []
+    for i, t in enumerate(tasks):
+        tip = node.tracked(repo, f"heads/{t.name}")
+        if tip is not None and (t.at is not None or tip != t.base):  # it ran already (a retried task);
+            rows[i] = dict(row_of(git, t.name, tip), ran=False)  # a run not seen here yet is caught by the push
+        else:
+            todo.append(i)
+    works = [f"{refs.ROOT}work/fanout/{tasks[i].name}" for i in todo]
     try:
-        if git.references.get(work) is not None:
-            git.references.delete(work)  # a dead attempt's
-        row = run_step_fork(repo, task, work) if task.at else run_fork(repo, task, work)
+        for i, work in zip(todo, works):
+            if git.references.get(work) is not None:
+                git.references.delete(work)  # a dead attempt's
+            rows[i] = run_step_fork(repo, tasks[i], work) if tasks[i].at else run_fork(repo, tasks[i], work)
         ran = time.monotonic()
-        pushed = node.publish(repo, node.origin(repo, spec), row["image"], refs.HEADS + task.name,
-                              known=None if task.at else task.base)
+        pushed = node.publish_many(repo, node.origin(repo, spec),
+                                   [(rows[i]["image"], refs.HEADS + tasks[i].name, None if tasks[i].at else tasks[i].base)
+                                    for i in todo])
     finally:
-        if git.references.get(work) is not None:
-            git.references.delete(work)
-    if not pushed:
-        node.fetch(repo, [f"+{refs.HEADS}{task.name}:{node.TRACKING}heads/{task.name}"])
-        return dict(row_of(git, task.name, node.tracked(repo, f"heads/{task.name}")), ran=False)
+        for work in works:
+            if git.references.get(work) is not None:
+                git.references.delete(work)
+    refused = [tasks[i].name for i in todo if not pushed[refs.HEADS + tasks[i].name]]
+    if refused:
+        node.fetch(repo, [f"+{refs.HEADS}{name}:{node.TRACKING}heads/{name}" for name in refused])
     end = time.monotonic()
-    return dict(row, ran=True, task_s=round(end - began, 6),  # with the fetch and the push
-                phases_s={"fetch": round(fetched - began, 6), "fork": row["task_s"], "push": round(end - ran, 6)})
+    fetch_s, push_s = (fetched - began) / len(tasks), (end - ran) / max(1, len(todo))  # shared by the chunk
+    for i in todo:
+        t = tasks[i]
+        if t.name in refused:
+            rows[i] = dict(row_of(git, t.name, node.tracked(repo, f"heads/{t.name}")), ran=False)
+            continue
+        phases = {"fetch": round(fetch_s, 6), **rows[i].get("phases_s", {"fork": rows[i]["task_s"]}),
+                  "push": round(push_s, 6)}
+        rows[i] = dict(rows[i], ran=True, task_s=round(fetch_s + rows[i]["task_s"] + push_s, 6), phases_s=phases)
+    return rows
+
+
+def chunks(tasks: list[ForkTask], width: int) -> list[tuple[ForkTask, ...]]:
+    """The forks cut into chunks, one cluster task each: about four chunks per CPU of the cluster
+    (``width``), so the CPUs stay busy to the end, at most ``CHUNK`` forks a chunk."""
+    size = max(1, min(CHUNK, math.ceil(len(tasks) / (4 * max(1, width)))))
+    return [tuple(tasks[i:i + size]) for i in range(0, len(tasks), size)]
 
 
 def summary(rows: list[dict]) -> list[dict]:
@@ -293,7 +326,9 @@ def fanout(repo, rev: str, n: int, cmd: list[str], *, prefix: str | None = None,
                         ref.delete()
                 raise
     if remote is not None:
-        rows = ex.map(fork_task, tasks, on_result=progress)
+        rows = [row for chunk in ex.map(fork_tasks, chunks(tasks, ex.width()),
+                                        on_result=None if progress is None else lambda got: [progress(r) for r in got])
+                for row in chunk]
         specs = [s for name in made for s in (f"{refs.HEADS}{name}:{refs.HEADS}{name}",
                                               f"+{refs.HEADS}{name}:{remote.tracking('heads/' + name)}")]
         gitcmd.run(repo.git_dir, ["fetch", "--no-tags", "--refmap=", "--quiet", remote.arg, *specs],
