@@ -152,6 +152,8 @@ def test_fanout_of_16_forks_on_ray_pushes_each_world_as_its_image_and_sorts_by_s
         name = f"refs/pf/heads/try-{r['fork']}"
         assert on_remote[name] == r["image"]
         assert sh("git", "rev-parse", name, cwd=root).stdout.strip() == r["image"]  # fetched back here
+        tracking = f"refs/pf/remotes/origin/heads/try-{r['fork']}"
+        assert sh("git", "rev-parse", tracking, cwd=root).stdout.strip() == r["image"]
         show = lambda path: sh("git", "show", f"{r['image']}:world/fs/{path}", cwd=root).stdout
         assert show("out.txt") == f"fork {r['fork']}\n" and show("size.txt").strip() == str(len(big))
         trailers = sh("git", "log", "-1", "--format=%B", r["image"], cwd=root).stdout

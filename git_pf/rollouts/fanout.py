@@ -329,10 +329,12 @@ def fanout(repo, rev: str, n: int, cmd: list[str], *, prefix: str | None = None,
         rows = [row for chunk in ex.map(fork_tasks, chunks(tasks, ex.width()),
                                         on_result=None if progress is None else lambda got: [progress(r) for r in got])
                 for row in chunk]
-        specs = [s for name in made for s in (f"{refs.HEADS}{name}:{refs.HEADS}{name}",
-                                              f"+{refs.HEADS}{name}:{remote.tracking('heads/' + name)}")]
-        gitcmd.run(repo.git_dir, ["fetch", "--no-tags", "--refmap=", "--quiet", remote.arg, *specs],
+        gitcmd.run(repo.git_dir, ["fetch", "--no-tags", "--refmap=", "--quiet", remote.arg,
+                                  *(f"{refs.HEADS}{name}:{refs.HEADS}{name}" for name in made)],
                    cwd=repo.git.workdir or repo.git_dir)
+        for name in made:  # the fetch fast-forwarded each branch to the remote's tip (else it failed):
+            tip = repo.git.references[refs.HEADS + name].target  # the remote-tracking refs, in this process
+            repo.git.references.create(remote.tracking("heads/" + name), tip, force=True)
     else:
         local = threading.local()
 
