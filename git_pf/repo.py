@@ -2,11 +2,14 @@
 
 Opens (or initialises) a git repository, owns its side store, and exposes
 snapshot / fork / checkout / log / resolve / diff / show / refs / fsck
-returning typed dataclasses. The CLI calls only this class.
+returning typed dataclasses. The CLI goes through this class for what it offers; the
+packages it reaches past it, and why, are the cli row of docs/architecture.md. The
+transport (lazy fetch, objects held as git blobs) is attached on the store's first miss.
 """
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pygit2
@@ -19,6 +22,27 @@ from .store.sidestore import SideStore
 from .ops.snapshot import SnapshotResult, take
 
 
+_ATTACHED = ("fetcher", "held")
+_ATTACH_LOCK = threading.RLock()
+
+
+class _Unattached:
+    """The store's ``fetcher`` or ``held`` until first used: then the transport's, attached."""
+
+    __slots__ = ("_repo", "_attr")
+
+    def __init__(self, repo: "Repo", attr: str):
+        self._repo, self._attr = repo, attr
+
+    def __call__(self, *args, **kwargs):
+        return self._repo._attach_transport(self._attr)(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name in _Unattached.__slots__:
+            raise AttributeError(name)
+        return getattr(self._repo._attach_transport(self._attr), name)
+
+
 class Repo:
     def __init__(self, git: pygit2.Repository):
         self.git = git
@@ -26,9 +50,25 @@ class Repo:
         self.store = SideStore(self.git_dir / "pf" / "objects")
         self.store.rehash_reads = config.rehash_reads(git)
         limits.use(config.limits(git))  # bounds on reads of image data, for this process
-        from .transport.lazy import attach  # missing side-store objects come from remotes, lazily
+        # Missing side-store objects come from remotes, and objects a remote brought as git blobs
+        # are read where they are: the transport that does both is imported on the store's first
+        # miss, not here (a command that reads only refs never loads it).
+        self.store.fetcher = _Unattached(self, "fetcher")
+        self.store.held = _Unattached(self, "held")
 
-        attach(self)
+    def _attach_transport(self, attr: str):
+        """The store's ``attr`` once the transport is attached (``transport.lazy.attach``, done once);
+        a ``fetcher`` or ``held`` set on the store before that (the mount daemon's) is kept."""
+        with _ATTACH_LOCK:
+            store = self.store
+            kept = {a: getattr(store, a) for a in _ATTACHED if not isinstance(getattr(store, a), _Unattached)}
+            if len(kept) < len(_ATTACHED):
+                from .transport.lazy import attach
+
+                attach(self)
+                for a, value in kept.items():
+                    setattr(store, a, value)
+            return getattr(store, attr)
 
     # -- opening --------------------------------------------------------
     @classmethod
