@@ -47,13 +47,11 @@ def snapshot(
     """Snapshot the sandbox at --fs-root, or a mount (--mount), and the given layers as a new image; print its id.
 
     Layers not given (messages, effects, env) are carried over from the parent image."""
-    from ..core import jsonl
     from ..image.manifest import Agent
-    from ..layers.world import env as env_mod
+    from ..layers import registry
 
     if env is not None and capture_env:
         raise UsageError("--env and --capture-env cannot be used together")
-    env_value = env_mod.from_file(env) if env is not None else env_mod.from_process() if capture_env else None
     if kv is None and model_fingerprint is not None:
         raise UsageError("--model-fingerprint needs --kv")
     if (fs_root is None) == (mount is None):
@@ -65,10 +63,11 @@ def snapshot(
     if rewrite_effects and effects is None:
         raise UsageError("--rewrite-effects needs --effects")
     repo = open_repo()
-    from ..ops.snapshot_inputs import EnvInput, TraceInput
-
-    trace = TraceInput(messages=jsonl.read(messages, "--messages") if messages is not None else None,
-                       tape=_tape(tape))
+    # each layer reads its own flags into its input (Layer.input_from_flags), given by the layer's name
+    flags = dict(messages=messages, tape=tape, effects=effects, env=env, capture_env=capture_env, procs=procs,
+                 capture_procs=capture_procs, adapter=adapter, base_model=base_model, delta=delta, kv=kv,
+                 model_fingerprint=model_fingerprint, kv_page_tokens=kv_page_tokens)
+    inputs = {layer.name: layer.input_from_flags(flags) for layer in registry.layers()}
     if sign or gpg_sign:  # -S / --gpg-sign=KEYID: this command's image is signed
         from ..image.signing import sign_from_now
 
@@ -78,11 +77,7 @@ def snapshot(
         fs_root or mount,
         name=name,
         agent=Agent.parse(agent, agent_fingerprint),
-        trace=trace,
-        effects=jsonl.read(effects, "--effects") if effects is not None else None,
-        env=EnvInput(env_value, _procs(procs, capture_procs)),
-        model=_model(adapter, base_model, delta),
-        cache=_kv_layer(kv, model_fingerprint, kv_page_tokens) if kv is not None else None,
+        **{layer_name: given for layer_name, given in inputs.items() if given is not None},
         no_redact=set(no_redact),
         message=message,
         label=label,
@@ -97,40 +92,6 @@ def snapshot(
         if result.unchanged and not as_json:
             warn(f"nothing changed since {result.image.short} on '{result.branch}'; no new image (use --allow-empty)")
     emit(as_json, result.to_json(), lambda: typer.echo(result.image.id))
-
-
-def _tape(path: Optional[Path]) -> Optional[list]:
-    """The exchanges of --tape."""
-    from ..layers.trace import tape as tape_mod
-
-    return tape_mod.read_input(path) if path is not None else None
-
-
-def _procs(path: Optional[Path], pid: Optional[int]) -> Optional[dict]:
-    """The process table of --procs or --capture-procs."""
-    from ..layers.world import procs as procs_mod
-
-    if path is not None:
-        return procs_mod.read_input(path)
-    return procs_mod.capture(pid) if pid is not None else None
-
-
-def _model(adapter: Optional[Path], base_model: Optional[str], delta: Optional[Path]):
-    """The model layer input of --adapter, --base-model and --delta (no torch: raw safetensors bytes)."""
-    if adapter is None and base_model is None and delta is None:
-        return None
-    from ..layers.model.layer import ModelInput
-
-    return ModelInput.prepare(adapter, base_model, delta)
-
-
-def _kv_layer(path: Path, model: Optional[str], page_tokens: int):
-    """The KV cache layer input for --kv (imports torch only here)."""
-    try:
-        from ..layers.cache.layer import CacheInput
-    except ImportError as e:
-        raise UsageError(f"--kv needs torch and safetensors (install git-pf[model]): {e}") from None
-    return CacheInput.from_file(path, model=model, page_tokens=page_tokens)
 
 
 def _mount_snapshot(repo):

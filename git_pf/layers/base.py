@@ -111,6 +111,11 @@ class Layer:
         """This layer's input built from the request keywords it takes (``keywords``); None: none given."""
         return None
 
+    def input_from_flags(self, flags: Mapping[str, Any]) -> Any:
+        """This layer's snapshot input as ``Repo.snapshot`` takes it by the layer's name, read from
+        ``git pf snapshot``'s flags (``flags``: each option's parameter name -> its value); None: none given."""
+        return None
+
     def input(self, snap) -> dict[str, dict]:
         """Write what ``snap`` (a ``SnapshotWrite``) gives this layer, else what it inherits;
         ``{manifest key: summary}``. Default: the ``LayerInput``s named as the layer, else the

@@ -7,37 +7,25 @@ variables), ``model=ModelInput``, ``cache=CacheInput``; the world is the
 directory itself. The keywords of the first release (``messages=``,
 ``layers=(...)``) still work and warn (``DeprecationWarning``) until the next
 one. Builds requests; captures and writes nothing.
+
+``TraceInput`` and ``EnvInput`` are defined by their layers (``layers.trace.snapshot_input``,
+``layers.world.snapshot_input``), as ``ModelInput`` and ``CacheInput`` are; this module is
+their public name.
 """
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..image import manifest as img
 from ..core.errors import UsageError
+from ..layers.trace.snapshot_input import TraceInput
 from ..layers.world.env import Env
+from ..layers.world.snapshot_input import EnvInput
 from .snapshot import SnapshotRequest, rewrite_reason
 
-
-@dataclass(frozen=True)
-class TraceInput:
-    """The trace layer: the messages so far and/or the recorded LLM exchanges (the tape). Each
-    part given replaces the parent's; a part left as None is carried over."""
-
-    messages: list[dict] | None = None
-    tape: list[dict] | None = None
-    keep: frozenset[str] = field(default_factory=frozenset)  # tape keys whose values stay unredacted
-
-
-@dataclass(frozen=True)
-class EnvInput:
-    """The env layer: the environment (an ``Env`` or a flat dict of variables) and/or the process
-    table (as ``procs.capture`` or ``procs.read_input`` give it)."""
-
-    env: Env | dict | None = None
-    procs: dict | None = None
+__all__ = ["EnvInput", "TraceInput", "request"]
 
 
 def _deprecated(old: str, new: str) -> None:

@@ -40,6 +40,19 @@ class CacheLayer(Layer):
     needs_extra = True
     diff_paths, diff_rank = (b"cache",), 6
 
+    def input_from_flags(self, flags):
+        """``--kv`` (a safetensors file), ``--model-fingerprint`` and ``--kv-page-tokens`` (imports torch only here)."""
+        if flags.get("kv") is None:
+            return None
+        from ...core.errors import UsageError
+
+        try:
+            from .layer import CacheInput
+        except ImportError as e:
+            raise UsageError(f"--kv needs torch and safetensors (install git-pf[model]): {e}") from None
+        return CacheInput.from_file(flags["kv"], model=flags.get("model_fingerprint"),
+                                    page_tokens=flags.get("kv_page_tokens", 16))
+
     def checkout_plan(self, git, image):
         return None
 

@@ -25,6 +25,11 @@ class EffectsLayer(Layer):
 
         return EffectsGiven.from_keywords(keywords)
 
+    def input_from_flags(self, flags):
+        from ...core import jsonl
+
+        return jsonl.read(flags["effects"], "--effects") if flags.get("effects") is not None else None
+
     def input(self, snap):
         from .snapshot_input import write
 

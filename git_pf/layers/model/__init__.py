@@ -18,6 +18,15 @@ class ModelLayer(Layer):
     needs_extra = True
     diff_paths, diff_rank = (b"model",), 5
 
+    def input_from_flags(self, flags):
+        """``--adapter``, ``--base-model`` and ``--delta`` (no torch: raw safetensors bytes)."""
+        adapter, base, delta = flags.get("adapter"), flags.get("base_model"), flags.get("delta")
+        if adapter is None and base is None and delta is None:
+            return None
+        from .layer import ModelInput
+
+        return ModelInput.prepare(adapter, base, delta)
+
     def checkout(self, repo, image, plan, tmp, out, side, alone):
         from .checkout import write
 

@@ -28,6 +28,11 @@ class TraceLayer(Layer):
         given = keywords.get("messages")
         return None if given is None else MessagesGiven(given)
 
+    def input_from_flags(self, flags):
+        from .snapshot_input import from_flags
+
+        return from_flags(flags)
+
     def input(self, snap):
         from .snapshot_input import write
 

@@ -8,10 +8,31 @@ moves no refs.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ...image import manifest as img
 from . import messages as trace, tape
+
+
+@dataclass(frozen=True)
+class TraceInput:
+    """The trace layer: the messages so far and/or the recorded LLM exchanges (the tape). Each
+    part given replaces the parent's; a part left as None is carried over."""
+
+    messages: list[dict] | None = None
+    tape: list[dict] | None = None
+    keep: frozenset[str] = field(default_factory=frozenset)  # tape keys whose values stay unredacted
+
+
+def from_flags(flags) -> TraceInput | None:
+    """``--messages`` (JSONL) and ``--tape`` (JSONL or a directory of exchanges)."""
+    from ...core import jsonl
+
+    messages, exchanges = flags.get("messages"), flags.get("tape")
+    if messages is None and exchanges is None:
+        return None
+    return TraceInput(messages=jsonl.read(messages, "--messages") if messages is not None else None,
+                      tape=tape.read_input(exchanges) if exchanges is not None else None)
 
 
 @dataclass(frozen=True)

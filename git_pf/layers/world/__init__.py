@@ -132,6 +132,11 @@ class EnvLayer(Layer):
 
         return EnvGiven.from_keywords(keywords)
 
+    def input_from_flags(self, flags):
+        from .snapshot_input import env_from_flags
+
+        return env_from_flags(flags)
+
     def input(self, snap):
         from .snapshot_input import write_env
 

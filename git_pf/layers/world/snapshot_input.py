@@ -18,6 +18,26 @@ from .env import Env, redact
 
 
 @dataclass(frozen=True)
+class EnvInput:
+    """The env layer: the environment (an ``Env`` or a flat dict of variables) and/or the process
+    table (as ``procs.capture`` or ``procs.read_input`` give it)."""
+
+    env: Env | dict | None = None
+    procs: dict | None = None
+
+
+def env_from_flags(flags) -> EnvInput | None:
+    """``--env`` (a JSON file) or ``--capture-env``, and ``--procs`` (a JSON file) or ``--capture-procs PID``."""
+    from . import env as env_mod
+
+    env = env_mod.from_file(flags["env"]) if flags.get("env") is not None else \
+        env_mod.from_process() if flags.get("capture_env") else None
+    table = procs.read_input(flags["procs"]) if flags.get("procs") is not None else \
+        procs.capture(flags["capture_procs"]) if flags.get("capture_procs") is not None else None
+    return None if env is None and table is None else EnvInput(env, table)
+
+
+@dataclass(frozen=True)
 class EnvGiven:
     """The env layer's input: the environment given (None: the parent's) and the keys kept unredacted."""
 
