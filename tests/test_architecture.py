@@ -270,3 +270,57 @@ def test_a_command_importing_another_commands_private_name_is_caught():
     assert any(v.startswith("git_pf.cli.cmd_tree:") and "_repo_of_mount" in v for v in found)
     assert any(v.startswith("git_pf.cli.cmd_model:") and "_repo_of_mount" in v for v in found)
     assert not any(v.startswith("git_pf.cli.cmd_mount:") for v in found)
+
+
+# The CLI is at the top of ORDER, so it may import any package; past Repo and the packages above
+# it (runs, blame, report, ...: each command group is the front end of one), it reaches only these,
+# each for its reason (docs/architecture.md, the cli row). A layer it reaches only through the
+# registry, but for the two modules named.
+CLI_BELOW_REPO = {
+    "core": "errors and exit codes, JSONL, config: the command line's own input and output",
+    "image": "refs, the manifest, verify and signing: log, ls, show, branch, tag and verify print refs and images "
+             "as they read them, and -S signs the command's image",
+    "layers": "the registry (each layer's snapshot flags, diff and summary lines through its Layer object) and "
+              "the two modules of CLI_LAYER_MODULES",
+    "transport": "push, fetch, clone, gc, remote-store and install are the transport's front end, with its "
+                 "progress lines and remote names",
+    "merge": "merge.report is the terminal form of a merge's result",
+}
+CLI_LAYER_MODULES = {
+    "git_pf.layers.registry": "every layer through its Layer object",
+    "git_pf.layers.model.model_merge": "git pf model-merge is the model layer's own command",
+    "git_pf.layers.model.options": "the options of git pf model-merge",
+    "git_pf.layers.world.watch": "the command server watches the sandboxes it snapshotted",
+}
+CLI_ABOVE_REPO = set(ORDER[ORDER.index("repo"):])
+
+
+def cli_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Each import of the CLI past Repo that is not one of the documented reasons."""
+    out = []
+    for module, targets in sorted(graph.items()):
+        if not _under(module, "git_pf.cli"):
+            continue
+        for target in sorted(targets):
+            theirs = package_of(target)
+            if theirs in CLI_ABOVE_REPO or theirs == "git_pf":
+                continue
+            if theirs not in CLI_BELOW_REPO:
+                out.append(f"{module} imports {target}: the CLI reaches {theirs} only through Repo")
+            elif theirs == "layers" and target not in CLI_LAYER_MODULES:
+                out.append(f"{module} imports {target}: the CLI reaches a layer through the registry")
+    return out
+
+
+def test_the_cli_reaches_past_repo_only_where_documented():
+    assert cli_violations(import_graph()) == []
+
+
+def test_a_cli_import_past_repo_is_caught():
+    graph = import_graph()
+    assert "git_pf.layers.registry" in graph["git_pf.cli.cmd_snapshot"]
+    graph["git_pf.cli.cmd_snapshot"] = graph["git_pf.cli.cmd_snapshot"] | {"git_pf.layers.trace.tape"}
+    graph["git_pf.cli.cmd_images"] = graph["git_pf.cli.cmd_images"] | {"git_pf.store.sidestore"}
+    found = cli_violations(graph)
+    assert "git_pf.cli.cmd_snapshot imports git_pf.layers.trace.tape: the CLI reaches a layer through the registry" in found
+    assert "git_pf.cli.cmd_images imports git_pf.store.sidestore: the CLI reaches store only through Repo" in found
