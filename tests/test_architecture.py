@@ -324,3 +324,27 @@ def test_a_cli_import_past_repo_is_caught():
     found = cli_violations(graph)
     assert "git_pf.cli.cmd_snapshot imports git_pf.layers.trace.tape: the CLI reaches a layer through the registry" in found
     assert "git_pf.cli.cmd_images imports git_pf.store.sidestore: the CLI reaches store only through Repo" in found
+
+
+def test_opening_a_repository_attaches_the_transport_at_the_stores_first_miss(tmp_path):
+    """Opening a repository imports no transport; the store's first miss attaches it (lazy fetch,
+    held objects), keeping a fetcher set before that (the mount daemon's)."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys
+from git_pf import Repo
+Repo.init({str(tmp_path / "r")!r})
+repo = Repo.open({str(tmp_path / "r")!r})
+assert not any(m.startswith("git_pf.transport") for m in sys.modules), "opened with the transport"
+mine = lambda missing: None
+repo.store.fetcher = mine
+assert not repo.store.has("0" * 64)
+assert "git_pf.transport.lazy" in sys.modules
+assert type(repo.store.held).__name__ == "HeldObjects" and repo.store.fetcher is mine
+other = Repo.open({str(tmp_path / "r")!r})
+assert not other.store.has("0" * 64) and type(other.store.fetcher).__name__ == "Fetcher"
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
