@@ -10,6 +10,7 @@ refs; never writes objects.
 from __future__ import annotations
 
 import re
+import sys
 import time
 
 import pygit2
@@ -36,6 +37,13 @@ def check_name(name: str, what: str = "branch") -> str:
     return name
 
 
+def lookup(repo: pygit2.Repository, full: str) -> pygit2.Reference | None:
+    """The ref ``full``, or None. pygit2 (1.21) keeps a reference to the name string a lookup is
+    given, so that string is never freed: the name is interned, and a name looked up again and
+    again (a run's branch, several times per step) costs one string, not one per lookup."""
+    return repo.references.get(sys.intern(full))
+
+
 def current_branch(repo: pygit2.Repository) -> str | None:
     """The branch refs/pf/HEAD points at (which may not exist yet), or None."""
     try:
@@ -53,7 +61,7 @@ def set_head(repo: pygit2.Repository, branch: str) -> None:
 
 
 def branch_tip(repo: pygit2.Repository, name: str) -> str | None:
-    ref = repo.references.get(HEADS + name)
+    ref = lookup(repo, HEADS + name)
     return str(ref.target) if ref is not None else None
 
 
@@ -64,7 +72,7 @@ def update_branch(repo: pygit2.Repository, name: str, new: str, old: str | None,
 
 def ref_tip(repo: pygit2.Repository, full: str) -> str | None:
     """The id a full ref name (``refs/pf/...``) points at directly, or None."""
-    ref = repo.references.get(full)
+    ref = lookup(repo, full)
     return str(ref.target) if ref is not None and ref.type == pygit2.enums.ReferenceType.DIRECT else None
 
 
@@ -75,7 +83,9 @@ def update_ref(repo: pygit2.Repository, full: str, new: str, old: str | None, lo
         if old is None:
             _when_unlocked(lambda: repo.create_reference_direct(full, pygit2.Oid(hex=new), False, message=log))
         else:
-            ref = repo.references[full]
+            ref = lookup(repo, full)
+            if ref is None:
+                raise KeyError(full)
             if str(ref.target) != old:
                 raise PfError(f"{what} moved while this command ran; nothing was changed")
             _when_unlocked(lambda: ref.set_target(new, log))
@@ -140,7 +150,7 @@ def _base_oid(repo: pygit2.Repository, base: str) -> str | None:
     candidates = [base] if base.startswith(ROOT) else [HEADS + base, TAGS + base, ROOT + base]
     for full in candidates:
         try:
-            ref = repo.references.get(full)
+            ref = lookup(repo, full)
         except (ValueError, pygit2.InvalidSpecError):
             ref = None
         if ref is not None:
