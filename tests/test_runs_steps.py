@@ -8,6 +8,7 @@ import threading
 import time
 from pathlib import Path
 
+import pygit2
 import pytest
 
 from git_pf.image import manifest as img
@@ -299,3 +300,21 @@ def test_run_plan_refuses_what_is_no_recorded_run(repo, sandbox, tmp_path):
     repo.snapshot(sandbox, name="damaged", trace=TraceInput(tape=[bad]), allow_empty=True)
     with pytest.raises(DataError, match="batch"):
         steps.run_plan(repo.git, "damaged")
+
+
+def test_a_long_run_keeps_no_object_cache_that_grows_with_it(repo):
+    """Each step reads back objects of the step before it, once: libgit2's object cache only ever
+    filled with them, and the recorder's memory grew with the run (docs/record.md, "Memory")."""
+    w = steps.StepWriter(repo, "long", None)
+    w.start()
+
+    def run(first: int, last: int) -> None:
+        for i in range(first, last + 1):
+            w.completed(w.arrived(i), chat(i, f"prompt {i}", f"reply {i}"))
+    run(1, 10)
+    cached = pygit2.settings.cached_memory[0]
+    run(11, 60)
+    assert pygit2.settings.cached_memory[0] <= cached
+    assert steps.at_step(repo.git, "long", 60) == w._tip
+    w.finish(0)
+    w.close()
