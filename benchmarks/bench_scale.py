@@ -75,7 +75,7 @@ def _fanouts(base: Path, url: str, address: str, forks: list[int], files: list[i
                              f"overhead p50 {_pct(over, 0.5):.0f} ms, p99 {_pct(over, 0.99):.0f} ms"))
                 phases = [r["phases_s"] for r in got if r.get("phases_s")]
                 if phases:
-                    rows.append((f"  its phases, p50", "", ", ".join(
+                    rows.append(("  its phases, p50", "", ", ".join(
                         f"{k} {_pct([p.get(k, 0.0) * 1000 for p in phases], 0.5):.0f} ms" for k in phases[0])))
             rows.append((f"{n} forks, {size} files, ray / local wall", f"{took['ray'] / took['local']:.2f}x",
                          "goal: at most 1.5x"))
