@@ -310,7 +310,7 @@ def test_a_served_command_loads_nothing_heavy_in_the_client(world):
     exit_code, modules = json.loads(line[-1][len("MODULES "):])
     assert exit_code == 0 and ids[1] in proc.stdout
     assert not [m for m in modules if m.split(".")[0] in ("pygit2", "typer", "click", "zstandard", "rich")]
-    assert sorted(m for m in modules if m.startswith("git_pf")) == ["git_pf", "git_pf.cli", "git_pf.cli.client", "git_pf.core.gitdir"]
+    assert sorted(m for m in modules if m.startswith("git_pf")) == ["git_pf", "git_pf.cli", "git_pf.cli.client", "git_pf.core", "git_pf.core.gitdir"]
 
 
 def test_a_repository_too_deep_for_a_socket_path_gets_a_private_short_one(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 
 from git_pf.core import cores
 
-_REPORT = "from git_pf import cores; from git_pf.layers.cache import pages; print(cores.usable(), pages.WORKERS)"
+_REPORT = "from git_pf.core import cores; from git_pf.layers.cache import pages; print(cores.usable(), pages.WORKERS)"
 
 
 def test_usable_cores_never_exceed_the_cpus_this_process_may_run_on():
