@@ -213,7 +213,7 @@ class StepWriter:
         self.keep = frozenset(no_redact)
         self._lock = threading.Lock()
         self._packs = RunPackWriter(repo.git)
-        _bound_git_memory()
+        bound_git_memory()
         self.failures: list[str] = []  # one line per step (or world) that could not be written
         self.lost = 0  # step images that could not be written
         self._tip = parent
@@ -392,7 +392,7 @@ class StepWriter:
 GIT_MAPPED_BYTES = 8 << 20  # libgit2's mapped pack windows: a run's merged packs come and go
 
 
-def _bound_git_memory() -> None:
+def bound_git_memory() -> None:
     """Bound what libgit2 keeps in this long-lived process, so a recording's memory stays flat
     however long it runs (docs/record.md, "Step images"): no object cache, and at most 8 MiB of
     mapped pack windows (by default 8 GiB, windows of packs a merge removed included). What a step

@@ -115,8 +115,10 @@ def _answer(conn: socket.socket, git_dir: str, sessions, version: str) -> bool:
 def serve(git_dir: str) -> int:
     from ... import __version__
     from ...repo import Repo
+    from ...runs.steps import bound_git_memory
     from .session import Sessions
 
+    bound_git_memory()  # a long session writes an image per tool call: its memory stays flat, as a recorder's
     path = server_socket(git_dir)
     if path is None:
         return 0  # no private directory for the socket: each hook handles its event itself
