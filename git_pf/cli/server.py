@@ -68,21 +68,12 @@ def enabled(git) -> bool:
 
 
 def _package_dirs() -> list[str]:
-    """Every directory holding git-pf's code (its packages may live apart: fuse, kernels, hooks)."""
-    import importlib.util
-
-    roots = {os.path.dirname(os.path.dirname(os.path.abspath(cmdclient.__file__)))}
-    for name in ("git_pf.mount", "git_pf.kernels", "git_pf.hooks"):
-        try:
-            spec = importlib.util.find_spec(name)
-        except (ImportError, ValueError):
-            continue
-        roots.update(spec.submodule_search_locations or () if spec else ())
+    """Every directory holding git-pf's code: the ``git_pf`` package and its subpackages."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(cmdclient.__file__)))
     out = []
-    for root in roots:
-        for d, subdirs, _ in os.walk(root):
-            subdirs[:] = [s for s in subdirs if s != "__pycache__" and not s.startswith(".")]
-            out.append(d)
+    for d, subdirs, _ in os.walk(root):
+        subdirs[:] = [s for s in subdirs if s != "__pycache__" and not s.startswith(".")]
+        out.append(d)
     return out
 
 
