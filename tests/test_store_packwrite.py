@@ -120,7 +120,7 @@ def test_a_run_of_many_flushes_leaves_a_few_packs_and_every_object(repo):
     assert len(read_index(idx.read_bytes())) == 300
 
 
-def test_a_run_stops_merging_a_pack_of_merge_objects_until_it_ends(repo, monkeypatch):
+def test_a_run_never_merges_a_pack_of_merge_objects_again(repo, monkeypatch):
     # a merge of the whole run so far at every doubling made the recorder's memory grow with the run
     monkeypatch.setattr(RunPackWriter, "MERGE_OBJECTS", 16)
     writer = RunPackWriter(repo.git)
@@ -129,10 +129,13 @@ def test_a_run_stops_merging_a_pack_of_merge_objects_until_it_ends(repo, monkeyp
         writer.flush()
         assert all(n < 2 * 16 for _, _, n in writer.packs)  # no merge ever copies more than about two caps
     assert len(writer.packs) >= 200 // 32
-    writer.consolidate()
-    assert len(_packs(repo.git_dir)) == 1
-    (idx,) = (repo.git_dir / "objects" / "pack").glob("*.idx")
-    assert len(read_index(idx.read_bytes())) == 200
+    writer.consolidate()  # the run's end merges no more than a merge during the run
+    assert all(n < 2 * 16 for _, _, n in writer.packs)
+    assert sum(n < 16 for _, _, n in writer.packs) <= 1  # the small packs became one
+    packs = _packs(repo.git_dir)
+    assert len(packs) == len(writer.packs) <= 200 // 16 + 1
+    idxs = (repo.git_dir / "objects" / "pack").glob("*.idx")
+    assert sum(len(read_index(idx.read_bytes())) for idx in idxs) == 200
 
 
 def test_a_merge_skips_packs_a_gc_took_and_keeps_the_objects(repo):

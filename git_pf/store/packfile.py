@@ -251,9 +251,9 @@ class RunPackWriter(PackWriter):
     """The writer of a long run (a recording's steps): every ``flush`` writes a pack, so what it
     queued is durable before the caller moves a ref; then the packs this writer wrote are merged
     geometrically (the newest two while the older is less than twice the newer's size), so a
-    run of N flushes leaves about log2(N) packs, and ``consolidate`` makes them one at the
-    run's end. During the run a pack of ``MERGE_OBJECTS`` objects or more is merged no further
-    (a 10,000-step run keeps a pack per ~600 steps until its end): a merge holds a few Python
+    run of N flushes leaves about log2(N) packs, and ``consolidate`` makes the small ones one at
+    the run's end. A pack of ``MERGE_OBJECTS`` objects or more is merged no further, during the
+    run or at its end (a 10,000-step run keeps a pack per ~600 steps): a merge holds a few Python
     objects per object it copies, and merging the whole run so far made that peak grow with
     the run, and the recorder's memory with it (the allocator keeps the arenas a peak needed). A merge copies the entries as they are (no inflate, no deflate) into a new pack,
     then removes the packs it merged; one that ``git gc`` already took is left out (its objects
@@ -280,14 +280,20 @@ class RunPackWriter(PackWriter):
         return stem
 
     def consolidate(self) -> None:
-        """Merge every pack this writer wrote into one (best effort: a failure leaves them as they are;
-        objects still queued stay queued)."""
+        """At the run's end: merge the packs under ``MERGE_OBJECTS`` objects that follow the last full
+        one into one (best effort: a failure leaves them as they are; objects still queued stay
+        queued). Full packs stay as they are, so the end costs no more memory than a merge during
+        the run: a run leaves a pack per ``MERGE_OBJECTS`` objects and one more, which git's own gc
+        folds together later, between commands."""
         try:
             self.flush()
         except WriteFailed:
             pass
-        if len(self.packs) >= 2:
-            self._merge(len(self.packs))
+        tail = 0
+        while tail < len(self.packs) and self.packs[-1 - tail][2] < self.MERGE_OBJECTS:
+            tail += 1
+        if tail >= 2:
+            self._merge(tail)
 
     def _merge(self, k: int) -> bool:
         """Merge the newest ``k`` packs; False when that failed (they stay as they are: still a
