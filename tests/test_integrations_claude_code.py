@@ -391,6 +391,29 @@ def test_uninstall_after_the_user_edited_the_file_removes_only_git_pfs_entries(c
     assert json.loads(settings.read_text()) == {**USER_SETTINGS, "model": "opus"}
 
 
+@pytest.mark.parametrize("old", ["claude_code_hook_main.py", "claude_code_hook.py"])
+def test_a_hook_command_an_earlier_release_installed_still_works_and_install_replaces_it(claude, old):
+    """Earlier releases wrote the hook client's path as ``integrations/<old>``; after an upgrade that
+    command still writes the step (a missing file would exit 2, which Claude Code reads as "block"),
+    and installing again puts the current command in its place."""
+    import git_pf.integrations
+    from git_pf.integrations.claude_code.settings import hook_command
+
+    path = Path(git_pf.integrations.__file__).parent / old
+    command = f"{shlex.quote(os.sys.executable)} -S {shlex.quote(str(path))} hook claude-code"
+    assert claude.run(command, claude.payload("SessionStart", source="startup")).returncode == 0
+    assert len(Repo.open(claude.project).log(f"cc/{SID}")) == 1
+    settings = claude.project / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text(json.dumps({"hooks": {"Stop": [{"hooks": [{"type": "command", "command": command}]}]}}))
+    run = subprocess.run(["git", "pf", "install", "--claude-code"], cwd=claude.project, env=claude.env,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    commands = [h["command"] for groups in json.loads(settings.read_text())["hooks"].values()
+                for group in groups for h in group["hooks"]]
+    assert command not in commands and any(hook_command() in c for c in commands)
+
+
 def test_install_into_no_settings_and_user_scope_and_a_broken_file(claude):
     settings = claude.project / ".claude" / "settings.json"
     run = lambda *a: subprocess.run(["git", "pf", *a], cwd=claude.project, env=claude.env, capture_output=True, text=True)

@@ -1,8 +1,8 @@
 """The file the installed Claude Code hook command runs: ``python -S <this file> hook claude-code``.
 
 Python compiles a script it runs as ``__main__`` from source at every start (no cached
-bytecode): 4-8 ms a call for all of ``claude_code_hook``. So this file stays this small: it
-puts git_pf's parent first on ``sys.path`` and hands over to ``claude_code_hook.main``, which
+bytecode): 4-8 ms a call for all of ``hook``. So this file stays this small: it
+puts git_pf's parent first on ``sys.path`` and hands over to ``hook.main``, which
 loads from its cached bytecode. Writes nothing.
 """
 import os
