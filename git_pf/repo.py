@@ -18,6 +18,7 @@ from .ops import checkout as checkout_mod, diff as diff_mod, fork as fork_mod, f
 from .core import config, limits
 from .image import history, manifest as img, refs
 from .core.errors import NotARepository, UsageError
+from .core.gitdir import common_dir
 from .store.sidestore import SideStore
 from .ops.snapshot import SnapshotResult, take
 
@@ -46,7 +47,7 @@ class _Unattached:
 class Repo:
     def __init__(self, git: pygit2.Repository):
         self.git = git
-        self.git_dir = Path(git.path).resolve()
+        self.git_dir = Path(common_dir(git.path)).resolve()  # a linked work tree shares the images
         self.store = SideStore(self.git_dir / "pf" / "objects")
         self.store.rehash_reads = config.rehash_reads(git)
         limits.use(config.limits(git))  # bounds on reads of image data, for this process
@@ -80,8 +81,8 @@ class Repo:
             found = None
         if found is None:
             raise NotARepository(f"not a git repository: '{path}' (run 'git pf init')")
-        try:
-            return cls(pygit2.Repository(found))
+        try:  # opened from ``path``, not from ``found``: a ``.git`` file (``--separate-git-dir``)
+            return cls(pygit2.Repository(str(path)))  # then gives the right work tree
         except pygit2.GitError as e:
             raise NotARepository(f"cannot open the repository: {e}") from None
 
@@ -92,7 +93,7 @@ class Repo:
         if p.exists() and not p.is_dir():
             raise UsageError(f"'{path}' exists and is not a directory")
         found = pygit2.discover_repository(str(p)) if p.exists() else None
-        git = pygit2.Repository(found) if found else None
+        git = pygit2.Repository(str(p)) if found else None
         if git is not None and Path(git.workdir or git.path).resolve() == p.resolve():
             repo, created = cls(git), False
         else:

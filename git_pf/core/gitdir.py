@@ -1,6 +1,7 @@
 """Where a repository's git directory is, and where this user's servers of it listen.
 
-``find_git_dir`` finds the git directory as git does, without pygit2 or a git process;
+``find_git_dir`` finds the git directory as git does, without pygit2 or a git process, and
+``common_dir`` the one a linked work tree shares with its main repository;
 ``socket_path`` names a server's socket in this user's private runtime directory
 (``private_dir``), keyed by the git directory: the command server's (``cli.client``) and the
 Claude Code hook server's (``integrations.claude_code_hook``). Both clients run on every call,
@@ -43,6 +44,20 @@ def find_git_dir(start: str) -> str | None:
         if up == d:
             return None
         d = up
+
+
+def common_dir(git_dir: str | os.PathLike) -> str:
+    """The directory holding the objects, refs and config that ``git_dir`` shares: for a linked
+    work tree's git directory (``.git/worktrees/NAME``, with a ``commondir`` file) the main git
+    directory, else ``git_dir`` itself. Images, packs and the side store live there, so every
+    work tree of a repository sees the same ones."""
+    git_dir = os.fspath(git_dir)
+    try:
+        with open(os.path.join(git_dir, "commondir")) as f:
+            rel = f.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return git_dir
+    return os.path.normpath(os.path.join(git_dir, rel)) if rel else git_dir
 
 
 def socket_path(git_dir: str, kind: str = "") -> str | None:

@@ -30,6 +30,7 @@ from pathlib import Path
 import pygit2
 
 from ..core.errors import WriteFailed
+from ..core.gitdir import common_dir
 
 KIND_NAMES = {1: b"commit", 2: b"tree", 3: b"blob", 4: b"tag"}
 COMMIT, BLOB, TREE = 1, 3, 2
@@ -119,7 +120,7 @@ class PackWriter:
 
     def __init__(self, repo: pygit2.Repository):
         self.repo = repo
-        self.pack_dir = Path(repo.path) / "objects" / "pack"
+        self.pack_dir = Path(common_dir(repo.path)) / "objects" / "pack"
         self._objects: dict[bytes, tuple[int, bytes]] = {}  # raw oid -> (kind, packed entry bytes)
         self._bytes = 0
 
@@ -314,7 +315,7 @@ class RunPackWriter(PackWriter):
         database for the repository closes them (fds, maps, the disk space of removed packs). The
         caller's lock must keep other threads off this ``pygit2.Repository`` meanwhile."""
         self._removed = 0
-        self.repo.set_odb(pygit2.Odb(str(Path(self.repo.path) / "objects")))
+        self.repo.set_odb(pygit2.Odb(str(Path(common_dir(self.repo.path)) / "objects")))
 
 
 def _size(stem: Path) -> int:

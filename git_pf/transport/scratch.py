@@ -28,6 +28,7 @@ from typing import Iterator
 import pygit2
 
 from ..core.errors import DataError
+from ..core.gitdir import common_dir
 from ..image.tree import MODE_TREE, blob_size, over_limit, read_tree
 from ..core.liveness import may_have_written
 
@@ -59,7 +60,7 @@ def repository(git: pygit2.Repository, shallow: list[str] = ()) -> Iterator[tupl
 
     ``shallow`` seeds its shallow file and a ref per commit, so a depth-1 fetch
     there negotiates from those commits (their parents need not exist)."""
-    git_dir = Path(git.path)
+    git_dir = Path(common_dir(git.path))
     (git_dir / "pf").mkdir(exist_ok=True)
     sweep(git_dir)
     path = Path(tempfile.mkdtemp(dir=git_dir / "pf", prefix=f"{PREFIX}{os.getpid()}-"))

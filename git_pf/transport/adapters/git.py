@@ -20,6 +20,7 @@ from pathlib import Path
 import pygit2
 
 from ...core.errors import PfError, TransferFailed, UsageError
+from ...core.gitdir import common_dir
 from ...store.sidestore import SideStore
 from .. import gitcmd, held, index as idx, packread, packwrite, scratch
 from ..objectstore import ObjectStore
@@ -175,7 +176,7 @@ class GitAdapter(ObjectStore):
                 for i in range(n):
                     yield frame[i * idx.MAX_BLOB : (i + 1) * idx.MAX_BLOB]
 
-        ids = iter(packwrite.write_blobs(Path(git.path), pieces(), sum(n for _, _, n in shapes)))
+        ids = iter(packwrite.write_blobs(Path(common_dir(git.path)), pieces(), sum(n for _, _, n in shapes)))
         added = {oid: idx.Entry(size, tuple(next(ids) for _ in range(n))) for oid, size, n in shapes}
         return idx.write_data_commit(git, added), added
 
@@ -233,7 +234,7 @@ class GitAdapter(ObjectStore):
     def _link_blobs(self, blobs: list[str]) -> None:
         """A remote on this machine: link the packs that hold ``blobs`` into this repository (no
         data is copied on one filesystem); blobs that cannot be linked are copied as one new pack."""
-        pack_dir = Path(self.git.path) / "objects" / "pack"
+        pack_dir = Path(common_dir(self.git.path)) / "objects" / "pack"
         rest: list[str] = []
         with packread.PackReader(Path(self.direct.path)) as there:
             packs: dict[Path, list[str]] = {}
@@ -248,7 +249,7 @@ class GitAdapter(ObjectStore):
                     rest += inside
             rest = [b for b in rest if b in self.direct.odb]  # what the remote lacks, the check reports
             if rest:
-                packwrite.write_blobs(Path(self.git.path), (self._remote_blob(b, there) for b in rest), len(rest))
+                packwrite.write_blobs(Path(common_dir(self.git.path)), (self._remote_blob(b, there) for b in rest), len(rest))
         _sync_dir(pack_dir)  # the links are durable before any ref names what they hold
 
     def _remote_blob(self, blob: str, there: packread.PackReader) -> bytes:
