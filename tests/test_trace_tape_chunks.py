@@ -1,6 +1,7 @@
-"""Tape layout 2 (docs/format.md §8.1): a recorded run longer than one chunk of 256 entries is
-packed as it grows, replays bit-exact and forks across the chunk boundary; a tape of layout 1
-(every entry loose) still reads, replays and diffs; a hostile chunk is one clear error.
+"""Packed tapes (docs/format.md §8.1): a recorded run longer than one chunk of 256 entries is
+packed as it grows into column chunks (tape layout 3), replays bit-exact and forks across the
+chunk boundary; any tape written whole comes back byte for byte; tapes of layout 1 (every entry
+loose) and layout 2 (plain chunks) still read, replay and diff; a hostile chunk is one clear error.
 On real repositories, the real git-pf command and a real child process."""
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from git_pf import Repo
 from git_pf.image import manifest as img
 from git_pf.core.errors import DataError, MissingObject
 from git_pf.image.tree import MODE_FILE, TreeWriter
-from git_pf.layers.trace import tape, tapechunk
+from git_pf.layers.trace import tape, tapechunk, tapecols
 from git_pf.testing.fakellm import FakeLLM
 
 EXCHANGES = 300  # past the first chunk of 256
@@ -81,7 +82,7 @@ def test_a_run_longer_than_a_chunk_is_packed_as_it_grows_and_replays_bit_exact(r
     assert _tape_names(root, steps[256]) == [n for n in _tape_names(root, steps[256]) if n.endswith(".zst")] != []
     first, *rest = _tape_names(root, steps[257])
     assert first.startswith("00000000+0256-") and len(rest) == 1 and rest[0].startswith("00000256-")
-    assert all(n.endswith(".zst") for n in _tape_names(root, "refs/pf/heads/run"))  # the end image packs its last chunk
+    assert all(n.endswith(".col.zst") for n in _tape_names(root, "refs/pf/heads/run"))  # the end image packs its last chunk
     repo = Repo.open(root)
     entries = tape.read(repo.git, repo.resolve("run").tree)
     assert [e["step"] for e in entries[:-1]] == list(range(1, EXCHANGES + 1)) and entries[-1]["kind"] == "end"
@@ -144,6 +145,59 @@ def test_a_tape_of_layout_1_still_reads_replays_and_diffs(recorded):
     assert _pf(root, "show", "old").returncode == 0
 
 
+def _layout_2(repo: Repo, rev: str) -> list[tuple[bytes, bytes]]:
+    """The tape of ``rev`` as tape layout 2 wrote it: each chunk one zstd frame of its entries' bytes."""
+    entries = [data for _, data, _ in tape.stored(repo.git, repo.resolve(rev).tree)]
+    out, seq = [], 0
+    for group in tapechunk.groups(entries):
+        content = b"".join(group)
+        digest = tape.entry_name(0, content)[9:25]
+        out.append((b"%08d+%04d-%s.zst" % (seq, len(group), digest), _frame(content, write_checksum=True)))
+        seq += len(group)
+    return out
+
+
+def test_a_tape_of_layout_2_still_reads_replays_and_diffs(recorded):
+    root, child = recorded
+    repo = Repo.open(root)
+    _relayout(repo, "run", "plain", _layout_2(repo, "run"))
+    names = _tape_names(root, "refs/pf/heads/plain")
+    assert len(names) == 2 and all(n.endswith(".zst") and not n.endswith(".col.zst") for n in names)
+    assert tape.read(repo.git, repo.resolve("plain").tree) == tape.read(repo.git, repo.resolve("run").tree)
+    assert "tape" not in _pf(root, "diff", "plain", "run").stdout
+    proc = _pf(root, "replay", "plain", "--json", "--", *child)
+    assert json.loads(proc.stdout[proc.stdout.index("{"):])["bit_exact"]
+    assert _pf(root, "fsck").returncode == 0
+
+
+def test_a_column_chunk_is_smaller_than_a_plain_one(recorded):
+    root, _ = recorded
+    repo = Repo.open(root)
+    sizes = {rev: sum(len(repo.git[pygit2.Oid(raw=oid)].data) for _, oid in tape.items(repo.git, repo.resolve(rev).tree))
+             for rev in ("run", "plain")}
+    assert sizes["run"] < sizes["plain"], sizes
+
+
+ODD = [  # entries a tape may hold, each of which must come back byte for byte from a column chunk
+    {"s": "é ☃ \"quoted\" \n line", "n": None, "t": True, "f": False, "e": {}, "l": []},
+    {"big": 2**300, "neg": -(2**70), "zero": 0, "float": -0.0, "tiny": 5e-324, "huge": 1.7976931348623157e308},
+    {"nested": [[1, [2.5, "x"]], {"k": [None, {"deeper": [True]}]}], "n": 3},
+    {"lone": "\udcff surrogate", "n": 7},
+    {"same key.path": 1, "same key": {"path": "two paths, one column"}},
+]
+
+
+def test_any_tape_comes_back_byte_for_byte_from_column_chunks(repo, tmp_path):
+    sandbox = tmp_path / "sb"
+    sandbox.mkdir()
+    exchanges = [dict(ODD[i % len(ODD)], i=i, n=i * 1000003 - 7) for i in range(300)]
+    repo.snapshot(sandbox, name="odd", layers=(tape.TapeInput(exchanges),))
+    tree = repo.resolve("odd").tree
+    assert [n for n, _ in tape.items(repo.git, tree)][0].endswith(b".col.zst")
+    assert [data for _, data, _ in tape.stored(repo.git, tree)] == [data for _, data in tape.encode(exchanges)]
+    assert tape.read(repo.git, tree) == exchanges
+
+
 def _chunk_of(repo: Repo, rev: str) -> tuple[bytes, list[bytes]]:
     name, oid = tape.items(repo.git, repo.resolve(rev).tree)[0]
     return name, [data for _, data, _ in tape.load(repo.git, name, oid)]
@@ -161,7 +215,21 @@ HOSTILE = {  # case -> (chunk name, blob) made from the good chunk's name and en
     "two-frames": (lambda name, e: (name, _frame(b"".join(e)) * 2), "one zstd frame"),
     "missing-entry": (lambda name, e: _claiming_256(tapechunk.pack(0, e[:-1])[1]), "must hold 256 newline-ended"),
     "hash": (lambda name, e: (name, tapechunk.pack(0, e[1:] + e[:1])[1]), "does not match its content"),
+    # column chunks (layout 3): what a payload refers to, and what it would decode to, is checked
+    "plain-under-a-column-name": (lambda name, e: (name, _frame(b"".join(e))), "does not start with the column header"),
+    "missing-column": (lambda name, e: (name, _columns([{"a": 0}] * 256)), "column .a#s holds too few values"),
+    "values-left-over": (lambda name, e: (name, _columns([{}] * 256, [".a#s", ["x"]])), "values no entry takes"),
+    "wrong-type": (lambda name, e: (name, _columns([{"a": 1}] * 256, [".a#i", ["1"]])), "value of another type"),
+    "shape-of-a-string": (lambda name, e: (name, _columns([{"a": "x"}] * 256)), "malformed shape"),
+    "integer-bomb": (lambda name, e: (name, _columns([{"n": [1] * 20000}] + [{}] * 255, [".n[]#i", [10**4000] + [0] * 19999])),
+                     "would be over 8388608 bytes"),
 }
+
+
+def _columns(shapes: list, *columns: list) -> bytes:
+    """A column chunk's blob holding ``shapes`` and ``columns`` as they are, well-formed or not."""
+    return _frame(tapecols.MAGIC + b"".join(json.dumps(x, separators=(",", ":")).encode() + b"\n"
+                                           for x in (shapes, *columns)))
 
 
 def _claiming_256(blob: bytes) -> tuple[bytes, bytes]:

@@ -94,7 +94,7 @@ def check_name(name: bytes, mode: int) -> bytes:
     """``name`` when it names a loose entry or a chunk (a file), else a DataError naming it."""
     if mode != MODE_FILE or not (_ENTRY_NAME.match(name) or tapechunk.span(name)):
         raise DataError(f"{_where(name)}: not a tape entry (a file named <seq:08d>-<16 hex>.json, or a "
-                        "chunk named <seq:08d>+<count:04d>-<16 hex>.zst)")
+                        "chunk named <seq:08d>+<count:04d>-<16 hex>.zst or .col.zst)")
     return name
 
 

@@ -3,11 +3,13 @@
 
 A chunk holds up to ``CHUNK_ENTRIES`` entries (fewer when the next one would take its content
 past ``CHUNK_BYTES``, or when the tape ends). Its content is the entries' canonical bytes one
-after another (canonical JSONL: each ends in its one newline); it is stored as one zstd frame
-declaring its content size, named ``<first seq:08d>+<count:04d>-<first 16 hex of the content's
-sha256>.zst``. ``fits`` is the one grouping rule, ``pack`` the one encoding; ``unpack`` checks an
-untrusted chunk (sizes before anything is decompressed, the decoded size capped) and gives back
-its entries. Pure computation on bytes: no git.
+after another (canonical JSONL: each ends in its one newline). It is stored as one zstd frame
+declaring its decoded size, of the content's columns (``tapecols``, tape layout 3: named
+``<first seq:08d>+<count:04d>-<first 16 hex of the content's sha256>.col.zst``) or, when the
+entries do not come back from columns byte for byte, of the content itself (layout 2: the same
+name ending in ``.zst``). ``fits`` is the one grouping rule, ``pack`` the one encoding;
+``unpack`` checks an untrusted chunk of either layout (sizes before anything is decompressed,
+the decoded size capped) and gives back its entries. Pure computation on bytes: no git.
 """
 from __future__ import annotations
 
@@ -19,10 +21,12 @@ import zstandard
 from ...core import limits
 from ...core.errors import DataError
 from ...store.frames import compressor, decompressor, stored_bound
+from . import tapecols
 
 CHUNK_ENTRIES = 256
 CHUNK_BYTES = 8 << 20
-NAME = re.compile(rb"\A([0-9]{8})\+([0-9]{4})-([0-9a-f]{16})\.zst\Z")
+LEVEL = 9  # zstd's level for a chunk: written once per 256 entries, so a slower, smaller one
+NAME = re.compile(rb"\A([0-9]{8})\+([0-9]{4})-([0-9a-f]{16})(\.col)?\.zst\Z")  # group 4: layout 3
 _MAX_SEQ = 10**8
 
 
@@ -46,10 +50,14 @@ def groups(entries: list[bytes]) -> list[list[bytes]]:
 
 
 def pack(first: int, entries: list[bytes]) -> tuple[bytes, bytes]:
-    """``(name, blob)`` of the chunk holding ``entries`` (canonical bytes, newline-ended) from seq ``first``."""
+    """``(name, blob)`` of the chunk holding ``entries`` (canonical bytes, newline-ended) from seq
+    ``first``: its columns when they give the entries back and fit ``cap``, else its content."""
     content = b"".join(entries)
     digest = hashlib.sha256(content).hexdigest()[:16].encode()
-    return b"%08d+%04d-%s.zst" % (first, len(entries), digest), compressor().compress(content)
+    columns = tapecols.encode(entries)
+    if columns is not None and len(columns) <= cap(len(entries)):
+        return b"%08d+%04d-%s.col.zst" % (first, len(entries), digest), compressor(LEVEL).compress(columns)
+    return b"%08d+%04d-%s.zst" % (first, len(entries), digest), compressor(LEVEL).compress(content)
 
 
 def span(name: bytes) -> tuple[int, int] | None:
@@ -62,8 +70,9 @@ def span(name: bytes) -> tuple[int, int] | None:
 
 
 def cap(count: int) -> int:
-    """The most bytes a chunk of ``count`` entries may decode to: ``CHUNK_BYTES``, or for a chunk
-    of one entry the larger of that and ``pf.maxJsonLine`` (an entry alone may be that large)."""
+    """The most bytes a chunk of ``count`` entries may decode to (its frame, and its entries when
+    it holds columns): ``CHUNK_BYTES``, or for a chunk of one entry the larger of that and
+    ``pf.maxJsonLine`` (an entry alone may be that large)."""
     return CHUNK_BYTES if count > 1 else max(CHUNK_BYTES, limits.active().max_json_line)
 
 
@@ -75,7 +84,8 @@ def stored_cap(count: int) -> int:
 def unpack(name: bytes, blob: bytes, where: str) -> list[bytes]:
     """The entries of chunk ``name`` (already checked by ``span``) held in ``blob``; a DataError
     ``where: ...`` when the blob is not one zstd frame declaring a content size within ``cap``,
-    or its content's hash, entry count or line ends are not what the name says."""
+    its columns (layout 3) are malformed or would decode past ``cap``, or its content's hash,
+    entry count or line ends are not what the name says."""
     first, count = span(name)
     try:
         declared = zstandard.frame_content_size(blob)
@@ -88,6 +98,11 @@ def unpack(name: bytes, blob: bytes, where: str) -> list[bytes]:
         content = decompressor().decompress(blob, max_output_size=declared, allow_extra_data=False)
     except zstandard.ZstdError as e:
         raise DataError(f"{where}: does not decode as one zstd frame ({e})") from None
+    if NAME.match(name)[4]:
+        try:
+            content = tapecols.decode(content, count, cap(count))
+        except DataError as e:
+            raise DataError(f"{where}: {e.message}") from None
     if hashlib.sha256(content).hexdigest()[:16].encode() != NAME.match(name)[3]:
         raise DataError(f"{where}: its name does not match its content")
     lines = content.split(b"\n")

@@ -1,0 +1,157 @@
+"""Column chunks of a packed tape (tape layout 3; docs/format.md §8.1, "Column chunks").
+
+A chunk's entries (canonical JSON objects, one per line) are stored as columns, so that the
+values of one field sit together and zstd sees one clock after another, one request body after
+another, instead of every field of one entry before the next entry's: the entries' shapes (each
+entry with every string, integer and float replaced by 0, 1 or 2), then one column per field
+path and value type, its values in entry order (an integer column as each value's difference
+from the one before it). ``encode`` gives that payload, or None when the entries do not come
+back from it byte for byte (the writer then stores the chunk as plain content); ``decode`` gives
+the entries' bytes back from an untrusted payload, refusing one whose output would pass a bound
+before it is built. Pure computation on bytes: no git, no compression.
+"""
+from __future__ import annotations
+
+import json
+
+from ...core import canonjson
+from ...core.errors import DataError
+
+MAGIC = b'["pf-tape-columns",3]\n'
+_STR, _INT, _FLOAT = 0, 1, 2
+_SUFFIX = {str: "#s", int: "#i", float: "#f"}
+_CODE = {str: _STR, int: _INT, float: _FLOAT}
+_TYPE = {"#s": str, "#i": int, "#f": float}
+_KEYS = ("#s", "#i", "#f")
+_NONE = iter(())
+
+
+def encode(entries: list[bytes]) -> bytes | None:
+    """The column payload of ``entries`` (newline-ended JSON objects), or None when one of them is
+    not canonical JSON (only canonical entries come back from columns byte for byte)."""
+    columns: dict[str, list] = {}
+    shapes = []
+    try:
+        for data in entries:
+            obj = json.loads(data)
+            if type(obj) is not dict or canonjson.encode(obj) != data:
+                return None
+            shapes.append(_split(obj, "", columns))
+        for key in columns:
+            if key.endswith("#i"):
+                columns[key] = _differences(columns[key])
+        return MAGIC + canonjson.encode(shapes) + b"".join(canonjson.encode([k, columns[k]]) for k in sorted(columns))
+    except (ValueError, RecursionError):
+        return None
+
+
+def _split(value, path: str, columns: dict[str, list]):
+    """The shape of ``value`` (a dict or list); each string, integer and float in it goes to its column."""
+    pairs = value.items() if type(value) is dict else ((None, v) for v in value)
+    out = {} if type(value) is dict else []
+    for k, v in pairs:
+        where = path + "." + k if k is not None else path + "[]"
+        kind = type(v)
+        if kind in _CODE:
+            columns.setdefault(where + _SUFFIX[kind], []).append(v)
+            v = _CODE[kind]
+        elif kind is dict or kind is list:
+            v = _split(v, where, columns)
+        if k is None:
+            out.append(v)
+        else:
+            out[k] = v
+    return out
+
+
+def _differences(values: list[int]) -> list[int]:
+    out, before = [], 0
+    for v in values:
+        out.append(v - before)
+        before = v
+    return out
+
+
+def decode(payload: bytes, count: int, limit: int) -> bytes:
+    """The ``count`` entries' bytes a column payload holds; a DataError (without a location) when
+    it is not a well-formed payload of ``count`` entries, or when its entries would be over
+    ``limit`` bytes (found before they are built)."""
+    if not payload.startswith(MAGIC):
+        raise DataError("its payload does not start with the column header")
+    lines = payload[len(MAGIC):].split(b"\n")
+    if len(lines) < 2 or lines[-1]:
+        raise DataError("its payload is not newline-ended lines")
+    try:
+        shapes = canonjson.strict_loads(lines[0])
+        columns = [canonjson.strict_loads(line) for line in lines[1:-1]]
+    except (ValueError, RecursionError):  # UnicodeDecodeError included
+        raise DataError("its payload does not parse as JSON lines") from None
+    if type(shapes) is not list or len(shapes) != count or any(type(s) is not dict for s in shapes):
+        raise DataError(f"its payload must hold the shapes of {count} objects")
+    values, before, size = {}, "", 0  # size: at least what the integers will take
+    for column in columns:
+        if (type(column) is not list or len(column) != 2 or type(column[0]) is not str
+                or type(column[1]) is not list or column[0][-2:] not in _TYPE or column[0] <= before):
+            raise DataError("its payload holds a malformed column")
+        key, items = column
+        before = key
+        kind = _TYPE[key[-2:]]
+        if any(type(v) is not kind for v in items):
+            raise DataError(f"its column {key[:80]} holds a value of another type")
+        if kind is int:  # strings and floats are no larger built than read; a sum can be
+            items, width = _sums(items, limit - size)
+            size += width
+        values[key] = iter(items)
+    out, size = [], 0
+    for shape in shapes:
+        try:
+            data = canonjson.encode(_join(shape, "", values))
+        except (RecursionError, ValueError):  # an integer too long to write
+            raise DataError("its payload is nested too deeply or holds an integer too long") from None
+        size += len(data)
+        if size > limit:
+            raise DataError(f"its entries would be over {limit} bytes")
+        out.append(data)
+    if any(next(it, _END) is not _END for it in values.values()):
+        raise DataError("its payload holds values no entry takes")
+    return b"".join(out)
+
+
+_END = object()
+
+
+def _sums(differences: list[int], limit: int) -> tuple[list[int], int]:
+    """An integer column's values from its differences, and a lower bound of the bytes they take
+    written; a DataError as soon as that passes ``limit`` (a small difference can add to a large
+    value, so a short payload could otherwise build a huge one)."""
+    out, value, width = [], 0, 0
+    for d in differences:
+        value += d
+        width += max(value.bit_length() - 1, 0) * 3 // 10 + 2  # no more than it takes written: digits, a separator
+        if width > limit:
+            raise DataError(f"its entries would be over {limit} bytes")
+        out.append(value)
+    return out, width
+
+
+def _join(shape, path: str, values: dict):
+    """The dict or list ``shape`` stands for, its strings and numbers taken from the columns in order."""
+    pairs = shape.items() if type(shape) is dict else ((None, v) for v in shape)
+    out = {} if type(shape) is dict else []
+    for k, v in pairs:
+        where = path + "." + k if k is not None else path + "[]"
+        kind = type(v)
+        if kind is int and 0 <= v <= 2:
+            key = where + _KEYS[v]
+            v = next(values.get(key, _NONE), _END)
+            if v is _END:
+                raise DataError(f"its column {key[:80]} holds too few values")
+        elif kind is dict or kind is list:
+            v = _join(v, where, values)
+        elif not (v is None or v is True or v is False):
+            raise DataError("its payload holds a malformed shape")
+        if k is None:
+            out.append(v)
+        else:
+            out[k] = v
+    return out
