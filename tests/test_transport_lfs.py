@@ -138,6 +138,25 @@ def test_a_push_killed_half_way_completes_on_rerun_without_uploading_twice(tmp_p
     assert tree_files(tmp_path / "c") == tree_files(sb)
 
 
+def test_a_corrupt_local_chunk_is_refused_and_nothing_of_its_bundle_is_pushed(tmp_path, lfs):
+    """The push reads each member of a bundle once, hashing the bundle as it goes: a member whose
+    stored frame no longer matches its checksum stops the push before the bundle is offered."""
+    a, _, remote = _lfs_repo(tmp_path, lfs)
+    root = a / ".git" / "pf" / "objects"
+    frames = sorted((p for p in root.glob("??/*") if p.is_file()), key=lambda p: p.stat().st_size)
+    victim = frames[-1]  # a chunk of the large file: its frame holds the raw bytes
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.chmod(0o644)
+    victim.write_bytes(bytes(data))
+    out = pf("push", "origin", "main", cwd=a, check=False)
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "is corrupt" in out.stderr
+    assert lfs.uploads() == [] and lfs.objects() == {}
+    refs = sh("git", "for-each-ref", "--format=%(refname)", cwd=remote).stdout.split()
+    assert "refs/pf/heads/main" not in refs
+
+
 def test_a_corrupt_object_on_the_server_is_refused_and_not_stored(tmp_path, lfs):
     a, _, remote = _lfs_repo(tmp_path, lfs)
     pf("push", "origin", "main", cwd=a)

@@ -39,6 +39,8 @@ BATCH = 100
 _TRIES = 4  # a transfer answered 5xx is tried again, as git-lfs does
 DEFAULT_TRANSFERS = 4
 _BUILDERS = 2  # threads reading and hashing units ahead of the PUTs
+# a unit ready to go: (the unit, its LFS oid, its bytes as the parts that follow one another)
+Built = tuple[lfsbundle.Unit, str, tuple[bytes, ...]]
 _CONTENT_RANGE = re.compile(r"^bytes ([0-9]{1,16})-([0-9]{1,16})/([0-9]{1,16}|\*)$")
 
 
@@ -175,17 +177,23 @@ class LfsAdapter(ObjectStore):
         return sent
 
     @staticmethod
-    def _build(store: SideStore, unit: lfsbundle.Unit) -> tuple[lfsbundle.Unit, str, bytes]:
-        """``(unit, its LFS oid, its bytes)``: one object, or a bundle of its members' bytes."""
-        parts = [store.get(o, size=n) for o, n in zip(unit.members, unit.sizes)]  # checked against their names
+    def _build(store: SideStore, unit: lfsbundle.Unit) -> Built:
+        """``(unit, its LFS oid, its bytes)``: one object, or a bundle of its members' bytes, kept
+        as the members' own buffers (no copy into one) and hashed member by member as each is
+        read, while it is still in the processor's cache."""
         if not unit.bundled:
-            return unit, unit.members[0], parts[0]
-        data = b"".join(parts)
-        return unit, hashlib.sha256(data).hexdigest(), data
+            return unit, unit.members[0], (store.get(unit.members[0], size=unit.sizes[0]),)
+        digest = hashlib.sha256()
+        parts = []
+        for oid, size in zip(unit.members, unit.sizes):
+            part = store.get(oid, size=size)  # checked against its name (the frame's checksum)
+            digest.update(part)
+            parts.append(part)
+        return unit, digest.hexdigest(), tuple(parts)
 
-    def _ask_upload(self, group: list[tuple[lfsbundle.Unit, str, bytes]]) -> list[tuple[tuple, dict]]:
+    def _ask_upload(self, group: list[Built]) -> list[tuple[Built, dict]]:
         """One batch request for the built units of ``group``: each with the server's entry."""
-        answer = self._batch("upload", [(oid, len(data)) for _, oid, data in group])
+        answer = self._batch("upload", [(oid, unit.size) for unit, oid, _ in group])
         out = []
         for built in group:
             oid = built[1]
@@ -198,29 +206,30 @@ class LfsAdapter(ObjectStore):
             out.append((built, entry))
         return out
 
-    def _put(self, built: tuple[lfsbundle.Unit, str, bytes], entry: dict, action: dict) -> int:
-        """PUT one built unit and verify it when the server asks; the bytes sent."""
-        _, oid, data = built
-        status, body = self._retrying("PUT", action["href"], data, {
+    def _put(self, built: Built, entry: dict, action: dict) -> int:
+        """PUT one built unit (its parts one after the other) and verify it when the server
+        asks; the bytes sent."""
+        unit, oid, parts = built
+        status, body = self._retrying("PUT", action["href"], parts, {
             **self._headers(action), "Content-Type": "application/octet-stream",
-            "Content-Length": str(len(data))})
+            "Content-Length": str(unit.size)})
         if not 200 <= status < 300:
             raise TransferFailed(f"uploading {oid} to the lfs server at {self.http.host} failed: "
                                  f"HTTP {status} {lfsauth._message(body)}")
         verify = self._action(entry, "verify")
         if verify is not None:
-            self.http.post_json(verify["href"], {"oid": oid, "size": len(data)}, self._headers(verify),
+            self.http.post_json(verify["href"], {"oid": oid, "size": unit.size}, self._headers(verify),
                                 answer=False)
         self._recorded(built)
-        return len(data)
+        return unit.size
 
-    def _recorded(self, built: tuple[lfsbundle.Unit, str, bytes]) -> None:
+    def _recorded(self, built: Built) -> None:
         """Note for the store record that the server holds the unit's members (and where)."""
-        unit, oid, data = built
+        unit, oid, _ = built
         for member, size, offset in zip(unit.members, unit.sizes, unit.offsets()):
             self.record_sizes[member] = size
             if unit.bundled:
-                self.record_bundles[member] = (oid, len(data), offset)
+                self.record_bundles[member] = (oid, unit.size, offset)
 
     # -- download ----------------------------------------------------------------------
     def download(self, store: SideStore, oids: list[str], progress: Progress) -> None:
