@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pygit2
+
 from . import manifest as img
 from ..core.errors import DataError, UsageError
 from .tree import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, read_tree
@@ -200,6 +202,46 @@ def sound_marks(git) -> MarkFile[str]:
     return found
 
 
+# The fast check of one tree (``_plain_subtrees``): entries whose mode a world may hold and
+# whose name needs neither a check nor unescaping (not empty, no '/', not '.', '..', a raw .git
+# in any case, nor an escaped name), matched by the regular expression engine without a Python
+# step per entry. A tree the expression does not tile from its first byte to its last goes to
+# ``_directory``, which accepts what else is valid and names what is not.
+_PLAIN_NAME = rb"((?:[^\0/.]|\.(?!\.?\0|[gG][iI][tT]\0|pf-esc-))[^\0/]*)"
+_PLAIN_FILE = rb"(?:100644|100755|100664|120000) "
+_PLAIN_LEAF = re.compile(_PLAIN_FILE + _PLAIN_NAME + rb"\0.{20}", re.S)  # a tree holding no tree
+_PLAIN_ENTRY = re.compile(rb"(?:(40000 )|" + _PLAIN_FILE + rb")" + _PLAIN_NAME + rb"\0(.{20})", re.S)
+
+
+def _plain_subtrees(data: bytes) -> list[tuple[bytes, bytes]] | None:
+    """``(name, raw oid)`` of each subtree of the tree whose raw bytes are ``data``, when every
+    entry is plain (``_PLAIN_ENTRY``), the entries are in git's order and no name is there
+    twice; None when anything else holds (``_directory`` then decides)."""
+    if b"40000 " not in data:  # every tree entry starts with these bytes: no subtree here
+        parts = _PLAIN_LEAF.split(data)  # [gap, name, gap, name, ..., gap]: the gaps are what no entry matched
+        gaps, names, subtrees = parts[0::2], parts[1::2], []
+        keys = names
+    else:
+        parts = _PLAIN_ENTRY.split(data)  # [gap, "40000 " or None, name, oid, gap, ...]
+        gaps, trees, names, oids = parts[0::4], parts[1::4], parts[2::4], parts[3::4]
+        keys = [n + b"/" if t else n for t, n in zip(trees, names)]  # git's order sorts a tree as NAME/
+        subtrees = [(n, o) for t, n, o in zip(trees, names, oids) if t]
+    if any(gaps) or keys != sorted(keys) or len(set(names)) != len(names):
+        return None
+    return subtrees
+
+
+def _subtrees(git, oid: bytes, rel_dir: bytes) -> list[tuple[bytes, bytes]]:
+    """``(relative path, raw oid)`` of each subtree of world tree ``oid`` at ``rel_dir``, once the
+    tree passed every check of ``_directory`` (DataError naming the first bad entry)."""
+    kind, data = git.odb.read(pygit2.Oid(raw=oid))
+    found = _plain_subtrees(data) if kind == pygit2.enums.ObjectType.TREE else None
+    if found is None:
+        return [(rel, child) for rel, kind, _, child in _directory(git, oid, rel_dir) if kind == DIR]
+    prefix = rel_dir + b"/" if rel_dir else b""
+    return [(prefix + name, child) for name, child in found]
+
+
 def _check_tree(git, root: bytes, marks: MarkFile[str] | None) -> None:
     if root in _SOUND_TREES:
         return
@@ -213,7 +255,7 @@ def _check_tree(git, root: bytes, marks: MarkFile[str] | None) -> None:
         if oid in _SOUND_TREES:
             continue
         visited.append(oid)
-        stack.extend((rel, child) for rel, kind, _, child in _directory(git, oid, rel_dir) if kind == DIR)
+        stack.extend(_subtrees(git, oid, rel_dir))
     if len(_SOUND_TREES) + len(visited) > _SOUND_LIMIT:
         _SOUND_TREES.clear()
     _SOUND_TREES.update(visited)  # the whole world passed: every tree of it is sound
