@@ -12,7 +12,11 @@ fresh mount (nothing in FUSE's caches, no decoded chunk, no inode looked up
 yet), unmounted once measured; the OS page cache is left as the
 snapshot and checkout left it on both sides (warm), which is the usual case
 of an agent forked on the machine that made the image. ``--cold`` drops the
-OS caches before each measure instead (root only).
+OS caches before each measure instead (root only). On a shared machine the
+ratios move with the load, so the report also gives what does not: the CPU
+time per GB the daemon and the reader spent on the first sequential read
+(with the bound it puts on an idle machine), one core's zstd and sha256
+speed, and the requests the daemon served per file, by kind.
 """
 from __future__ import annotations
 
@@ -132,24 +136,43 @@ class Mounts:
             self.close(mp)
 
 
-def served(repo: Repo, mp: Path) -> str:
-    """What the daemon of ``mp`` served: read and ioctl requests, files stored ahead by the read-ahead."""
-    state = mount_states.for_mountpoint(str(repo.git_dir), mount_states.canonical(mp))[0]
-    control = mount_states.Control(state)
+# request kinds a read-only walk may send, as the daemon's counts name them
+OPCODES = {getattr(protocol, name): name.lower() for name in (
+    "LOOKUP", "GETATTR", "OPEN", "READ", "FLUSH", "RELEASE", "OPENDIR", "READDIR", "READDIRPLUS",
+    "RELEASEDIR", "IOCTL", "GETXATTR", "ACCESS", "FORGET", "BATCH_FORGET", "STATFS")}
+
+
+def daemon_of(repo: Repo, mp: Path):
+    """The mount state of ``mp`` (its daemon's pid, its control socket)."""
+    return mount_states.for_mountpoint(str(repo.git_dir), mount_states.canonical(mp))[0]
+
+
+def cpu_of(pid: int) -> float:
+    """CPU seconds (user + system, every thread) process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def served(repo: Repo, mp: Path, files: int) -> str:
+    """What the daemon of ``mp`` served: every request by kind (INIT and the like left out),
+    per file read, and the files stored ahead by the read-ahead."""
+    control = mount_states.Control(daemon_of(repo, mp))
     try:
         stats = control.ask({"op": "stats"})
     finally:
         control.close()
-    counts = stats["requests"]
-    return (f"{counts.get(str(protocol.READ), 0)} read, {counts.get(str(protocol.IOCTL), 0)} ioctl requests; "
-            f"{stats['prefilled']} files stored ahead")
+    counts = sorted(((int(op), n) for op, n in stats["requests"].items() if int(op) in OPCODES),
+                    key=lambda kv: -kv[1])
+    total = sum(n for _, n in counts)
+    kinds = ", ".join(f"{n} {OPCODES[op]}" for op, n in counts) or "none"
+    return f"{total / files:.2f} requests per file ({kinds}); {stats['prefilled']} files stored ahead"
 
 
 def ratio(native: float, mounted: float) -> str:
     return f"{mounted / native:.1f}x native" if native > 0 else "-"
 
 
-def read_round(co: Path, mounts: Mounts, repo: Repo, frame: bytes) -> dict:
+def read_round(co: Path, mounts: Mounts, repo: Repo, frame: bytes, files: int) -> dict:
     """One round of the read measures, each on a fresh mount against the checkout: sequential
     read of big.bin, find + stat, cat(1), Python reads unbuffered and buffered. Times in s.
     ``frame`` is decoded first, on one core: what a core decodes in this round (bytes/s)."""
@@ -160,7 +183,10 @@ def read_round(co: Path, mounts: Mounts, repo: Repo, frame: bytes) -> dict:
     drop_caches()
     out["seq_native"], out["seq_bytes"] = timed(read_all, co / "big.bin")
     _, mp = mounts.fresh("main")
+    pid = daemon_of(repo, mp).pid
+    daemon0, reader0 = cpu_of(pid), time.thread_time()
     out["seq_mount"], _ = timed(read_all, mp / "big.bin")
+    out["seq_cpu_daemon"], out["seq_cpu_reader"] = cpu_of(pid) - daemon0, time.thread_time() - reader0
     out["seq_again"], _ = timed(read_all, mp / "big.bin")
     mounts.close(mp)
     for key, fn, args in (("stat", stat_all, ()), ("cat", cat_tool, ()), ("py0", cat_all, (0,)), ("py", cat_all, ())):
@@ -170,7 +196,7 @@ def read_round(co: Path, mounts: Mounts, repo: Repo, frame: bytes) -> dict:
             out["stat_count"] = result
         _, mp = mounts.fresh("main")
         out[key + "_mount"], _ = timed(fn, mp, *args)
-        out[key + "_served"] = served(repo, mp)
+        out[key + "_served"] = served(repo, mp, files)
         if key == "py":  # again on the same mount: everything cached, only isatty reaches the daemon
             out["py_again"], _ = timed(fn, mp, *args)
         mounts.close(mp)
@@ -182,12 +208,16 @@ def read_rounds(co: Path, mounts: Mounts, repo: Repo, files: int, big_mib: int, 
     virtual machine one round can differ from the next by 2x, with memory the host must back).
     The sequential read is also given against what one core decoded in the same round (the
     ``frame``): above 1x, its chunks were decoded on more than one core at once."""
-    done = [read_round(co, mounts, repo, frame) for _ in range(rounds)]
+    done = [read_round(co, mounts, repo, frame, files) for _ in range(rounds)]
 
     def each(fmt, values) -> str:
         return " / ".join(fmt(v) for v in values)
 
     gbs = [r["seq_bytes"] / r["seq_mount"] / 1e9 for r in done]
+    daemon = [r["seq_cpu_daemon"] / (r["seq_bytes"] / 1e9) for r in done]  # CPU seconds per GB read
+    reader = [r["seq_cpu_reader"] / (r["seq_bytes"] / 1e9) for r in done]
+    # every core busy with this read and nothing else, and the reader (one thread) never waiting
+    ceiling = min(os.cpu_count() / (median(daemon) + median(reader)), 1 / median(reader))
     rows = [
         (f"seq read {big_mib} MiB: native", f"{median([r['seq_bytes'] / r['seq_native'] / 1e9 for r in done]):.2f} GB/s", ""),
         (f"seq read {big_mib} MiB: mount, median", f"{median(gbs):.2f} GB/s",
@@ -195,6 +225,9 @@ def read_rounds(co: Path, mounts: Mounts, repo: Repo, files: int, big_mib: int, 
         ("  seq read against one core's decode", f"{median(g * 1e9 / r['decode'] for g, r in zip(gbs, done)):.2f}x",
          "decoded in the same round; above 1x: on more than one core at once; rounds "
          + each(lambda v: f"{v:.2f}x", [g * 1e9 / r["decode"] for g, r in zip(gbs, done)])),
+        ("  CPU per GB of the first read", f"daemon {median(daemon):.2f} s, reader {median(reader):.2f} s",
+         f"rounds daemon {each(lambda v: f'{v:.2f}', daemon)} / reader {each(lambda v: f'{v:.2f}', reader)}; "
+         f"on {os.cpu_count()} idle cores at most {ceiling:.1f} GB/s"),
         ("seq read again (kernel cache)", f"{median([r['seq_bytes'] / r['seq_again'] / 1e9 for r in done]):.2f} GB/s", ""),
     ]
     named = (("stat", f"find+stat {done[0]['stat_count']} files", 5),
