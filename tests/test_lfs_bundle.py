@@ -88,3 +88,24 @@ def test_a_record_whose_bundle_is_also_an_object_or_too_large_is_refused():
         storerecord.check_bundles({a: 10}, {a: (bundle, storerecord.MAX_BUNDLE + 1, 0)}, "r")
     with pytest.raises(DataError, match="does not fit its bundle"):  # two sizes for one bundle
         storerecord.check_bundles({a: 10, b: 10}, {a: (bundle, 20, 0), b: (bundle, 30, 10)}, "r")
+
+
+def test_a_member_decoded_into_a_reused_buffer_is_checked_as_a_plain_read_is(tmp_path):
+    """The push decodes bundle members into buffers it uses again (``SideStore.get(into=)``):
+    the bytes are the object's, and a frame whose checksum or length is wrong is refused."""
+    from git_pf.store.sidestore import SideStore
+
+    store = SideStore(tmp_path / "objects")
+    data = random.Random(5).randbytes(300 * KiB)
+    oid = store.put(data)
+    buf = bytearray(b"x" * (512 * KiB))  # larger than the object, and not empty
+    assert bytes(store.get(oid, size=len(data), into=buf)) == data == store.get(oid, size=len(data))
+    path = store.path_for(oid)
+    frame = bytearray(path.read_bytes())
+    path.chmod(0o644)
+    for broken in (frame[:len(frame) // 2] + bytes([frame[len(frame) // 2] ^ 1]) + frame[len(frame) // 2 + 1:],
+                   frame[:-4] + bytes(b ^ 1 for b in frame[-4:]),  # its checksum
+                   frame[:-200]):  # cut short
+        path.write_bytes(bytes(broken))
+        with pytest.raises(CorruptObject, match="is corrupt"):
+            store.get(oid, size=len(data), into=buf)

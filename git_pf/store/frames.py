@@ -69,6 +69,24 @@ def _stream(frame, stop: int, sink: Callable | None = None) -> int:
     return min(total, stop + 1)
 
 
+def decode_into(frame, out, n: int) -> memoryview:
+    """Decode ``frame``, of ``n`` bytes' content (``decoded_size``), into the first ``n`` bytes
+    of the writable buffer ``out`` (reused by the caller: no fresh memory to fault in); a view
+    of them. The frame's checksum is checked at its end, as ``decompress`` checks it; ZstdError
+    when it does not match or the frame ends short."""
+    view = memoryview(out)[:n]
+    got = 0
+    with decompressor().stream_reader(frame, read_across_frames=False) as reader:
+        while got < n:
+            k = reader.readinto(view[got:])
+            if not k:
+                break
+            got += k
+        if got != n or reader.read(1):  # read(1) reaches the frame's end, where its checksum is
+            raise zstandard.ZstdError("the frame does not decode to the size it declares")
+    return view
+
+
 def stored_bound(size: int) -> int:
     """The most bytes one frame of ``size`` bytes' content can take as stored (zstd's
     compress bound, with room for the frame's header and checksum): a stored frame larger

@@ -28,8 +28,8 @@ import zstandard
 
 from ..core import limits, writeback
 from . import directio
-from .frames import (OID_RE, ZSTD_LEVEL, compress_into_buffer, compressor, decoded_size, decompressor, stored_bound,
-                     has_checksum, sha256_hex, verify_frame, zstd_problem)
+from .frames import (OID_RE, ZSTD_LEVEL, compress_into_buffer, compressor, decode_into, decoded_size, decompressor,
+                     stored_bound, has_checksum, sha256_hex, verify_frame, zstd_problem)
 from .large import LargeContent
 from .objectio import MAP_MIN, frame_writer, read_ahead, read_fd, read_file, sync_files
 from ..core.errors import CorruptObject, MissingObject, WriteFailed
@@ -210,8 +210,10 @@ class SideStore(LargeContent):
         if not self.has(oid):
             self._write_atomic(oid, frame_writer(frame))
 
-    def get(self, oid: str, rehash: bool = False, size: int | None = None, at_most: int | None = None) -> bytes:
-        """The checked raw bytes of ``oid``; raises MissingObject / CorruptObject.
+    def get(self, oid: str, rehash: bool = False, size: int | None = None, at_most: int | None = None,
+            into=None) -> bytes:
+        """The checked raw bytes of ``oid``; raises MissingObject / CorruptObject. With ``into``
+        (a writable buffer of at least its size) they are decoded there, and a view is returned.
 
         Nothing is inflated before the frame's decoded size is known to be ``size`` (when
         the caller knows what to expect) and within ``at_most`` and ``pf.maxFrameSize``
@@ -248,7 +250,8 @@ class SideStore(LargeContent):
                 self.held.discard(oid)
             raise CorruptObject(f"side-store object {oid} is corrupt ({zstd_problem(e)})") from None
         try:
-            data = decompressor().decompress(frame, max_output_size=n)
+            data = decompressor().decompress(frame, max_output_size=n) if into is None else \
+                decode_into(frame, into, n)
             full = rehash or self.rehash_reads or not has_checksum(frame) or (held and not known)
             if full and sha256_hex(data) != oid:
                 raise CorruptObject(f"side-store object {oid} is corrupt (content does not hash to its name)")

@@ -118,8 +118,7 @@ class Session:
 
     def request(self, method: str, url: str, body=None, headers: dict | None = None,
                 sink=None, reset=None, head: dict | None = None, expect: int | None = None) -> tuple[int, bytes]:
-        """``(status, body)``; ``body`` is bytes, or a tuple of bytes sent one after the other
-        (the caller gives its Content-Length); ``sink(chunk)`` takes a 2xx body instead (read by ``httpbody``
+        """``(status, body)``; ``sink(chunk)`` takes a 2xx body instead (read by ``httpbody``
         when ``expect``, the size it should have, is known), and ``head`` (when given) gets
         the answer's headers, names in lower case. Same-server requests carry the
         login (unless the action brought its own Authorization). A request whose connection
@@ -133,7 +132,7 @@ class Session:
         if same and not any(k.lower() == "authorization" for k in headers):
             headers.update(self._auth_header())
         path = urlunsplit(("", "", parts.path or "/", parts.query, ""))
-        replayable = body is None or isinstance(body, (bytes, bytearray, memoryview, tuple))
+        replayable = body is None or isinstance(body, (bytes, bytearray, memoryview))
         took = False
         for attempt in range(2):
             conn = self._conn(parts.scheme, parts.hostname, parts.port)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -39,8 +40,41 @@ BATCH = 100
 _TRIES = 4  # a transfer answered 5xx is tried again, as git-lfs does
 DEFAULT_TRANSFERS = 4
 _BUILDERS = 2  # threads reading and hashing units ahead of the PUTs
-# a unit ready to go: (the unit, its LFS oid, its bytes as the parts that follow one another)
-Built = tuple[lfsbundle.Unit, str, tuple[bytes, ...]]
+Built = tuple[lfsbundle.Unit, str, bytes | memoryview]  # a unit ready to go: it, its LFS oid, its bytes
+_ROUND = 4 << 20  # bundle buffers are made in steps of this
+
+
+class _Buffers:
+    """Bundle buffers, used again once their PUT is done: memory written for the first time
+    costs a page fault every 4 KiB, which took longer than decoding a bundle into it. As
+    many are kept as units were ever built and not yet sent at once."""
+
+    def __init__(self):
+        self.free: list[bytearray] = []
+        self.lock = threading.Lock()
+
+    def take(self, n: int) -> bytearray:
+        """A buffer of at least ``n`` bytes: the smallest free one that fits, else a new one
+        (in place of the largest free one, which is too small)."""
+        with self.lock:
+            fits = [b for b in self.free if len(b) >= n]
+            if fits:
+                buf = min(fits, key=len)
+                self.free.remove(buf)
+                return buf
+            if self.free:
+                self.free.remove(max(self.free, key=len))
+        return bytearray(-(-n // _ROUND) * _ROUND)
+
+    def give(self, data) -> None:
+        """Take back the buffer under a built unit's bytes (a single object's own bytes are
+        not one)."""
+        if isinstance(data, memoryview) and isinstance(data.obj, bytearray):
+            with self.lock:
+                self.free.append(data.obj)
+        elif isinstance(data, bytearray):
+            with self.lock:
+                self.free.append(data)
 _CONTENT_RANGE = re.compile(r"^bytes ([0-9]{1,16})-([0-9]{1,16})/([0-9]{1,16}|\*)$")
 
 
@@ -56,6 +90,7 @@ class LfsAdapter(ObjectStore):
         # for the store record: objects this push found or sent, and where bundled ones lie
         self.record_sizes: dict[str, int] = {}
         self.record_bundles: dict[str, tuple[str, int, int]] = {}
+        self.buffers = _Buffers()
         self.transfers = min(config.get_size(repo.git, "lfs.concurrenttransfers", DEFAULT_TRANSFERS), 32)
         self.bundle_target = max(lfsbundle.MIN_TARGET, min(
             config.get_size(repo.git, "pf.lfs.bundleSize", lfsbundle.DEFAULT_TARGET), lfsbundle.MAX_TARGET))
@@ -166,6 +201,7 @@ class LfsAdapter(ObjectStore):
                     action = self._action(entry, "upload")
                     if action is None:  # the server has it already
                         self._recorded(built)
+                        self.buffers.give(built[2])
                         advance(len(built[0].members))
                     else:
                         in_flight.append((built[0], senders.submit(self._put, built, entry, action)))
@@ -176,20 +212,24 @@ class LfsAdapter(ObjectStore):
                     advance(len(unit_done.members))
         return sent
 
-    @staticmethod
-    def _build(store: SideStore, unit: lfsbundle.Unit) -> Built:
-        """``(unit, its LFS oid, its bytes)``: one object, or a bundle of its members' bytes, kept
-        as the members' own buffers (no copy into one) and hashed member by member as each is
-        read, while it is still in the processor's cache."""
+    def _build(self, store: SideStore, unit: lfsbundle.Unit) -> Built:
+        """``(unit, its LFS oid, its bytes)``: one object, or a bundle of its members' bytes. A
+        bundle's members are decoded one after the other into a buffer used again for later
+        bundles (``_Buffers``), each hashed into the bundle's sha256 as soon as it is there,
+        while it is still in the processor's cache (no second pass over the bundle)."""
         if not unit.bundled:
-            return unit, unit.members[0], (store.get(unit.members[0], size=unit.sizes[0]),)
-        digest = hashlib.sha256()
-        parts = []
-        for oid, size in zip(unit.members, unit.sizes):
-            part = store.get(oid, size=size)  # checked against its name (the frame's checksum)
-            digest.update(part)
-            parts.append(part)
-        return unit, digest.hexdigest(), tuple(parts)
+            return unit, unit.members[0], store.get(unit.members[0], size=unit.sizes[0])
+        buf = self.buffers.take(unit.size)
+        try:
+            view = memoryview(buf)[:unit.size]
+            digest = hashlib.sha256()
+            for oid, size, offset in zip(unit.members, unit.sizes, unit.offsets()):
+                # checked against its name (the frame's checksum) as it is decoded
+                digest.update(store.get(oid, size=size, into=view[offset:offset + size]))
+        except BaseException:
+            self.buffers.give(buf)
+            raise
+        return unit, digest.hexdigest(), view
 
     def _ask_upload(self, group: list[Built]) -> list[tuple[Built, dict]]:
         """One batch request for the built units of ``group``: each with the server's entry."""
@@ -207,12 +247,14 @@ class LfsAdapter(ObjectStore):
         return out
 
     def _put(self, built: Built, entry: dict, action: dict) -> int:
-        """PUT one built unit (its parts one after the other) and verify it when the server
-        asks; the bytes sent."""
-        unit, oid, parts = built
-        status, body = self._retrying("PUT", action["href"], parts, {
-            **self._headers(action), "Content-Type": "application/octet-stream",
-            "Content-Length": str(unit.size)})
+        """PUT one built unit and verify it when the server asks; the bytes sent."""
+        unit, oid, data = built
+        try:
+            status, body = self._retrying("PUT", action["href"], data, {
+                **self._headers(action), "Content-Type": "application/octet-stream",
+                "Content-Length": str(unit.size)})
+        finally:
+            self.buffers.give(data)
         if not 200 <= status < 300:
             raise TransferFailed(f"uploading {oid} to the lfs server at {self.http.host} failed: "
                                  f"HTTP {status} {lfsauth._message(body)}")
