@@ -198,6 +198,18 @@ def test_any_tape_comes_back_byte_for_byte_from_column_chunks(repo, tmp_path):
     assert tape.read(repo.git, tree) == exchanges
 
 
+def test_a_chunk_near_its_size_bound_is_still_stored_as_columns(repo, tmp_path):
+    sandbox = tmp_path / "sb"
+    sandbox.mkdir()
+    # 41 fill a chunk's 8 MiB within 24 KB; their columns take 2 bytes more an integer (164 KB)
+    exchanges = [{"i": i, "n": [7] * 2000, "s": "x" * 200_000} for i in range(45)]
+    repo.snapshot(sandbox, name="big", layers=(tape.TapeInput(exchanges),))
+    tree = repo.resolve("big").tree
+    first = tape.items(repo.git, tree)[0][0]
+    assert first.startswith(b"00000000+0041-") and first.endswith(b".col.zst"), first
+    assert tape.read(repo.git, tree) == exchanges
+
+
 def _chunk_of(repo: Repo, rev: str) -> tuple[bytes, list[bytes]]:
     name, oid = tape.items(repo.git, repo.resolve(rev).tree)[0]
     return name, [data for _, data, _ in tape.load(repo.git, name, oid)]

@@ -51,11 +51,11 @@ def groups(entries: list[bytes]) -> list[list[bytes]]:
 
 def pack(first: int, entries: list[bytes]) -> tuple[bytes, bytes]:
     """``(name, blob)`` of the chunk holding ``entries`` (canonical bytes, newline-ended) from seq
-    ``first``: its columns when they give the entries back and fit ``cap``, else its content."""
+    ``first``: its columns when they give the entries back and fit ``columns_cap``, else its content."""
     content = b"".join(entries)
     digest = hashlib.sha256(content).hexdigest()[:16].encode()
     columns = tapecols.encode(entries)
-    if columns is not None and len(columns) <= cap(len(entries)):
+    if columns is not None and len(columns) <= columns_cap(len(entries)):
         return b"%08d+%04d-%s.col.zst" % (first, len(entries), digest), compressor(LEVEL).compress(columns)
     return b"%08d+%04d-%s.zst" % (first, len(entries), digest), compressor(LEVEL).compress(content)
 
@@ -70,35 +70,43 @@ def span(name: bytes) -> tuple[int, int] | None:
 
 
 def cap(count: int) -> int:
-    """The most bytes a chunk of ``count`` entries may decode to (its frame, and its entries when
-    it holds columns): ``CHUNK_BYTES``, or for a chunk of one entry the larger of that and
-    ``pf.maxJsonLine`` (an entry alone may be that large)."""
+    """The most bytes a chunk of ``count`` entries' content may be (a plain chunk's frame decodes
+    to it): ``CHUNK_BYTES``, or for a chunk of one entry the larger of that and ``pf.maxJsonLine``
+    (an entry alone may be that large)."""
     return CHUNK_BYTES if count > 1 else max(CHUNK_BYTES, limits.active().max_json_line)
 
 
+def columns_cap(count: int) -> int:
+    """The most bytes the columns of a chunk of ``count`` entries may take: twice ``cap`` (a
+    column chunk's shapes and columns are a few bytes a value larger than its entries)."""
+    return 2 * cap(count)
+
+
 def stored_cap(count: int) -> int:
-    """The largest blob a chunk of ``count`` entries may be: checked before it is read."""
-    return stored_bound(cap(count))
+    """The largest blob a chunk of ``count`` entries may be, in either layout: checked before it is read."""
+    return stored_bound(columns_cap(count))
 
 
 def unpack(name: bytes, blob: bytes, where: str) -> list[bytes]:
     """The entries of chunk ``name`` (already checked by ``span``) held in ``blob``; a DataError
-    ``where: ...`` when the blob is not one zstd frame declaring a content size within ``cap``,
-    its columns (layout 3) are malformed or would decode past ``cap``, or its content's hash,
-    entry count or line ends are not what the name says."""
+    ``where: ...`` when the blob is not one zstd frame declaring a content size within ``cap``
+    (``columns_cap`` for columns), its columns (layout 3) are malformed or would decode past
+    ``cap``, or its content's hash, entry count or line ends are not what the name says."""
     first, count = span(name)
+    columns = NAME.match(name)[4] is not None
+    bound = columns_cap(count) if columns else cap(count)
     try:
         declared = zstandard.frame_content_size(blob)
     except zstandard.ZstdError:
         raise DataError(f"{where}: not a zstd frame") from None
-    if declared < 0 or declared > cap(count):
-        raise DataError(f"{where}: its frame must declare a content size of at most {cap(count)} bytes"
+    if declared < 0 or declared > bound:
+        raise DataError(f"{where}: its frame must declare a content size of at most {bound} bytes"
                         f" ({'none' if declared < 0 else declared} declared)")
     try:
         content = decompressor().decompress(blob, max_output_size=declared, allow_extra_data=False)
     except zstandard.ZstdError as e:
         raise DataError(f"{where}: does not decode as one zstd frame ({e})") from None
-    if NAME.match(name)[4]:
+    if columns:
         try:
             content = tapecols.decode(content, count, cap(count))
         except DataError as e:
