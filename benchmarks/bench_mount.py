@@ -195,8 +195,11 @@ def read_round(co: Path, mounts: Mounts, repo: Repo, frame: bytes, files: int) -
         if key == "stat":
             out["stat_count"] = result
         _, mp = mounts.fresh("main")
+        pid = daemon_of(repo, mp).pid
+        daemon0 = cpu_of(pid)
         out[key + "_mount"], _ = timed(fn, mp, *args)
-        out[key + "_served"] = served(repo, mp, files)
+        spent = cpu_of(pid) - daemon0
+        out[key + "_served"] = f"{served(repo, mp, files)}; daemon CPU {spent / files * 1e6:.0f} µs per file"
         if key == "py":  # again on the same mount: everything cached, only isatty reaches the daemon
             out["py_again"], _ = timed(fn, mp, *args)
         mounts.close(mp)
