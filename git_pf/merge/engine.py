@@ -8,8 +8,9 @@ layer claims merge path-wise as the "other" layer. Every layer file of the merge
 must parse (``layercheck``), whichever side it came from. Only when every layer is clean
 is the image written: objects first, then the branch moved by compare-and-swap, so a
 conflict or a failure leaves no image and no ref. Both sides' worlds and the result's are
-checked by ``safepath.check_image`` first: an unsafe one is refused (exit 3) with nothing
-written. No layer is named here.
+checked by ``safepath.check_image`` (the sides' while git merges the worlds, before anything
+reads them; ``MergeContext.check_sides``): an unsafe one is refused (exit 3) with no image
+and no ref moved. No layer is named here.
 """
 from __future__ import annotations
 
@@ -17,14 +18,14 @@ import copy
 from dataclasses import dataclass, field
 
 from ..core import canonjson, config
-from ..image import manifest as img, layercheck, refs, safepath, signing
+from ..image import manifest as img, layercheck, refs, signing
 from ..image import verify as signing_verify
 from ..core.errors import DataError, UsageError
 from ..image.tree import lookup
 from ..store.packfile import packed
 from ..image.manifest import ImageInfo
 from ..layers import registry
-from .layer import PLUGINS, LayerResult, MergeContext
+from .layer import PLUGINS, LayerResult, MergeContext, check_worlds
 from .tree3 import entry, merge_paths
 
 SIDES = ("ours", "theirs")
@@ -117,18 +118,20 @@ def start(repo, req: MergeRequest) -> MergeResult | MergeContext:
     theirs = img.read_image(git, refs.resolve(git, req.theirs))
     for image, rev in ((ours, branch), (theirs, req.theirs)):
         signing_verify.check_use(git, image.id, rev)
-    for image in (ours, theirs):
-        _check_world(git, image.tree, f"image {image.short}")
+    sides = [(image.tree, f"image {image.short}") for image in (ours, theirs)]
     done = lambda status, image=None: MergeResult(status, branch, ours, theirs, req.theirs, image=image,  # noqa: E731
                                                   dry_run=req.dry_run)
     if theirs.id == ours.id or git.descendant_of(ours.id, theirs.id):
+        check_worlds(git, sides)
         return done("up-to-date")
     bases = next(found for layer in registry.layers()
                  if (found := layer.merge_bases(git, repo.git_dir, ours.id, theirs.id)) is not None)
     if not bases and not req.allow_unrelated:
+        check_worlds(git, sides)
         raise UsageError(f"refusing to merge unrelated images {ours.short} and {theirs.short} "
                          "(use --allow-unrelated-histories)")
     if bases == [ours.id] and not req.no_ff:
+        check_worlds(git, sides)
         layercheck.check(git, theirs)  # the branch never moves to an image whose layers do not parse
         if not req.dry_run:
             refs.update_branch(git, branch, theirs.id, ours.id, f"pf merge {req.theirs}: fast-forward")
@@ -140,23 +143,32 @@ def start(repo, req: MergeRequest) -> MergeResult | MergeContext:
         options.update(layer.merge_options(req))
     return MergeContext(repo, img.read_image(git, bases[0]) if bases else None, ours, theirs, options,
                         bases=[img.read_image(git, b) for b in bases], ours_name=branch, theirs_name=req.theirs,
-                        dry_run=req.dry_run)
+                        dry_run=req.dry_run, unchecked=sides)
 
 
 def run_layers(ctx: MergeContext, prefer: dict[str, str], skip: tuple[str, ...] = ()) -> list[LayerResult]:
     """Every layer's result, in layer order. A two-phase merge (git's world merge) is started
-    first and collected in its turn, after the layers that merge while it runs."""
+    first and collected in its turn, after the layers that merge while it runs; both sides'
+    worlds are checked while it runs too (``ctx.unchecked``), before any layer's result is taken.
+    A refusal or a failure stops what was started (git's merge)."""
     names = [n for n in layer_names() if n not in skip and (n not in PLUGINS or _present(ctx, n))]
     started = {n: found for n in names if n not in prefer and (found := registry.get(n).merge_start(ctx)) is not None}
     order = [n for n in names if n not in started and n not in PLUGINS]  # the plug-ins last: cache reads the trace
     order += [n for n in names if n not in order]
     done: dict[str, LayerResult] = {}
-    for name in order:
-        if name in prefer:
-            result = take_side(ctx, name, prefer[name])
-        else:
-            result = (started.get(name) or _merger(name)).merge(ctx)
-        done[name] = ctx.results[name] = result
+    try:
+        ctx.check_sides()  # done already when the world's merge started git (it checks them while git runs)
+        for name in order:
+            if name in prefer:
+                result = take_side(ctx, name, prefer[name])
+            else:
+                result = (started.get(name) or _merger(name)).merge(ctx)
+            done[name] = ctx.results[name] = result
+    except BaseException:
+        for merger in started.values():
+            if hasattr(merger, "cancel"):
+                merger.cancel()
+        raise
     results = [done[n] for n in names]
     other = _other(ctx)
     if other is not None:
@@ -236,17 +248,11 @@ def _check_parses(ctx: MergeContext, tree: str) -> None:
         raise DataError(f"{f'image {side.short}' if side else 'the merge result'}: {line}")
 
 
-def _check_world(git, tree: str, what: str) -> None:
-    """Refuse (DataError) a world with an unsafe name or attrs path (``safepath``)."""
-    try:
-        safepath.check_image(git, tree)
-    except DataError as e:
-        raise DataError(f"{what}: {e.message}", e.code) from None
 
 
 def write_image(ctx: MergeContext, results: list[LayerResult], tree: str) -> ImageInfo:
     git = ctx.repo.git
-    _check_world(git, tree, "merge result")
+    check_worlds(git, [(tree, "merge result")])
     agent = ctx.ours.manifest.get("agent") or {}
     trailers = [("Pf-Agent", img.Agent(**agent).label())] if agent.get("kind") else []
     trailers += [("Pf-Merge", r.trailer) for r in results if r.trailer]

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..core.errors import DataError
+from ..image import safepath
 from ..image.manifest import ImageInfo
 from ..layers import registry
 
@@ -31,6 +33,25 @@ class MergeContext:
     ours_name: str = ""  # the branch merged into
     theirs_name: str = ""  # THEIRS as the user named it
     dry_run: bool = False  # report only: nothing is written and no external summariser runs
+    unchecked: list[tuple[str, str]] = field(default_factory=list)  # (image tree, its name): worlds not yet
+    # checked (``check_sides``)
+
+    def check_sides(self) -> None:
+        """Check the worlds still ``unchecked`` (both sides', left by the engine so that they are
+        checked while git merges them): a two-phase merge calls this once its background work
+        is started and before it reads a world itself; the engine calls it before any layer."""
+        pending, self.unchecked = self.unchecked, []
+        check_worlds(self.repo.git, pending)
+
+
+def check_worlds(git, worlds: list[tuple[str, str]]) -> None:
+    """Refuse (DataError, prefixed with the image's name) a world with an unsafe name or attrs
+    path (``safepath.check_image``), for each ``(image tree, name)``."""
+    for tree, what in worlds:
+        try:
+            safepath.check_image(git, tree)
+        except DataError as e:
+            raise DataError(f"{what}: {e.message}", e.code) from None
 
 
 @dataclass

@@ -43,11 +43,28 @@ class WorldMerger:
         proc = stand = None
         sizes: dict = {}
         if choice == "both":
-            stand = gitmerge.stand_ins(git, ctx.ours.id, ctx.theirs.id, [b.id for b in ctx.bases])
-            proc = gitmerge.start_merge_tree(ctx.repo.git_dir, *stand, unrelated=not ctx.bases)
-            if len(ctx.bases) == 1:
-                sizes = _prefetch_sizes(git, base[0], pair(ctx.ours)[0], theirs[0])
+            try:
+                stand = gitmerge.stand_ins(git, ctx.ours.id, ctx.theirs.id, [b.id for b in ctx.bases])
+                proc = gitmerge.start_merge_tree(ctx.repo.git_dir, *stand, unrelated=not ctx.bases)
+            except BaseException:
+                ctx.check_sides()  # a world libgit2 cannot parse (for a stand-in commit): named as the checks name it
+                raise
         self._started = (choice, theirs, stand, proc, sizes)
+        try:
+            ctx.check_sides()  # while git merges; before anything here reads a world
+        except BaseException:
+            self.cancel()
+            raise
+        if proc is not None and len(ctx.bases) == 1:
+            sizes.update(_prefetch_sizes(git, base[0], pair(ctx.ours)[0], theirs[0]))
+
+    def cancel(self) -> None:
+        """Stop git's merge if it was started and not collected (the merge was refused or failed)."""
+        proc = self._started[3] if self._started else None
+        self._started = None
+        if proc is not None:
+            proc.kill()
+            proc.communicate()
 
     def merge(self, ctx: MergeContext) -> LayerResult:
         if self._started is None:

@@ -1,0 +1,129 @@
+"""A first merge (no world marked sound yet) refuses an unsafe world on theirs even when the
+unsafe entry sits deep under directories that look unchanged (same names, same sizes), and
+still merges a sound one; the refused world is never marked sound."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pygit2
+import pytest
+
+from git_pf import Repo
+from git_pf.core.errors import DataError
+from git_pf.image import refs, safepath
+from git_pf.image.tree import MODE_TREE, decode_tree, encode_tree, read_tree
+from merge_helpers import write_world
+
+DEEP = b"pkg/sub/deep"
+FILES = {f"pkg/sub/deep/m{i:02d}.py": f"# {i}\n" for i in range(20)}
+FILES.update({f"pkg/other{i}.py": f"# other {i}\n" for i in range(5)} | {"top.txt": "top\n"})
+
+
+def _raw(entries: list[tuple[bytes, int, bytes]]) -> bytes:
+    """A tree's bytes holding ``entries`` in the order given (git's order not enforced)."""
+    return b"".join(b"%o %s\0%s" % (mode, name, oid) for name, mode, oid in entries)
+
+
+def _replace_deep(git, root: bytes, path: bytes, data: bytes) -> bytes:
+    """``root`` with the tree at ``path`` replaced by a tree holding exactly ``data``; every tree
+    above it keeps its names and order, only the oid on the way down changes."""
+    head, _, rest = path.partition(b"/")
+    entries = read_tree(git, root)
+    out = []
+    for name, mode, oid in entries:
+        if name == head:
+            oid = _replace_deep(git, oid, rest, data) if rest else git.odb.write(pygit2.enums.ObjectType.TREE, data).raw
+        out.append((name, mode, oid))
+    return git.odb.write(pygit2.enums.ObjectType.TREE, encode_tree(out)).raw
+
+
+def _hostile_deep(git, deep: bytes, variant: str) -> bytes:
+    """The bytes of a tree like ``deep`` (the 20 files) with one unsafe twist (the names of the
+    'slash', 'unsorted' and 'duplicate' twists keep their length, so the tree keeps its size)."""
+    entries = decode_tree(git.odb.read(pygit2.Oid(raw=deep))[1])
+    (n0, m0, o0), (n1, m1, o1) = entries[0], entries[1]
+    if variant == "dotdot":
+        entries[0] = (b"..", m0, o0)
+    elif variant == "dot-git":
+        entries[0] = (b".GIT", m0, o0)
+    elif variant == "slash":
+        entries[0] = (b"m0/.py", m0, o0)
+    elif variant == "unsorted":
+        entries[0], entries[1] = (n1, m1, o1), (n0, m0, o0)
+    elif variant == "duplicate":
+        entries[1] = (n0, m1, o1)
+    elif variant == "escaped-alias":
+        entries.insert(0, (b".pf-esc-m01.py", m0, o0))
+    elif variant == "dot-git-dir":
+        empty = git.odb.write(pygit2.enums.ObjectType.TREE, b"").raw
+        entries.insert(0, (b".git", MODE_TREE, empty))
+    return _raw(entries)
+
+
+def _setup(tmp_path: Path) -> tuple[Repo, str, str]:
+    sb = tmp_path / "sb"
+    write_world(sb, FILES)
+    repo, _ = Repo.init(tmp_path / "repo")
+    repo.snapshot(sb, name="main", message="base")
+    repo.create_branch("side", "main")
+    (sb / "pkg/sub/deep/m05.py").write_text("# ours\n")
+    ours = repo.snapshot(sb, name="main", message="ours").image
+    (sb / "pkg/sub/deep/m05.py").write_text("# 5\n")
+    (sb / "pkg/sub/deep/m07.py").write_text("# theirs\n")
+    theirs = repo.snapshot(sb, name="side", message="theirs").image
+    return repo, ours.id, theirs.id
+
+
+def _forget_marks(repo: Repo) -> None:
+    """As a fresh process with no sound-tree mark on disk."""
+    safepath.forget_sound_trees()
+    safepath.prune_sound_trees(repo.git, keep=lambda tree: False)
+
+
+def _evil_from(repo: Repo, theirs: str, variant: str) -> tuple[str, str]:
+    """An image on top of ``theirs``'s parent whose world is theirs' with the deep tree made hostile;
+    (commit id, world root hex)."""
+    git = repo.git
+    commit = git[theirs]
+    world = git.revparse_single(f"{theirs}:world/fs").id.raw
+    deep = git.revparse_single(f"{theirs}:world/fs/{DEEP.decode()}").id.raw
+    evil_world = _replace_deep(git, world, DEEP, _hostile_deep(git, deep, variant))
+    root = _replace_deep(git, commit.tree.id.raw, b"world/fs", git.odb.read(pygit2.Oid(raw=evil_world))[1])
+    sig = pygit2.Signature("t", "t@e", 0, 0)
+    evil = git.create_commit(None, sig, sig, "crafted\n", pygit2.Oid(raw=root), list(commit.parent_ids))
+    refs.update_branch(git, "evil", str(evil), None, "test: crafted")
+    return str(evil), evil_world.hex()
+
+
+def _marks(repo: Repo) -> set[str]:
+    path = Path(repo.git.path) / "pf" / "sound-trees"
+    return set(path.read_text().split()) if path.exists() else set()
+
+
+@pytest.mark.parametrize("variant", ["dotdot", "dot-git", "slash", "unsorted", "duplicate", "escaped-alias",
+                                     "dot-git-dir"])
+def test_first_merge_refuses_an_unsafe_name_deep_in_theirs(tmp_path, variant):
+    repo, ours, theirs = _setup(tmp_path)
+    repo.merge("side", into="main")  # ours, theirs and their merge are found sound and marked
+    refs.update_branch(repo.git, "main", ours, refs.branch_tip(repo.git, "main"), "test: back to ours")
+    evil, evil_world = _evil_from(repo, theirs, variant)
+    for first in (True, False):  # no mark at all; and with ours' and the sound theirs' worlds marked
+        if first:
+            _forget_marks(repo)
+        else:
+            safepath.forget_sound_trees()
+        with pytest.raises(DataError) as e:
+            repo.merge("evil", into="main")
+        assert f"image {evil[:12]}" in e.value.message and "deep" in e.value.message, e.value.message
+        assert refs.branch_tip(repo.git, "main") == ours
+        assert evil_world not in _marks(repo)
+    assert repo.merge("side", into="main").status == "merged"  # the sound merge still goes through
+
+
+def test_first_merge_marks_the_sides_and_the_result(tmp_path):
+    repo, ours, theirs = _setup(tmp_path)
+    _forget_marks(repo)
+    result = repo.merge("side", into="main")
+    assert result.status == "merged"
+    worlds = {str(repo.git.revparse_single(f"{c}:world/fs").id) for c in (ours, theirs, result.image.id)}
+    assert worlds <= _marks(repo)
