@@ -235,13 +235,15 @@ HOSTILE = {  # case -> (chunk name, blob) made from the good chunk's name and en
     "shape-of-a-string": (lambda name, e: (name, _columns([{"a": "x"}] * 256)), "malformed shape"),
     "integer-bomb": (lambda name, e: (name, _columns([{"n": [1] * 20000}] + [{}] * 255, [".n[]#i", [10**4000] + [0] * 19999])),
                      "would be over 8388608 bytes"),
+    "long-integer": (lambda name, e: (name, _columns([{"n": [1] * 10}] + [{}] * 255, [".n[]#i", [10**4299] * 10])),
+                     "integer too long to write"),
 }
 
 
 def _columns(shapes: list, *columns: list) -> bytes:
     """A column chunk's blob holding ``shapes`` and ``columns`` as they are, well-formed or not."""
     return _frame(tapecols.MAGIC + b"".join(json.dumps(x, separators=(",", ":")).encode() + b"\n"
-                                           for x in (shapes, *columns)))
+                                           for x in (*shapes, *columns)))
 
 
 def _claiming_256(blob: bytes) -> tuple[bytes, bytes]:

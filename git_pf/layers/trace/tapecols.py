@@ -2,17 +2,21 @@
 
 A chunk's entries (canonical JSON objects, one per line) are stored as columns, so that the
 values of one field sit together and zstd sees one clock after another, one request body after
-another, instead of every field of one entry before the next entry's: the entries' shapes (each
-entry with every string, integer and float replaced by 0, 1 or 2), then one column per field
-path and value type, its values in entry order (an integer column as each value's difference
-from the one before it). ``encode`` gives that payload, or None when the entries do not come
-back from it byte for byte (the writer then stores the chunk as plain content); ``decode`` gives
-the entries' bytes back from an untrusted payload, refusing one whose output would pass a bound
-before it is built. Pure computation on bytes: no git, no compression.
+another, instead of every field of one entry before the next entry's: each entry's shape (the
+entry with every string, integer and float replaced by 0, 1 or 2), one a line, then one column
+per field path and value type, its values in entry order (an integer column as each value's
+difference from the one before it). ``encode`` gives that payload, or None when the entries do
+not come back from it byte for byte (the writer then stores the chunk as plain content);
+``decode`` gives the entries' bytes back from an untrusted payload, refusing one whose output
+would pass a bound before it is built. It writes each entry from its shape's canonical text with
+the values put in (a shape seen before is not read again), as ``canonjson`` would. Pure
+computation on bytes: no git, no compression.
 """
 from __future__ import annotations
 
 import json
+import re
+from json.encoder import encode_basestring
 
 from ...core import canonjson
 from ...core.errors import DataError
@@ -23,7 +27,8 @@ _SUFFIX = {str: "#s", int: "#i", float: "#f"}
 _CODE = {str: _STR, int: _INT, float: _FLOAT}
 _TYPE = {"#s": str, "#i": int, "#f": float}
 _KEYS = ("#s", "#i", "#f")
-_NONE = iter(())
+_TEXT = (encode_basestring, int.__repr__, float.__repr__)  # a value as canonjson writes it (not ASCII-escaped)
+_HOLE = re.compile(r'"(?:[^"\\]|\\.)*"|[012]')  # in a shape's canonical text: a key, or where a value goes
 
 
 def encode(entries: list[bytes]) -> bytes | None:
@@ -40,7 +45,8 @@ def encode(entries: list[bytes]) -> bytes | None:
         for key in columns:
             if key.endswith("#i"):
                 columns[key] = _differences(columns[key])
-        return MAGIC + canonjson.encode(shapes) + b"".join(canonjson.encode([k, columns[k]]) for k in sorted(columns))
+        return (MAGIC + b"".join(canonjson.encode(shape) for shape in shapes)
+                + b"".join(canonjson.encode([k, columns[k]]) for k in sorted(columns)))
     except (ValueError, RecursionError):
         return None
 
@@ -79,17 +85,14 @@ def decode(payload: bytes, count: int, limit: int) -> bytes:
     if not payload.startswith(MAGIC):
         raise DataError("its payload does not start with the column header")
     lines = payload[len(MAGIC):].split(b"\n")
-    if len(lines) < 2 or lines[-1]:
-        raise DataError("its payload is not newline-ended lines")
-    try:  # a duplicate key or a NaN can only make entries whose hash is not the chunk's name's
-        shapes = json.loads(lines[0])
-        columns = [json.loads(line) for line in lines[1:-1]]
-    except (ValueError, RecursionError):  # UnicodeDecodeError included
-        raise DataError("its payload does not parse as JSON lines") from None
-    if type(shapes) is not list or len(shapes) != count or any(type(s) is not dict for s in shapes):
-        raise DataError(f"its payload must hold the shapes of {count} objects")
+    if len(lines) <= count or lines[-1]:
+        raise DataError(f"its payload must be newline-ended lines: {count} shapes, then columns")
     values, before, size = {}, "", 0  # size: at least what the integers will take
-    for column in columns:
+    for line in lines[count:-1]:
+        try:  # a duplicate key can only make entries whose hash is not the chunk's name's
+            column = json.loads(line, parse_constant=_no_constant)
+        except (ValueError, RecursionError):  # UnicodeDecodeError included
+            raise DataError("its payload holds a column that is not JSON") from None
         if (type(column) is not list or len(column) != 2 or type(column[0]) is not str
                 or type(column[1]) is not list or column[0][-2:] not in _TYPE or column[0] <= before):
             raise DataError("its payload holds a malformed column")
@@ -98,16 +101,30 @@ def decode(payload: bytes, count: int, limit: int) -> bytes:
         kind = _TYPE[key[-2:]]
         if any(type(v) is not kind for v in items):
             raise DataError(f"its column {key[:80]} holds a value of another type")
-        if kind is int:  # strings and floats are no larger built than read; a sum can be
+        if kind is int:  # strings and floats are no larger written than read; a sum can be
             items, width = _sums(items, limit - size)
             size += width
         values[key] = iter(items)
-    out, size = [], 0
-    for shape in shapes:
+    out, size, plans = [], 0, {}
+    for line in lines[:count]:
+        plan = plans.get(line)
+        if plan is None:
+            plan = plans[line] = _plan(line)
+        holes, pieces = plan
+        pieces = list(pieces)
+        for i, (key, code) in enumerate(holes):
+            value = next(values.get(key, _NONE), _END)
+            if value is _END:
+                raise DataError(f"its column {key[:80]} holds too few values")
+            try:
+                pieces[2 * i + 1] = _TEXT[code](value)
+            except ValueError:  # an integer past Python's digit limit
+                raise DataError(f"its column {key[:80]} holds an integer too long to write") from None
+        text = "".join(pieces)
         try:
-            data = canonjson.encode(_join(shape, "", values))
-        except (RecursionError, ValueError):  # an integer too long to write
-            raise DataError("its payload is nested too deeply or holds an integer too long") from None
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: canonjson escapes the whole entry
+            data = canonjson.encode(json.loads(text))
         size += len(data)
         if size > limit:
             raise DataError(f"its entries would be over {limit} bytes")
@@ -117,7 +134,52 @@ def decode(payload: bytes, count: int, limit: int) -> bytes:
     return b"".join(out)
 
 
+def _no_constant(name: str):
+    raise ValueError(name)
+
+
+def _plan(line: bytes) -> tuple[list[tuple[str, int]], list[str]]:
+    """A shape line's holes (column key and value type, in canonical order) and the pieces of
+    its canonical text around them (newline-ended, a None where each value goes)."""
+    try:
+        shape = json.loads(line)
+    except (ValueError, RecursionError):
+        raise DataError("its payload holds a shape that is not JSON") from None
+    if type(shape) is not dict:
+        raise DataError("its payload must hold the shape of an object on each of its first lines")
+    holes: list[tuple[str, int]] = []
+    try:
+        _holes(shape, "", holes)
+        text = canonjson.dumps(shape)
+    except RecursionError:
+        raise DataError("its payload holds a shape nested too deeply") from None
+    pieces, last = [], 0
+    for m in _HOLE.finditer(text):
+        if m.group()[0] != '"':
+            pieces += [text[last:m.start()], None]
+            last = m.end()
+    pieces.append(text[last:] + "\n")
+    if len(pieces) != 2 * len(holes) + 1:
+        raise DataError("its payload holds a malformed shape")
+    return holes, pieces
+
+
+def _holes(shape, path: str, holes: list) -> None:
+    """Each value's column key and type code in ``shape`` (a dict or list), in canonical order."""
+    pairs = sorted(shape.items()) if type(shape) is dict else ((None, v) for v in shape)
+    for k, v in pairs:
+        where = path + "." + k if k is not None else path + "[]"
+        kind = type(v)
+        if kind is int and 0 <= v <= 2:
+            holes.append((where + _KEYS[v], v))
+        elif kind is dict or kind is list:
+            _holes(v, where, holes)
+        elif not (v is None or v is True or v is False):
+            raise DataError("its payload holds a malformed shape")
+
+
 _END = object()
+_NONE = iter(())
 
 
 def _sums(differences: list[int], limit: int) -> tuple[list[int], int]:
@@ -132,26 +194,3 @@ def _sums(differences: list[int], limit: int) -> tuple[list[int], int]:
             raise DataError(f"its entries would be over {limit} bytes")
         out.append(value)
     return out, width
-
-
-def _join(shape, path: str, values: dict):
-    """The dict or list ``shape`` stands for, its strings and numbers taken from the columns in order."""
-    pairs = shape.items() if type(shape) is dict else ((None, v) for v in shape)
-    out = {} if type(shape) is dict else []
-    for k, v in pairs:
-        where = path + "." + k if k is not None else path + "[]"
-        kind = type(v)
-        if kind is int and 0 <= v <= 2:
-            key = where + _KEYS[v]
-            v = next(values.get(key, _NONE), _END)
-            if v is _END:
-                raise DataError(f"its column {key[:80]} holds too few values")
-        elif kind is dict or kind is list:
-            v = _join(v, where, values)
-        elif not (v is None or v is True or v is False):
-            raise DataError("its payload holds a malformed shape")
-        if k is None:
-            out.append(v)
-        else:
-            out[k] = v
-    return out
