@@ -4,6 +4,7 @@ objects in moto's S3 server), workers with a working directory and HOME of their
 given only the remote's URL. And without Ray, ``--executor ray`` is one line naming the extra."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -130,7 +131,7 @@ def test_fanout_of_16_forks_on_ray_pushes_each_world_as_its_image_and_sorts_by_s
                                                                                     cluster):
     address, node, *_ = cluster
     root = repo.git_dir.parent
-    served, _ = _remote(root, cluster, "fanout")
+    served, url = _remote(root, cluster, "fanout")
     s3_helpers.config(root, cluster[4])
     sh("git", "config", "pf.largeFileThreshold", "1k", cwd=root)  # big.bin goes to the object store
     world = tmp_path / "w"
@@ -159,7 +160,11 @@ def test_fanout_of_16_forks_on_ray_pushes_each_world_as_its_image_and_sorts_by_s
         trailers = sh("git", "log", "-1", "--format=%B", r["image"], cwd=root).stdout
         assert f"Pf-Fanout-Score: {float(r['score'])!r}" in trailers and "Pf-Fanout-Exit: 0" in trailers
     # the workers worked in the node's own cache, fetched by URL; big.bin came from the bucket
-    assert list((node / "home" / ".cache" / "git-pf" / "remotes").glob("*.git"))
+    cache = node / "home" / ".cache" / "git-pf" / "remotes" / (hashlib.sha256(url.encode()).hexdigest()[:24] + ".git")
+    assert cache.is_dir()
+    # a task leaves one pack of its forks' images in the cache, not one per fork (16 forks: 4 tasks),
+    # beside what the first task fetched
+    assert len(list((cache / "objects" / "pack").glob("*.pack"))) <= 4 + 2
     assert any(r.method == "GET" for r in cluster[4].requests())
 
 
@@ -271,3 +276,48 @@ def test_fanout_at_a_step_on_ray_pushes_each_run_on_as_a_new_branch(repo, run_pf
         assert on_remote[f"refs/pf/heads/{r['name']}"] == r["image"] == str(git.references[f"refs/pf/heads/{r['name']}"].target)
         assert sh("git", "show", f"{r['image']}:world/fs/out-3.txt", cwd=root).stdout == ""
         assert at_step(git, r["image"], 2) == at_step(git, "refs/pf/heads/run", 2)
+
+
+def test_a_worker_killed_mid_fanout_is_retried_and_every_fork_is_on_the_remote_once(repo, run_pf, tmp_path,
+                                                                                     cluster):
+    address = cluster[0]
+    root = repo.git_dir.parent
+    served, _ = _remote(root, cluster, "killedfanout")
+    world = tmp_path / "w"
+    world.mkdir()
+    (world / "a.txt").write_text("a\n")
+    run_pf("snapshot", "--fs-root", world, "-q", cwd=root)
+    mark = tmp_path / "slept"
+    cmd = (f"if [ \"$GIT_PF_FORK\" = 3 ] && [ ! -e {mark} ]; then touch {mark}; exec sleep 60; fi; "
+           "echo \"pf-score: $GIT_PF_FORK\"")
+    killed, over = [], threading.Event()
+
+    def kill_one() -> None:
+        end = time.time() + 120
+        while not killed and not over.is_set() and time.time() < end:
+            for pid in processes_with("sleep 60"):
+                worker = [p for p, cmdline in ancestors(pid) if cmdline.startswith("ray::")]
+                if worker:
+                    os.kill(worker[0], signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)  # CMD has a session of its own: it outlives its worker
+                    killed.append(worker[0])
+                    return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_one)
+    killer.start()
+    try:
+        proc = run_pf("fanout", "main", "-n", "8", "--name", "k", "--executor", "ray", "--ray-address", address,
+                      "--json", "--", "sh", "-c", cmd, cwd=root, check=False)
+    finally:
+        over.set()
+        killer.join()
+    assert killed and proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)["forks"]
+    assert sorted(r["fork"] for r in rows) == list(range(1, 9)) and all(r["exit"] == 0 for r in rows)
+    on_remote = dict(line.split("\t")[::-1] for line in sh("git", "ls-remote", served, "refs/pf/heads/k-*").stdout.splitlines())
+    assert on_remote == {f"refs/pf/heads/k-{r['fork']}": r["image"] for r in rows}
+    for r in rows:  # each image is its fork's next one: a child of the fork this repository made
+        fork = sh("git", "rev-parse", f"{r['image']}^", cwd=root).stdout.strip()
+        assert "Pf-Fork: " in sh("git", "log", "-1", "--format=%B", fork, cwd=root).stdout
+        assert sh("git", "rev-parse", f"refs/pf/heads/k-{r['fork']}", cwd=root).stdout.strip() == r["image"]

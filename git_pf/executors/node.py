@@ -133,12 +133,16 @@ def origin(repo, spec: RemoteSpec) -> Remote:
     return Remote(NAME, spec.url, repo.git_dir)
 
 
-def _adds_objects(repo, commit: str, known: str) -> bool:
-    """Whether the image ``commit`` needs side-store objects that the image ``known`` does not."""
+def _adds_objects(repo, commit: str, known: str, seen: dict) -> bool:
+    """Whether the image ``commit`` needs side-store objects that the image ``known`` does not;
+    ``seen`` keeps what each tree needs, so images of one tree (a chunk's forks) are read once."""
     from ..transport import reach
 
     def needs(image: str) -> set[str]:
-        return set(reach.objects_of(repo.store, reach.reach(repo.git, [image])))
+        tree = repo.git[image].peel(pygit2.Tree).id
+        if tree not in seen:
+            seen[tree] = set(reach.objects_of(repo.store, reach.reach(repo.git, [image])))
+        return seen[tree]
     mine = needs(commit)
     return bool(mine) and bool(mine - needs(known))
 
@@ -159,7 +163,8 @@ def publish_many(repo, remote: Remote, results: list[tuple[str, str, str | None]
 
     if not results:
         return {}
-    upload = [commit for commit, _, known in results if known is None or _adds_objects(repo, commit, known)]
+    seen: dict = {}
+    upload = [commit for commit, _, known in results if known is None or _adds_objects(repo, commit, known, seen)]
     if upload:
         upload_objects(repo, remote, upload, Progress(True))
     proc = gitcmd.run(repo.git_dir, ["push", "--porcelain", remote.arg, *(f"{c}:{ref}" for c, ref, _ in results)],

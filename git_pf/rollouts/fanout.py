@@ -8,12 +8,15 @@ kept apart; past ``timeout_s`` its whole process group is killed) and snapshots
 the world as the branch's next image with the trailers ``Pf-Fanout-Exit``
 (the exit code, or ``timeout``), ``Pf-Fanout-Duration-Ms`` and, when CMD
 printed a ``pf-score: <number>`` line on stdout (the last one counts),
-``Pf-Fanout-Score``. On a cluster the driver pushes the fork branches first; a
-worker fetches its branch into the node's cache repository, runs the fork
-there and pushes the new image as a fast-forward, never forced. A branch the
-remote has already moved past its fork is a fork that ran: it is read back,
-not run again (a retried task, a resumed fan-out). The driver then fetches
-the branches (fast-forward only) and ``summary`` sorts the rows by score.
+``Pf-Fanout-Score``. On a cluster the forks go in chunks, one task each. The
+driver pushes one fork branch (it brings REV's image to the remote) and each
+task carries its forks' commits; a worker writes them into the node's cache
+repository (each checked against its id), runs the forks there and pushes the
+new images in one push, never forced (each a new branch, or a fast-forward of
+the one pushed). A branch the remote has already at another image of the fork
+is a fork that ran: it is read back, not run again (a retried task). The
+driver then fetches the images, moves the branches (fast-forward only) and
+``summary`` sorts the rows by score.
 
 From a step of a recorded run (``at_step``), a fork is ``git pf fork --at-step``'s,
 made where it runs, with its reply changed as blame's ``--perturb`` changes it
@@ -33,7 +36,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pygit2
@@ -45,10 +48,11 @@ from ..core.errors import DataError, UsageError
 from ..executors import node
 from ..runs.replaying import fresh_world, remove_world
 from ..ops.snapshot import SnapshotRequest, take
+from ..store.packfile import COMMIT, RunPackWriter, packed, packing
 from ..transport import gitcmd, remotes
 
 T_FORK, T_EXIT, T_TIME, T_SCORE = "Pf-Fanout-Fork", "Pf-Fanout-Exit", "Pf-Fanout-Duration-Ms", "Pf-Fanout-Score"
-CHUNK = 16  # the most forks one cluster task runs (and pushes at once)
+CHUNK = 64  # the most forks one cluster task runs (and pushes at once)
 _SCORE = re.compile(rb"^pf-score:[ \t]*(\S+)[ \t]*\r?$", re.M)
 
 
@@ -73,6 +77,9 @@ class ForkTask:
     cmd: tuple[str, ...]
     timeout_s: float | None = None
     at: StepFork | None = None  # a fork of a recorded run at a step; ``base`` is then the run's tip
+    source: str | None = None  # on a cluster: REV's image, the fork's parent
+    via: str | None = None  # on a cluster: the fork branch the driver pushed, which brings REV's image
+    commit: bytes | None = None  # on a cluster: the fork's commit itself, which the worker writes (checked by its id)
 
 
 def score_of(stdout: bytes) -> float | None:
@@ -194,9 +201,34 @@ def run_step_fork(repo, task: ForkTask, target: str) -> dict:
     return dict(row_of(git, task.name, snap.image.id), task_s=round(time.monotonic() - began, 6))
 
 
+def _bring(repo, tasks: tuple[ForkTask, ...]) -> None:
+    """What a chunk's forks need, into the node's cache. Forks of a recorded run: the run, and every
+    fork branch of the fan-out (one that ran already is not run again). Forks of an image: REV's
+    image, fetched once per node by the one fork branch the driver pushed, and each fork's commit,
+    which its task carries and which is written here only when it hashes to the fork's id."""
+    git = repo.git
+    if any(t.at is not None for t in tasks):
+        runs = sorted({t.at.source_ref for t in tasks if t.at is not None})
+        prefix = tasks[0].prefix
+        node.fetch(repo, [*(f"+{r}:{node.TRACKING}{r[len(refs.ROOT):]}" for r in runs),
+                          f"+{refs.HEADS}{prefix}-*:{node.TRACKING}heads/{prefix}-*"])
+    missing = [t for t in tasks if t.base not in git]
+    if any(t.source not in git for t in missing if t.source and t.via):
+        via = next(t.via for t in missing if t.via)
+        node.fetch(repo, [f"+{refs.HEADS}{via}:{node.TRACKING}heads/{via}"])
+    if any(t.commit for t in missing if t.source in git):
+        with packed(git) as pack:
+            for t in missing:
+                if t.commit and t.source in git and pack.add(COMMIT, t.commit).hex() != t.base:
+                    raise DataError(f"fork {t.name}: the commit its task carries is not {t.base[:12]}")
+    for t in tasks:
+        if t.base not in git:
+            raise DataError(f"fork {t.name}: the remote lacks its image {t.base[:12]}")
+
+
 def fork_tasks(tasks: tuple[ForkTask, ...]) -> list[dict]:
-    """A chunk of a fan-out's forks on a cluster worker, one Ray task: fetch what they need into the
-    node's cache, run each fork the remote has no result of yet, then push every result in one
+    """A chunk of a fan-out's forks on a cluster worker, one Ray task: bring what they need into the
+    node's cache (``_bring``), run each fork not known to have run, then push every result in one
     ``git push`` (each ref never forced); the rows come back only once their refs are on the remote.
     A fork is written on a work ref of the cache (``refs/pf/work/fanout/<name>``); the remote-tracking
     refs move only by fetches, so a retried chunk reads the remote's state, never what a dead attempt
@@ -205,14 +237,9 @@ def fork_tasks(tasks: tuple[ForkTask, ...]) -> list[dict]:
     spec = tasks[0].remote
     repo = node.cache(spec)
     git = repo.git
-    if any(t.at is not None or t.base not in git for t in tasks):  # the first chunk on a node brings every fork
-        runs = sorted({t.at.source_ref for t in tasks if t.at is not None})
-        prefix = tasks[0].prefix
-        node.fetch(repo, [*(f"+{r}:{node.TRACKING}{r[len(refs.ROOT):]}" for r in runs),
-                          f"+{refs.HEADS}{prefix}-*:{node.TRACKING}heads/{prefix}-*"])
-        for t in tasks:
-            if t.base not in git:
-                raise DataError(f"fork {t.name}: the remote lacks its image {t.base[:12]}")
+    packs = RunPackWriter(git)  # the chunk's packs (one per snapshot) merged as they come, and at its end
+    with packing(git, packs):
+        _bring(repo, tasks)
     fetched = time.monotonic()
     rows: list = [None] * len(tasks)
     todo = []
@@ -224,10 +251,12 @@ def fork_tasks(tasks: tuple[ForkTask, ...]) -> list[dict]:
             todo.append(i)
     works = [f"{refs.ROOT}work/fanout/{tasks[i].name}" for i in todo]
     try:
-        for i, work in zip(todo, works):
-            if git.references.get(work) is not None:
-                git.references.delete(work)  # a dead attempt's
-            rows[i] = run_step_fork(repo, tasks[i], work) if tasks[i].at else run_fork(repo, tasks[i], work)
+        with packing(git, packs):
+            for i, work in zip(todo, works):
+                if git.references.get(work) is not None:
+                    git.references.delete(work)  # a dead attempt's
+                rows[i] = run_step_fork(repo, tasks[i], work) if tasks[i].at else run_fork(repo, tasks[i], work)
+        packs.consolidate()
         ran = time.monotonic()
         pushed = node.publish_many(repo, node.origin(repo, spec),
                                    [(rows[i]["image"], refs.HEADS + tasks[i].name, None if tasks[i].at else tasks[i].base)
@@ -244,7 +273,11 @@ def fork_tasks(tasks: tuple[ForkTask, ...]) -> list[dict]:
     for i in todo:
         t = tasks[i]
         if t.name in refused:
-            rows[i] = dict(row_of(git, t.name, node.tracked(repo, f"heads/{t.name}")), ran=False)
+            theirs = node.tracked(repo, f"heads/{t.name}")
+            if t.at is None and t.base not in [str(p) for p in git.get(theirs).parent_ids]:
+                raise DataError(f"fork {t.name}: the remote has that branch at {theirs[:12]}, which is not of "
+                                f"this fan-out (give another --name)")
+            rows[i] = dict(row_of(git, t.name, theirs), ran=False)
             continue
         phases = {"fetch": round(fetch_s, 6), **rows[i].get("phases_s", {"fork": rows[i]["task_s"]}),
                   "push": round(push_s, 6)}
@@ -253,15 +286,36 @@ def fork_tasks(tasks: tuple[ForkTask, ...]) -> list[dict]:
 
 
 def chunks(tasks: list[ForkTask], width: int) -> list[tuple[ForkTask, ...]]:
-    """The forks cut into chunks, one cluster task each: about four chunks per CPU of the cluster
-    (``width``), so the CPUs stay busy to the end, at most ``CHUNK`` forks a chunk."""
-    size = max(1, min(CHUNK, math.ceil(len(tasks) / (4 * max(1, width)))))
+    """The forks cut into chunks, one cluster task each: about two chunks per CPU of the cluster
+    (``width``), so the CPUs stay busy to the end, at most ``CHUNK`` forks a chunk (each chunk
+    is one push: fewer, larger chunks push less)."""
+    size = max(1, min(CHUNK, math.ceil(len(tasks) / (2 * max(1, width)))))
     return [tuple(tasks[i:i + size]) for i in range(0, len(tasks), size)]
 
 
 def summary(rows: list[dict]) -> list[dict]:
     """The rows by score, best first (no score last), then by fork."""
     return sorted(rows, key=lambda r: (r["score"] is None, -(r["score"] or 0.0), r["fork"]))
+
+
+def _bring_back(repo, remote, rows: list[dict]) -> None:
+    """The forks' images from the remote, in one fetch of their branches (objects only), then each
+    branch and its remote-tracking ref moved here to its row's image, a fast-forward (or a new branch:
+    a fork of a recorded run), else one line and nothing more moves."""
+    git = repo.git
+    gitcmd.run(repo.git_dir, ["fetch", "--no-tags", "--refmap=", "--quiet", "--no-write-fetch-head", remote.arg,
+                              *(refs.HEADS + r["name"] for r in rows)], cwd=git.workdir or repo.git_dir)
+    moves = []
+    for r in rows:
+        old, new = refs.branch_tip(git, r["name"]), r["image"]
+        if new not in git or (old is not None and old != new and not git.descendant_of(new, old)):
+            raise DataError(f"fork {r['name']}: the remote's image {new[:12]} is not a fast-forward of this "
+                            f"repository's branch")
+        moves.append((r["name"], old, new))
+    for name, old, new in moves:
+        if old != new:
+            refs.update_branch(git, name, new, old, f"pf fanout: {name}")
+        git.references.create(remote.tracking("heads/" + name), new, force=True)
 
 
 def _step_forks(repo, rev: str, n: int, prefix: str | None, step: int, perturb_spec: str) -> tuple[str, list]:
@@ -317,8 +371,9 @@ def fanout(repo, rev: str, n: int, cmd: list[str], *, prefix: str | None = None,
         if remote is not None:
             from ..transport.push import push
 
-            try:
-                push(repo, remote, made)
+            try:  # one fork branch brings REV's image to the remote; each task carries its own fork's commit
+                push(repo, remote, made[:1])
+                tasks = [replace(t, source=source, via=made[0], commit=repo.git.odb.read(t.base)[1]) for t in tasks]
             except BaseException:
                 for f in forks:  # the forks were never pushed and no task ran: nothing of this fan-out stays
                     ref = repo.git.references.get(refs.HEADS + f.name)
@@ -329,12 +384,7 @@ def fanout(repo, rev: str, n: int, cmd: list[str], *, prefix: str | None = None,
         rows = [row for chunk in ex.map(fork_tasks, chunks(tasks, ex.width()),
                                         on_result=None if progress is None else lambda got: [progress(r) for r in got])
                 for row in chunk]
-        gitcmd.run(repo.git_dir, ["fetch", "--no-tags", "--refmap=", "--quiet", remote.arg,
-                                  *(f"{refs.HEADS}{name}:{refs.HEADS}{name}" for name in made)],
-                   cwd=repo.git.workdir or repo.git_dir)
-        for name in made:  # the fetch fast-forwarded each branch to the remote's tip (else it failed):
-            tip = repo.git.references[refs.HEADS + name].target  # the remote-tracking refs, in this process
-            repo.git.references.create(remote.tracking("heads/" + name), tip, force=True)
+        _bring_back(repo, remote, rows)
     else:
         local = threading.local()
 
