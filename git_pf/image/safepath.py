@@ -23,8 +23,11 @@ import errno
 import os
 import re
 import threading
+from bisect import bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from itertools import accumulate
+from operator import add
 from pathlib import Path
 from typing import Any
 
@@ -213,49 +216,135 @@ _PLAIN_LEAF = re.compile(_PLAIN_FILE + _PLAIN_NAME + rb"\0.{20}", re.S)  # a tre
 _PLAIN_ENTRY = re.compile(rb"(?:(40000 )|" + _PLAIN_FILE + rb")" + _PLAIN_NAME + rb"\0(.{20})", re.S)
 
 
-def _plain_subtrees(data: bytes) -> list[tuple[bytes, bytes]] | None:
-    """``(name, raw oid)`` of each subtree of the tree whose raw bytes are ``data``, when every
-    entry is plain (``_PLAIN_ENTRY``), the entries are in git's order and no name is there
-    twice; None when anything else holds (``_directory`` then decides)."""
+class _Shape:
+    """What the fast check learnt of a sound tree: its bytes, where each entry ends, and the
+    (index, name) of each subtree. A tree of the same length whose bytes differ only inside
+    object ids has the same entries (modes, names, order), so it passes the checks of one tree."""
+
+    __slots__ = ("data", "ends", "trees")
+
+    def __init__(self, data: bytes, ends: list[int], trees: list[tuple[int, bytes]]):
+        self.data, self.ends, self.trees = data, ends, trees
+
+    def oid(self, data: bytes, k: int) -> bytes:
+        """The object id of entry ``k`` in ``data`` (this tree's bytes or a like-shaped tree's)."""
+        return data[self.ends[k] - 20 : self.ends[k]]
+
+    def same_entries(self, data: bytes) -> bool:
+        """Whether ``data`` differs from this tree's bytes only inside object ids."""
+        if len(data) != len(self.data):
+            return False
+        x = int.from_bytes(data, "little") ^ int.from_bytes(self.data, "little")
+        base, ends = 0, self.ends
+        while x:  # one step per differing entry: the lowest differing byte must lie in an id
+            j = base + (((x & -x).bit_length() - 1) >> 3)
+            k = bisect_right(ends, j)
+            if j < ends[k] - 20:
+                return False
+            x >>= 8 * (ends[k] - base)
+            base = ends[k]
+        return True
+
+
+def _plain_shape(data: bytes) -> _Shape | None:
+    """The shape of the tree whose raw bytes are ``data`` when every entry is plain
+    (``_PLAIN_ENTRY``), the entries are in git's order and no name is there twice; None when
+    anything else holds (``_directory`` then decides)."""
     if b"40000 " not in data:  # every tree entry starts with these bytes: no subtree here
         parts = _PLAIN_LEAF.split(data)  # [gap, name, gap, name, ..., gap]: the gaps are what no entry matched
-        gaps, names, subtrees = parts[0::2], parts[1::2], []
-        keys = names
+        gaps, names, trees = parts[0::2], parts[1::2], []
+        if any(gaps) or names != sorted(names):
+            return None
+        ends = list(map(add, accumulate(map(len, names)), range(28, 28 * len(names) + 1, 28)))
     else:
         parts = _PLAIN_ENTRY.split(data)  # [gap, "40000 " or None, name, oid, gap, ...]
-        gaps, trees, names, oids = parts[0::4], parts[1::4], parts[2::4], parts[3::4]
-        keys = [n + b"/" if t else n for t, n in zip(trees, names)]  # git's order sorts a tree as NAME/
-        subtrees = [(n, o) for t, n, o in zip(trees, names, oids) if t]
-    if any(gaps) or keys != sorted(keys) or len(set(names)) != len(names):
+        gaps, kinds, names = parts[0::4], parts[1::4], parts[2::4]
+        keys = [n + b"/" if t else n for t, n in zip(kinds, names)]  # git's order sorts a tree as NAME/
+        if any(gaps) or keys != sorted(keys):
+            return None
+        trees = [(k, n) for k, (t, n) in enumerate(zip(kinds, names)) if t]
+        ends = list(accumulate(len(n) + (27 if t else 28) for t, n in zip(kinds, names)))
+    if len(set(names)) != len(names):
         return None
-    return subtrees
+    return _Shape(data, ends, trees)
 
 
-def _subtrees(git, oid: bytes, rel_dir: bytes) -> list[tuple[bytes, bytes]]:
-    """``(relative path, raw oid)`` of each subtree of world tree ``oid`` at ``rel_dir``, once the
-    tree passed every check of ``_directory`` (DataError naming the first bad entry)."""
-    kind, data = git.odb.read(pygit2.Oid(raw=oid))
-    found = _plain_subtrees(data) if kind == pygit2.enums.ObjectType.TREE else None
+# Shapes of trees that passed the fast check in this process, so that a tree of another world
+# at the same path (theirs', the merge result's) is compared with its counterpart instead of
+# being parsed; bounded by the bytes they hold.
+_SHAPES: dict[bytes, _Shape] = {}
+_SHAPE_BYTES = [0]
+_SHAPE_LIMIT = 64 << 20
+
+
+def _shape_of(git, oid: bytes, data: bytes | None = None) -> _Shape | None:
+    found = _SHAPES.get(oid)
     if found is None:
-        return [(rel, child) for rel, kind, _, child in _directory(git, oid, rel_dir) if kind == DIR]
+        if data is None:
+            kind, data = git.odb.read(pygit2.Oid(raw=oid))
+            if kind != pygit2.enums.ObjectType.TREE:
+                return None
+        found = _plain_shape(data)
+        if found is not None:
+            _remember(oid, found)
+    return found
+
+
+def _remember(oid: bytes, shape: _Shape) -> None:
+    if _SHAPE_BYTES[0] > _SHAPE_LIMIT:
+        _SHAPES.clear()
+        _SHAPE_BYTES[0] = 0
+    _SHAPES[oid] = shape
+    _SHAPE_BYTES[0] += len(shape.data)
+
+
+def _subtrees(git, oid: bytes, rel_dir: bytes, like: bytes | None) -> list[tuple[bytes, bytes, bytes | None]]:
+    """``(relative path, raw oid, counterpart)`` of each subtree of world tree ``oid`` at
+    ``rel_dir`` that may not be sound yet, once the tree passed every check of ``_directory``
+    (DataError naming the first bad entry). ``like`` is the sound tree at the same path of
+    another world (or None): a subtree it shares is sound, and it is the counterpart of each
+    subtree it has under the same name."""
+    kind, data = git.odb.read(pygit2.Oid(raw=oid))
+    if kind != pygit2.enums.ObjectType.TREE:
+        return [(rel, child, None) for rel, kind, _, child in _directory(git, oid, rel_dir) if kind == DIR]
     prefix = rel_dir + b"/" if rel_dir else b""
-    return [(prefix + name, child) for name, child in found]
+    other = _shape_of(git, like) if like is not None else None
+    if other is not None and other.same_entries(data):
+        shape = _Shape(data, other.ends, other.trees)  # the entries of ``like``, with other ids
+        _remember(oid, shape)
+        pairs = ((name, shape.oid(data, k), other.oid(other.data, k)) for k, name in other.trees)
+        return [(prefix + name, child, was) for name, child, was in pairs if child != was]
+    shape = _shape_of(git, oid, data)
+    if shape is None:
+        return [(rel, child, None) for rel, kind, _, child in _directory(git, oid, rel_dir) if kind == DIR]
+    was = {name: other.oid(other.data, k) for k, name in other.trees} if other is not None else {}
+    out = []
+    for k, name in shape.trees:
+        child = shape.oid(data, k)
+        if was.get(name) != child:
+            out.append((prefix + name, child, was.get(name)))
+    return out
 
 
-def _check_tree(git, root: bytes, marks: MarkFile[str] | None) -> None:
+def _check_tree(git, root: bytes, marks: MarkFile[str] | None, like: bytes | None = None) -> None:
+    """Check the world tree ``root``; ``like``, a world root already found sound, lends its
+    trees as counterparts (a subtree both hold is not read, and a tree of the same entries as
+    its counterpart is compared, not parsed)."""
     if root in _SOUND_TREES:
         return
     if marks is not None and root.hex() in marks:
         _SOUND_TREES.add(root)
         return
+    if like is not None and not (like in _SOUND_TREES or (marks is not None and like.hex() in marks)):
+        like = None  # only a sound tree's subtrees are sound
     visited = []
-    stack = [(b"", root)]
+    stack = [(b"", root, like)]
     while stack:  # iterative: a hostile tree may nest deeper than Python's recursion limit
-        rel_dir, oid = stack.pop()
+        rel_dir, oid, was = stack.pop()
         if oid in _SOUND_TREES:
             continue
         visited.append(oid)
-        stack.extend(_subtrees(git, oid, rel_dir))
+        stack.extend(_subtrees(git, oid, rel_dir, was))
     if len(_SOUND_TREES) + len(visited) > _SOUND_LIMIT:
         _SOUND_TREES.clear()
     _SOUND_TREES.update(visited)  # the whole world passed: every tree of it is sound
@@ -264,9 +353,11 @@ def _check_tree(git, root: bytes, marks: MarkFile[str] | None) -> None:
 
 
 def forget_sound_trees() -> None:
-    """Forget which trees were found sound in this process (benchmarks measure a fresh process's
-    checks; the persistent marks stay, ``prune_sound_trees`` drops them)."""
+    """Forget which trees were found sound in this process, and their shapes (benchmarks measure
+    a fresh process's checks; the persistent marks stay, ``prune_sound_trees`` drops them)."""
     _SOUND_TREES.clear()
+    _SHAPES.clear()
+    _SHAPE_BYTES[0] = 0
 
 
 def prune_sound_trees(git, keep=None) -> None:
@@ -276,12 +367,23 @@ def prune_sound_trees(git, keep=None) -> None:
     sound_marks(git).prune(keep or (lambda t: t in odb))
 
 
-def check_world(git, tree_hex: str | None, attrs: dict[bytes, Any], persistent: bool = True) -> None:
+def check_tree(git, tree_hex: str, like: str | None = None) -> None:
+    """``check_world``'s checks of the world tree alone, before its attrs exist (a merge checks
+    git's merged world as soon as git wrote it, while its trees are in libgit2's cache for the
+    reads that follow); ``like`` as for ``check_world``."""
+    _check_tree(git, bytes.fromhex(tree_hex), sound_marks(git), bytes.fromhex(like) if like else None)
+
+
+def check_world(git, tree_hex: str | None, attrs: dict[bytes, Any], persistent: bool = True,
+                like: str | None = None) -> None:
     """``validate_world``'s checks without listing the world: subtrees already found sound in
     this process are not read again, nor (``persistent``) world roots marked sound by an earlier
-    process, and only the paths the attrs name are looked up."""
+    process, nor the subtrees it shares with the world ``like`` (a world root found sound; its
+    trees are compared with this world's at the same paths), and only the paths the attrs name
+    are looked up."""
     if tree_hex:
-        _check_tree(git, bytes.fromhex(tree_hex), sound_marks(git) if persistent else None)
+        _check_tree(git, bytes.fromhex(tree_hex), sound_marks(git) if persistent else None,
+                    bytes.fromhex(like) if like else None)
     _check_attrs(attrs, _Kinds(git, tree_hex).of)
 
 
@@ -344,9 +446,11 @@ def validate_image(git, tree_hex: str) -> World:
     return validate_world(git, *_image_world(git, tree_hex))
 
 
-def check_image(git, tree_hex: str, persistent: bool = True) -> None:
-    """``validate_image``'s checks, as ``check_world`` does them (for merges)."""
-    check_world(git, *_image_world(git, tree_hex), persistent=persistent)
+def check_image(git, tree_hex: str, persistent: bool = True, like: str | None = None) -> None:
+    """``validate_image``'s checks, as ``check_world`` does them (for merges); ``like``: an image
+    whose world was found sound, whose trees stand in as counterparts."""
+    check_world(git, *_image_world(git, tree_hex), persistent=persistent,
+                like=img.subtree(git, like, img.WORLD_FS) if like else None)
 
 
 def world_problems(git, tree_hex: str) -> list[str]:

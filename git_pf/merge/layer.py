@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..core.errors import DataError
-from ..image import safepath
+from ..image import manifest as img, safepath
 from ..image.manifest import ImageInfo
 from ..layers import registry
 
@@ -44,14 +44,27 @@ class MergeContext:
         check_worlds(self.repo.git, pending)
 
 
-def check_worlds(git, worlds: list[tuple[str, str]]) -> None:
+def check_merged_tree(ctx: "MergeContext", world_tree: str) -> None:
+    """Check git's merged world tree (before the merge result's attrs exist; the engine checks
+    the whole result again, at the cost of its attrs): a DataError names the merge result."""
+    ours = img.subtree(ctx.repo.git, ctx.ours.tree, img.WORLD_FS)
+    try:
+        safepath.check_tree(ctx.repo.git, world_tree, like=ours)
+    except DataError as e:
+        raise DataError(f"merge result: {e.message}", e.code) from None
+
+
+def check_worlds(git, worlds: list[tuple[str, str]], like: str | None = None) -> None:
     """Refuse (DataError, prefixed with the image's name) a world with an unsafe name or attrs
-    path (``safepath.check_image``), for each ``(image tree, name)``."""
+    path (``safepath.check_image``), for each ``(image tree, name)`` in turn. The world of
+    ``like`` (an image found sound), else the first one checked, lends its trees to the next
+    as counterparts: what they share is not read again."""
     for tree, what in worlds:
         try:
-            safepath.check_image(git, tree)
+            safepath.check_image(git, tree, like=like)
         except DataError as e:
             raise DataError(f"{what}: {e.message}", e.code) from None
+        like = like or tree
 
 
 @dataclass

@@ -19,7 +19,7 @@ from . import attrs as attrs_mod
 from .names import real_path, tree_path
 from . import merge_attrs as fsattrs
 from . import gitmerge
-from ...merge.layer import LayerResult, MergeContext
+from ...merge.layer import LayerResult, MergeContext, check_merged_tree
 from . import SUMMARY_FIELDS
 from ...merge.tree3 import AMBIGUOUS, blob, entry, pick
 
@@ -120,6 +120,8 @@ def _three_way(ctx: MergeContext, stand: tuple[str, str], tm: gitmerge.TreeMerge
     sides = [ctx.ours, ctx.theirs, *ctx.bases]
     attrs = [_attrs(git, s) for s in sides]
     pointer_oids = set().union(*(_pointer_oids(git, s, a) for s, a in zip(sides, attrs)))
+    if tm.clean:  # first, so that the diff below finds git's new trees in libgit2's cache
+        check_merged_tree(ctx, tm.tree)
     ours_world = entry(git, ctx.ours, img.WORLD_FS)
     changed = _diff(git, ours_world[1] if ours_world else None, bytes.fromhex(tm.tree))
     conflicts = _git_conflicts(tm, attrs, pointer_oids)
