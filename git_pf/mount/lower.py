@@ -42,6 +42,9 @@ BLOB_CACHE_ITEM = 64 * 1024
 PREFETCH_AHEAD = 16  # chunks decoded ahead of a sequential reader: the 8 MiB kernel read-ahead window and more
 PREFETCH_RANDOM = 1  # ... and ahead of a read that does not continue the previous one
 PREFETCH_WORKERS = 2
+REUSE_MAX = 8 * 1024 * 1024  # chunks up to this size are decoded into buffers used again (ChunkCache)
+REUSE_STEP = 1024 * 1024  # such buffers are sized in steps of this (chunks are 128 KiB to 2 MiB)
+REUSE_FREE = 8  # unused buffers kept for the next chunks
 log = logging.getLogger("git_pf.mount")
 
 
@@ -68,13 +71,20 @@ class ChunkCache:
     is decoded once however many threads ask for it at the same time: the later
     ones wait for the first. A thread that decodes a chunk itself (``get``) never
     does anything else before the waiters have it, so no waiter can be held up
-    by work that may block (a store into the page cache)."""
+    by work that may block (a store into the page cache).
+
+    Chunks are decoded into buffers used again (``SideStore.get(into=)``): a
+    buffer whose chunk is dropped goes back to a small pool once nothing holds
+    a view of it any more (a reply still being written keeps it out), so a long
+    read decodes into memory that is already mapped instead of faulting in
+    fresh pages for every chunk. The cache counts each buffer's whole size."""
 
     def __init__(self, store: SideStore, limit: int = CHUNK_CACHE_BYTES):
         self.store, self.limit, self.used = store, limit, 0
-        self.items: OrderedDict[str, bytes] = OrderedDict()
+        self.items: OrderedDict[str, tuple] = OrderedDict()  # oid -> (decoded view, its buffer or None)
         self.pending: dict[str, Future] = {}
         self.pool: ThreadPoolExecutor | None = None
+        self.free: list[bytearray] = []  # buffers nothing views any more, ready to decode into
         self.lock = threading.Lock()
 
     def prefetch(self, chunks: list[Chunk]) -> None:
@@ -85,15 +95,15 @@ class ChunkCache:
                         self.pool = ThreadPoolExecutor(PREFETCH_WORKERS, thread_name_prefix="prefetch")
                     self.pending[c.oid] = self.pool.submit(self._decode, c)
 
-    def get(self, chunk: Chunk) -> bytes:
-        """The bytes of ``chunk``, refused before they are decoded when its frame does not
-        decode to the chunk's size."""
+    def get(self, chunk: Chunk):
+        """The bytes of ``chunk`` (a read-only view), refused before they are decoded when its
+        frame does not decode to the chunk's size."""
         oid = chunk.oid
         with self.lock:
-            data = self.items.get(oid)
-            if data is not None:
+            item = self.items.get(oid)
+            if item is not None:
                 self.items.move_to_end(oid)
-                return data
+                return item[0]
             fut = self.pending.get(oid)
             if fut is None:
                 fut = self.pending[oid] = Future()
@@ -110,10 +120,14 @@ class ChunkCache:
         fut.set_result(data)
         return data
 
-    def _decode(self, chunk: Chunk) -> bytes:
+    def _decode(self, chunk: Chunk):
         """Decode ``chunk`` and keep it; its waiters are answered by the caller's future."""
+        buf = self._buffer(chunk.size)
         try:
-            data = self.store.get(chunk.oid, size=chunk.size)
+            if buf is None:
+                data = self.store.get(chunk.oid, size=chunk.size)
+            else:
+                data = self.store.get(chunk.oid, size=chunk.size, into=buf).toreadonly()
         except BaseException:
             with self.lock:
                 self.pending.pop(chunk.oid, None)
@@ -121,12 +135,42 @@ class ChunkCache:
         with self.lock:
             self.pending.pop(chunk.oid, None)
             if chunk.oid not in self.items:
-                self.items[chunk.oid] = data
-                self.used += len(data)
+                self.items[chunk.oid] = (data, buf)
+                self.used += len(data) if buf is None else len(buf)
                 while self.used > self.limit and len(self.items) > 1:
-                    _, old = self.items.popitem(last=False)
-                    self.used -= len(old)
+                    _, (old, old_buf) = self.items.popitem(last=False)
+                    self.used -= len(old) if old_buf is None else len(old_buf)
+                    del old  # this view of the buffer is no longer ours to hold
+                    if old_buf is not None:
+                        self._release(old_buf)
+            elif buf is not None:  # decoded twice meanwhile: this copy goes back when unused
+                del data
+                self._release(buf)
+                data = self.items[chunk.oid][0]
         return data
+
+    def _buffer(self, size: int) -> bytearray | None:
+        """A buffer to decode ``size`` bytes into: the smallest free one that fits, else a new
+        one; None for a chunk over ``REUSE_MAX`` (decoded into memory of its own)."""
+        if size > REUSE_MAX:
+            return None
+        with self.lock:
+            fits = [(len(b), i) for i, b in enumerate(self.free) if len(b) >= size]
+            if fits:
+                return self.free.pop(min(fits)[1])  # by position: equal buffers compare equal
+        return bytearray(max(1, -(-size // REUSE_STEP)) * REUSE_STEP)
+
+    def _release(self, buf: bytearray) -> None:
+        """Put ``buf`` in the pool if nothing views it any more (called with the lock held). A
+        buffer still viewed (a reply being written from it) is left to the garbage collector."""
+        try:  # a bytearray cannot shrink while a view of it exists
+            del buf[-1:]
+        except BufferError:
+            return
+        buf.append(0)  # back to its size, in place
+        self.free.append(buf)
+        if len(self.free) > REUSE_FREE:
+            self.free.pop(min((len(b), i) for i, b in enumerate(self.free))[1])
 
 
 class PointerReader:
