@@ -164,9 +164,11 @@ def _diff(git, a: bytes | None, b: bytes) -> list[tuple[bytes, tuple | None, tup
     a = a or TreeWriter(git).write([])
     out = []
     for d in git[pygit2.Oid(raw=a)].diff_to_tree(git[pygit2.Oid(raw=b)]).deltas:
-        o = (d.old_file.mode, d.old_file.id.raw) if d.old_file.mode else None
-        n = (d.new_file.mode, d.new_file.id.raw) if d.new_file.mode else None
-        out.append((d.new_file.raw_path if n else d.old_file.raw_path, o, n))
+        old, new = d.old_file, d.new_file
+        o_mode, n_mode = old.mode, new.mode  # each read makes an enum member: read once
+        o = (o_mode, old.id.raw) if o_mode else None
+        n = (n_mode, new.id.raw) if n_mode else None
+        out.append((new.raw_path if n else old.raw_path, o, n))
     return out
 
 
