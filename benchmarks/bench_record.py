@@ -15,7 +15,8 @@ the same fake LLM server directly and against tracefork, in one run.
   tape tree a step writes.
 - storage: the finished tape (the run's last trace/tape tree and its chunks) and every tape object
   the steps wrote, packed, against the zstd size of the request and response bodies it holds (and
-  of its entries) compressed as one stream.
+  of its entries) compressed as one stream; and the chunks of its exchanges alone (without the run's
+  end entry, whose draws appear in no body).
 - tracefork: the agent app (real anthropic SDK) recorded and replayed by both tools through their
   localhost proxies: record time, replay time, tape size (skipped with the reason when tracefork
   cannot be installed).
@@ -195,6 +196,17 @@ def tape_objects(repo: Path, branch: str) -> tuple[list[str], list[str], list[by
     return [f"{oid.hex()} {name}" for oid, name in lines.items()], finished, bodies, entries
 
 
+def tape_size_of(entries: list[bytes]) -> int:
+    """The bytes of the chunks a sealed tape of ``entries`` is stored in (docs/format.md §8.1)."""
+    from git_pf.layers.trace import tapechunk
+
+    sizes, seq = 0, 0
+    for group in tapechunk.groups(entries):
+        sizes += len(tapechunk.pack(seq, group)[1])
+        seq += len(group)
+    return sizes
+
+
 def packed_size(repo: Path, lines: list[str]) -> int:
     proc = subprocess.run(["git", "pack-objects", "--stdout", "-q"], cwd=repo, capture_output=True,
                           input=("\n".join(lines) + "\n").encode())
@@ -213,6 +225,7 @@ def storage_rows(repo: Path, branch: str, label: str) -> tuple[list, int]:
     zc = zstandard.ZstdCompressor(level=3)
     whole, each = len(zc.compress(b"".join(bodies))), sum(len(zc.compress(b)) for b in bodies)
     raw, entries_z = sum(map(len, bodies)), len(zc.compress(b"".join(entries)))
+    exchanges = tape_size_of([e for e in entries if b'"kind":"end"' not in e])
     return [(f"{label}: bodies raw", f"{raw / 1024:.1f} KiB", f"{len(bodies) // 2} exchanges"),
             ("  zstd -3, each body / all as one stream", f"{each / 1024:.1f} / {whole / 1024:.1f} KiB", ""),
             ("  zstd -3 of the tape's entries as one stream", f"{entries_z / 1024:.1f} KiB",
@@ -222,6 +235,8 @@ def storage_rows(repo: Path, branch: str, label: str) -> tuple[list, int]:
              f"goal <= 1.2x  {verdict(tape_size <= 1.2 * entries_z)}"),
             ("  finished tape / zstd of the bodies alone as one stream", f"{tape_size / whole:.2f}x",
              f"goal <= 1.2x  {verdict(tape_size <= 1.2 * whole)}"),
+            ("  ... its exchanges alone (no end entry: its draws are in no body)", f"{exchanges / whole:.2f}x",
+             f"{exchanges / 1024:.1f} KiB of chunks"),
             (f"  every tape object the steps wrote, packed ({len(written)}; trees alone)",
              f"{all_size / 1024:.1f} KiB ({trees_size / 1024:.1f})", f"{all_size / whole:.2f}x the bodies' stream"),
             ], tape_size
