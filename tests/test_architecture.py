@@ -9,7 +9,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DIRS = {"git_pf": "git_pf"}
-UTILITIES = {"git_pf.core.errors", "git_pf.core.cores", "git_pf.core.limits", "git_pf.core.writeback"}
+UTILITIES = {"git_pf.core.errors", "git_pf.core.cores", "git_pf.core.limits", "git_pf.core.writeback",
+             "git_pf.core.gitdir"}  # leaves: the standard library only (gitdir: which git directory holds the objects)
 # What no layer package may import: the porcelain, the transport, the mount, the merge engine.
 ABOVE_LAYERS = ("git_pf.cli", "git_pf.mount", "git_pf.transport", "git_pf.mount.mounts", "git_pf.mount.snapshot",
                 "git_pf.merge.engine", "git_pf.merge.conflicts", "git_pf.merge.report", "git_pf.runs",
