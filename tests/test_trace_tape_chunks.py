@@ -269,6 +269,25 @@ def test_a_hostile_chunk_is_one_clear_error(recorded, case, tmp_path):
     subprocess.run(["git", "update-ref", "-d", f"refs/pf/heads/bad-{case}"], cwd=root, check=True)
 
 
+def test_a_chunk_whose_first_chunk_is_not_in_the_tape_is_one_clear_error(recorded):
+    root, _ = recorded
+    repo = Repo.open(root)
+    first, later = tape.items(repo.git, repo.resolve("run").tree)
+    assert tapechunk.base_of(later[0]) is not None  # compressed against the first chunk's columns
+    blob = repo.git[pygit2.Oid(raw=later[1])].data
+    _relayout(repo, "run", "headless", [(later[0], blob)])
+    with pytest.raises(DataError, match="the chunk it is compressed against .* is not in the tape"):
+        tape.read(repo.git, repo.resolve("headless").tree)
+    for args in (("show", "headless"), ("fsck",)):
+        proc = _pf(root, *args, check=False)
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+        assert "is not in the tape" in proc.stdout + proc.stderr and later[0].decode() in proc.stdout + proc.stderr
+    subprocess.run(["git", "update-ref", "-d", "refs/pf/heads/headless"], cwd=root, check=True)
+    name = first[0].replace(b".col.zst", b"-" + tapechunk.base_of(later[0]) + b".col.zst")  # the first naming a base
+    with pytest.raises(DataError, match="not a tape entry"):
+        tape.check_name(name, MODE_FILE)
+
+
 def test_a_chunk_whose_blob_is_missing_is_named(recorded):
     root, _ = recorded
     repo = Repo.open(root)

@@ -160,6 +160,7 @@ class _StepTape:
         self.chunks = bytearray()  # the tree lines of the full chunks
         self.tail: list[bytes] = []  # the last chunk's entries
         self.tail_lines = bytearray()  # ... and their tree lines
+        self.base = None  # the columns of the first chunk, which later chunks are compressed against
 
     def add(self, data: bytes) -> None:
         if not tapechunk.fits(len(self.tail), sum(map(len, self.tail)), len(data)):
@@ -174,7 +175,8 @@ class _StepTape:
     def pack(self) -> None:
         """Close the last chunk: its entries go into one packed blob (the run's end packs its last one)."""
         if self.tail:
-            name, blob = tapechunk.pack(self.count - len(self.tail), self.tail)
+            name, blob, gives = tapechunk.pack(self.count - len(self.tail), self.tail, self.base)
+            self.base = self.base or gives
             self.chunks += self._line(name, self.writer.write_blob(blob))
             self.tail, self.tail_lines = [], bytearray()
 

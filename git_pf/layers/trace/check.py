@@ -6,8 +6,9 @@ its own (a name that is neither an entry's ``<seq:08d>-<16 hex>.json`` nor a chu
 is missing, too large, not a JSON object or whose name does not carry its hash, a chunk whose
 frame or content is not what its name says, a v2 entry that ``exchange.parse_entry`` refuses).
 ``problems`` is the layer's fsck check (``Layer.fsck``): every bad entry, and two exchanges with
-one step number. An entry or chunk found sound is remembered by name and blob id, so the step
-images of a run, which share them, are each read once. Reads blobs; writes nothing.
+one step number. An entry or chunk found sound is remembered by name and blob id (and, for a
+chunk compressed against its tape's first, whether that one is there), so the step images of a
+run, which share them, are each read once. Reads blobs; writes nothing.
 """
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ from ...image import manifest as img
 from ...core import limits
 from ...core.errors import DataError, PfError
 from ...image.tree import MODE_TREE, lookup, read_tree
-from . import exchange, tape
+from . import exchange, tape, tapechunk
 
 _SOUND_MAX = 1 << 17  # entries and chunks remembered as sound: (name, blob id, size limit) -> entry name -> step
-_sound: dict[tuple[bytes, bytes, int], dict[bytes, int | None]] = {}
+_sound: dict[tuple, dict[bytes, int | None]] = {}
+_FIRST_MAX = 8  # tapes' first column chunks remembered: (name, blob id) -> the Base it gives, or None
+_first: dict[tuple[bytes, bytes], object] = {}
 
 
 def _items(git, tree_hex: str, out: dict[bytes, str]) -> list[tuple[bytes, bytes]]:
@@ -41,12 +44,18 @@ def _items(git, tree_hex: str, out: dict[bytes, str]) -> list[tuple[bytes, bytes
 def _steps(git, tree_hex: str, out: dict[bytes, str]) -> list[int]:
     """The step of each sound v2 exchange of the tape (an entry two chunks hold, once); each bad
     entry's or chunk's line goes to ``out``."""
-    limit, steps = limits.active().max_json_line, {}
-    for name, oid in _items(git, tree_hex, out):
-        key = (name, oid, limit)
+    limit, steps, bases = limits.active().max_json_line, {}, None
+    files = _items(git, tree_hex, out)
+    for name, oid in files:
+        key, base = (name, oid, limit), None
+        ref = tapechunk.base_of(name) if tapechunk.span(name) else None
+        if ref is not None:  # sound only with its tape's first chunk beside it
+            bases = _bases(git, files) if bases is None else bases
+            base = bases.get(ref)
+            key += (base is not None,)
         sound, bad = _sound.get(key), {}
         if sound is None:
-            sound = _judge(git, name, oid, bad)
+            sound = _judge(git, name, oid, bad, base)
             out.update(bad)
         if not bad:
             if len(_sound) >= _SOUND_MAX:
@@ -56,11 +65,26 @@ def _steps(git, tree_hex: str, out: dict[bytes, str]) -> list[int]:
     return [s for s in steps.values() if s is not None]
 
 
-def _judge(git, name: bytes, oid: bytes, out: dict[bytes, str]) -> dict[bytes, int | None]:
+def _bases(git, files: list[tuple[bytes, bytes]]) -> dict:
+    """``tape.bases`` of a tape's files, each first chunk opened once while it is remembered."""
+    found = {}
+    for name, oid in files:
+        if name.startswith(b"00000000+") and name.endswith(b".col.zst"):
+            if (name, oid) not in _first:
+                if len(_first) >= _FIRST_MAX:
+                    _first.clear()
+                _first[(name, oid)] = next(iter(tape.bases(git, [(name, oid)]).values()), None)
+            base = _first[(name, oid)]
+            if base is not None:
+                found[base.digest] = base
+    return found
+
+
+def _judge(git, name: bytes, oid: bytes, out: dict[bytes, str], base=None) -> dict[bytes, int | None]:
     """Entry name -> the step of each sound entry a loose entry or chunk holds (None: not a v2
-    exchange); each bad one's line goes to ``out``."""
+    exchange); each bad one's line goes to ``out``. ``base``: its tape's, for a chunk compressed against it."""
     try:
-        loaded = tape.load(git, name, oid)
+        loaded = tape.load(git, name, oid, base)
     except PfError as e:  # DataError, MissingObject
         out[tape.PATH + b"/" + name] = e.message
         return {}

@@ -31,7 +31,7 @@ import pygit2
 
 from ...core import canonjson, jsonl, limits
 from ...image import manifest as img
-from ...core.errors import DataError, InputFormatError, MissingObject
+from ...core.errors import DataError, InputFormatError, MissingObject, PfError
 from ...image.tree import MODE_FILE, MODE_TREE, lookup, read_blob, read_tree
 from ...image.safepath import show
 from ...core.secrets import redact_json
@@ -94,7 +94,7 @@ def check_name(name: bytes, mode: int) -> bytes:
     """``name`` when it names a loose entry or a chunk (a file), else a DataError naming it."""
     if mode != MODE_FILE or not (_ENTRY_NAME.match(name) or tapechunk.span(name)):
         raise DataError(f"{_where(name)}: not a tape entry (a file named <seq:08d>-<16 hex>.json, or a "
-                        "chunk named <seq:08d>+<count:04d>-<16 hex>.zst or .col.zst)")
+                        "chunk named <seq:08d>+<count:04d>-<16 hex>[-<16 hex>].zst or .col.zst)")
     return name
 
 
@@ -109,9 +109,16 @@ def _blob(git, oid: bytes, limit: int, what: str, where: str) -> bytes:
     return read_blob(git, oid, limit)
 
 
-def load(git, name: bytes, oid: bytes) -> list[tuple[bytes, bytes, str]]:
+def load(git, name: bytes, oid: bytes, base: tapechunk.Base | None = None) -> list[tuple[bytes, bytes, str]]:
     """``(entry name, bytes, where)`` of each entry a loose entry or a chunk holds, its size, hash
-    and (for a chunk) frame checked; a DataError or MissingObject naming it."""
+    and (for a chunk) frame checked; a DataError or MissingObject naming it. ``base``: the tape's
+    Base, for a chunk compressed against it (``opened`` finds it)."""
+    return opened(git, name, oid, base)[0]
+
+
+def opened(git, name: bytes, oid: bytes, base: tapechunk.Base | None = None):
+    """``load``'s entries, and the Base the chunk gives the rest of its tape (its first column
+    chunk), if it does."""
     limit = limits.active().max_json_line
     span = tapechunk.span(name)
     if span is None:
@@ -119,15 +126,50 @@ def load(git, name: bytes, oid: bytes) -> list[tuple[bytes, bytes, str]]:
         if name[9:25].decode() != hashlib.sha256(data).hexdigest()[:16]:
             parse(data, _where(name))  # an entry that is no JSON object is named as that first
             raise DataError(f"{_where(name)}: its name does not match its content")
-        return [(name, data, _where(name))]
+        return [(name, data, _where(name))], None
     blob = _blob(git, oid, tapechunk.stored_cap(span[1]), "a chunk's size bound", _where(name))
     out = []
-    for seq, data in enumerate(tapechunk.unpack(name, blob, _where(name)), span[0]):
+    entries, gives = tapechunk.unpack(name, blob, _where(name), base)
+    for seq, data in enumerate(entries, span[0]):
         member = entry_name(seq, data)
         if len(data) > limit:
             raise DataError(f"{_where(member, name)}: {len(data)} bytes, over pf.maxJsonLine")
         out.append((member, data, _where(member, name)))
-    return out
+    return out, gives
+
+
+def bases(git, files: list[tuple[bytes, bytes]]) -> dict[bytes, tapechunk.Base]:
+    """The Bases of a tape's ``(name, raw oid)`` files, by digest: those its sound column chunks
+    from seq 0 give (a bad one gives none; reading it names its problem)."""
+    found = {}
+    for name, oid in files:
+        if name.startswith(b"00000000+") and name.endswith(b".col.zst") and tapechunk.span(name):
+            try:
+                base = opened(git, name, oid)[1]
+            except PfError:
+                continue
+            found[base.digest] = base
+    return found
+
+
+def loaded(git, files: list[tuple[bytes, bytes]]) -> dict[bytes, tuple[bytes, bytes, str]]:
+    """Entry name -> ``load``'s triple, for every entry of a tape's ``(name, raw oid)`` files, a
+    chunk compressed against its tape's Base opened after the chunk that gives it; an entry held
+    twice is given once."""
+    found, given, later = {}, {}, []
+    for name, oid in files:
+        if tapechunk.span(name) and tapechunk.base_of(name):
+            later.append((name, oid))
+            continue
+        entries, gives = opened(git, name, oid)
+        if gives is not None:
+            given[gives.digest] = gives
+        for entry in entries:
+            found.setdefault(entry[0], entry)
+    for name, oid in later:
+        for entry in load(git, name, oid, given.get(tapechunk.base_of(name))):
+            found.setdefault(entry[0], entry)
+    return found
 
 
 def _not_json(name: str):
@@ -149,10 +191,7 @@ def parse(data: bytes, where: str) -> dict:
 def stored(git, tree_hex: str) -> list[tuple[bytes, bytes, str]]:
     """Every entry of the tape, loose or packed, as ``load`` gives them, in tape order (entry name
     order); an entry held twice (the same name: the same bytes) is given once."""
-    found = {}
-    for name, oid in items(git, tree_hex):
-        for entry in load(git, name, oid):
-            found.setdefault(entry[0], entry)
+    found = loaded(git, items(git, tree_hex))
     return [found[name] for name in sorted(found)]
 
 
@@ -183,18 +222,20 @@ def merged_summary(git, ours_tree: str, changes: dict) -> dict | None:
             found.pop(name, None)
         else:
             found[name] = change[1]
-    return summary(len({entry for name, oid in found.items() for entry, _, _ in load(git, name, oid)}))
+    return summary(len(loaded(git, list(found.items()))))
 
 
 def layout(files: list[tuple[bytes, bytes]], sealed: bool = False) -> list[tuple[bytes, bytes]]:
     """``(file name, blob)`` of the tape ``files`` (``encode``'s) as stored: each full chunk
-    (``tapechunk.groups``) packed, the last chunk's entries loose unless it is full or ``sealed``
-    (a recorded run's end)."""
-    out, seq = [], 0
+    (``tapechunk.groups``) packed, each after the first against the first's columns when it has
+    them, the last chunk's entries loose unless it is full or ``sealed`` (a recorded run's end)."""
+    out, seq, base = [], 0, None
     cut = tapechunk.groups([data for _, data in files])
     for i, group in enumerate(cut):
         if i < len(cut) - 1 or sealed or len(group) == tapechunk.CHUNK_ENTRIES:
-            out.append(tapechunk.pack(seq, group))
+            name, blob, gives = tapechunk.pack(seq, group, base)
+            out.append((name, blob))
+            base = base or gives
         else:
             out += files[seq:]
         seq += len(group)
