@@ -251,11 +251,10 @@ def _plain_shape(data: bytes) -> _Shape | None:
     (``_PLAIN_ENTRY``), the entries are in git's order and no name is there twice; None when
     anything else holds (``_directory`` then decides)."""
     if b"40000 " not in data:  # every tree entry starts with these bytes: no subtree here
-        parts = _PLAIN_LEAF.split(data)  # [gap, name, gap, name, ..., gap]: the gaps are what no entry matched
-        gaps, names, trees = parts[0::2], parts[1::2], []
-        if any(gaps) or names != sorted(names):
-            return None
-        ends = list(map(add, accumulate(map(len, names)), range(28, 28 * len(names) + 1, 28)))
+        names, trees = _PLAIN_LEAF.findall(data), []
+        ends = list(map(add, accumulate(map(len, names)), range(28, 28 * len(names) + 1, 28)))  # 6-digit modes
+        if (ends[-1] if ends else 0) != len(data) or names != sorted(names):  # entries that match, and
+            return None  # nothing between them: they add up to the whole tree
     else:
         parts = _PLAIN_ENTRY.split(data)  # [gap, "40000 " or None, name, oid, gap, ...]
         gaps, kinds, names = parts[0::4], parts[1::4], parts[2::4]
@@ -308,7 +307,7 @@ def _subtrees(git, oid: bytes, rel_dir: bytes, like: bytes | None) -> list[tuple
     if kind != pygit2.enums.ObjectType.TREE:
         return [(rel, child, None) for rel, kind, _, child in _directory(git, oid, rel_dir) if kind == DIR]
     prefix = rel_dir + b"/" if rel_dir else b""
-    other = _shape_of(git, like) if like is not None else None
+    other = _SHAPES.get(like) if like is not None else None  # a counterpart parsed already
     if other is not None and other.same_entries(data):
         shape = _Shape(data, other.ends, other.trees)  # the entries of ``like``, with other ids
         _remember(oid, shape)
@@ -317,6 +316,8 @@ def _subtrees(git, oid: bytes, rel_dir: bytes, like: bytes | None) -> list[tuple
     shape = _shape_of(git, oid, data)
     if shape is None:
         return [(rel, child, None) for rel, kind, _, child in _directory(git, oid, rel_dir) if kind == DIR]
+    if shape.trees and like is not None and other is None:
+        other = _shape_of(git, like)  # read only for a tree with subtrees: the ones it shares are sound
     was = {name: other.oid(other.data, k) for k, name in other.trees} if other is not None else {}
     out = []
     for k, name in shape.trees:
