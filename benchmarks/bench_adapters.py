@@ -5,12 +5,20 @@ giftless server. Also the local disk the pushing repository uses after the push,
 the object's size (goal: at most 1.1x), and each adapter's end-to-end time against git-lfs's
 (goal: not slower).
 
-Run: ``python -m benchmarks.bench_adapters [--size MIB]`` (default 1024 MiB).
+Every timed push starts after ``sync``, so the writeback of what the step before wrote does
+not land on it. ``--push-rounds N`` also times N more pushes of git-pf's lfs adapter and of
+git-lfs, interleaved, each to a new repository of the same server (all of it uploaded
+again), and reports their medians and the ratio. ``--only`` picks adapters (git, lfs, s3,
+git-lfs).
+
+Run: ``python -m benchmarks.bench_adapters [--size MIB] [--only lfs,git-lfs] [--push-rounds N]``
+(default 1024 MiB, every adapter, no extra rounds).
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
+import statistics
 import importlib.util
 import os
 import subprocess
@@ -35,7 +43,11 @@ def env(extra: dict | None = None) -> dict:
 
 
 def pf(*args, cwd, extra=None):
-    return sh("git-pf", *args, cwd=cwd, env=env(extra))
+    try:
+        return sh("git-pf", *args, cwd=cwd, env=env(extra))
+    except subprocess.CalledProcessError as e:  # say why before the traceback
+        sys.stderr.write(e.stderr.decode(errors="replace"))
+        raise
 
 
 def git(*args, cwd, extra=None):
@@ -62,6 +74,12 @@ def digest(path: Path) -> str:
     return h.hexdigest()
 
 
+def timed_push(fn, *args, **kwargs) -> float:
+    """Seconds ``fn(*args)`` (a push) takes, started after ``sync``."""
+    subprocess.run(["sync"], check=True)
+    return timed(fn, *args, **kwargs)[0]
+
+
 def make_file(path: Path, size: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as f:
@@ -83,7 +101,7 @@ def bench_pf(base: Path, world: Path, name: str, setup) -> dict:
     extra = setup(a, True) or {}
     pf("snapshot", "--fs-root", world, "-m", "X", cwd=a)
     before = du(a / ".git")
-    out = {"push": timed(pf, "push", "-q", "origin", "main", cwd=a, extra=extra)[0]}
+    out = {"push": timed_push(pf, "push", "-q", "origin", "main", cwd=a, extra=extra)}
     out["disk"] = du(a / ".git")
     out["disk_growth"] = out["disk"] - before
     b = base / f"{name}-b"
@@ -109,7 +127,7 @@ def bench_git_lfs(base: Path, world: Path, server) -> dict:
     git("add", "-A", cwd=a)
     git("commit", "-qm", "X", cwd=a)
     out = {}
-    out["push"] = timed(git, *lfsconfig, "push", "-q", "origin", "HEAD:refs/heads/main", cwd=a)[0]
+    out["push"] = timed_push(git, *lfsconfig, "push", "-q", "origin", "HEAD:refs/heads/main", cwd=a)
     out["disk"] = du(a / ".git")
     git("symbolic-ref", "HEAD", "refs/heads/main", cwd=remote)
     b = base / "gitlfs-b"
@@ -117,6 +135,37 @@ def bench_git_lfs(base: Path, world: Path, server) -> dict:
     out["checkout"] = 0.0  # git clone checks out (smudge) as part of the clone
     out["identical"] = digest(b / "big.bin") == digest(world / "big.bin")
     return out
+
+
+def _new_origin(repo: Path, remote: Path) -> None:
+    """Point ``origin`` at ``remote``, dropping what was known of the old one (git-lfs takes
+    what the remote-tracking refs reach as already uploaded)."""
+    git("remote", "remove", "origin", cwd=repo)
+    git("remote", "add", "origin", f"file://{remote}", cwd=repo)
+
+
+def push_rounds(base: Path, server, rounds: int) -> dict[str, list[float]]:
+    """``rounds`` more pushes each of git-pf (lfs adapter) and git-lfs, interleaved, from the
+    repositories ``bench_pf`` and ``bench_git_lfs`` left, each to a new bare remote and a new
+    repository of the server (so every byte goes again); the seconds of each."""
+    times: dict[str, list[float]] = {"lfs": [], "git-lfs": []}
+    for n in range(rounds):
+        for name in times:
+            remote = base / f"round{n}-{name}.git"
+            git("init", "-q", "--bare", remote, cwd=base)
+            endpoint = f"{server.base}/{ORG}/round{n}-{name}.git/info/lfs"
+            if name == "lfs":
+                a = base / "lfs-a"
+                _new_origin(a, remote)
+                git("config", "pf.remote.origin.store", "lfs:" + endpoint, cwd=a)
+                times[name].append(timed_push(pf, "push", "-q", "origin", "main", cwd=a))
+            else:
+                a = base / "gitlfs-a"
+                _new_origin(a, remote)
+                times[name].append(timed_push(git, "-c", f"lfs.url={endpoint}", "-c",
+                                              f"credential.helper=store --file={base / 'creds'}",
+                                              "push", "-q", "origin", "HEAD:refs/heads/main", cwd=a))
+    return times
 
 
 def _requests(lines: list[str]) -> str:
@@ -150,23 +199,26 @@ def moto_server(base: Path):
 S3_ENV = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
-def run(size: int) -> int:
+def run(size: int, only: set[str], rounds: int) -> int:
+    rounds_run: dict[str, list[float]] = {}
     with workdir("adapters") as base, giftless_server(base / "lfs") as server:
         world = base / "world"
         make_file(world / "big.bin", size)
         got: dict[str, dict] = {}
 
-        got["git"] = bench_pf(base, world, "git", lambda repo, pushing: None)
+        if "git" in only:
+            got["git"] = bench_pf(base, world, "git", lambda repo, pushing: None)
 
         def lfs_setup(repo, pushing):
             credentials(repo, server)
             if pushing:
                 git("config", "pf.remote.origin.store", "lfs:" + server.endpoint, cwd=repo)
 
-        seen = len(server.requests())
-        got["lfs"] = bench_pf(base, world, "lfs", lfs_setup)
-        got["lfs"]["requests"] = _requests(server.requests()[seen:])
-        moto = moto_server(base)
+        if "lfs" in only:
+            seen = len(server.requests())
+            got["lfs"] = bench_pf(base, world, "lfs", lfs_setup)
+            got["lfs"]["requests"] = _requests(server.requests()[seen:])
+        moto = moto_server(base) if "s3" in only else None
         if moto is not None:
             proc, url = moto
             try:
@@ -186,10 +238,12 @@ def run(size: int) -> int:
                 got["s3"] = bench_pf(base, world, "s3", s3_setup)
             finally:
                 proc.terminate()
-        if subprocess.run(["git", "lfs", "version"], capture_output=True).returncode == 0:
+        if "git-lfs" in only and subprocess.run(["git", "lfs", "version"], capture_output=True).returncode == 0:
             seen = len(server.requests())
             got["git-lfs"] = bench_git_lfs(base, world, server)
             got["git-lfs"]["requests"] = _requests(server.requests()[seen:])
+            if rounds and "lfs" in got:
+                rounds_run = push_rounds(base, server, rounds)
 
     ref = got.get("git-lfs")
     rows = []
@@ -205,7 +259,15 @@ def run(size: int) -> int:
         disk = r["disk"] / size
         rows.append((f"{name}: local disk after push / object", f"{disk:.2f}x",
                      f"goal <= 1.1x: {verdict(disk <= 1.1)}" if name != "git-lfs" else "(git-lfs keeps .git/lfs/objects)"))
-    if ref is None:
+    if rounds_run:
+        pf_push, ref_push = statistics.median(rounds_run["lfs"]), statistics.median(rounds_run["git-lfs"])
+        rows.append((f"lfs push, {rounds} interleaved rounds (median)", f"{pf_push:.2f} s",
+                     " ".join(f"{t:.2f}" for t in rounds_run["lfs"])))
+        rows.append((f"git-lfs push, {rounds} interleaved rounds (median)", f"{ref_push:.2f} s",
+                     " ".join(f"{t:.2f}" for t in rounds_run["git-lfs"])))
+        rows.append(("lfs push vs git-lfs push", f"{pf_push / ref_push:.2f}x",
+                     f"goal <= 1.0x: {verdict(pf_push <= ref_push)}"))
+    if ref is None and "git-lfs" in only:
         rows.append(("git-lfs", "not installed", "make bench installs it"))
     report(f"object adapters, one {size // MiB} MiB file (incompressible)", rows)
     return 0
@@ -214,7 +276,15 @@ def run(size: int) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=1024, help="size of the file in MiB (default 1024)")
-    return run(parser.parse_args().size * MiB)
+    parser.add_argument("--only", default="git,lfs,s3,git-lfs", help="the adapters to run, comma-separated")
+    parser.add_argument("--push-rounds", type=int, default=0, metavar="N",
+                        help="N more interleaved pushes of lfs and git-lfs, for their medians")
+    args = parser.parse_args()
+    only = {a.strip() for a in args.only.split(",") if a.strip()}
+    unknown = only - {"git", "lfs", "s3", "git-lfs"}
+    if unknown:
+        parser.error(f"unknown adapter(s): {', '.join(sorted(unknown))}")
+    return run(args.size * MiB, only, args.push_rounds)
 
 
 if __name__ == "__main__":

@@ -150,7 +150,7 @@ def test_a_corrupt_local_chunk_is_refused_and_nothing_of_its_bundle_is_pushed(tm
     victim.chmod(0o644)
     victim.write_bytes(bytes(data))
     out = pf("push", "origin", "main", cwd=a, check=False)
-    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert out.returncode == 3 and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and "is corrupt" in out.stderr
     assert lfs.uploads() == [] and lfs.objects() == {}
     refs = sh("git", "for-each-ref", "--format=%(refname)", cwd=remote).stdout.split()
