@@ -198,13 +198,10 @@ def tape_objects(repo: Path, branch: str) -> tuple[list[str], list[str], list[by
 
 def tape_size_of(entries: list[bytes]) -> int:
     """The bytes of the chunks a sealed tape of ``entries`` is stored in (docs/format.md §8.1)."""
-    from git_pf.layers.trace import tapechunk
+    from git_pf.layers.trace import tape
 
-    sizes, seq = 0, 0
-    for group in tapechunk.groups(entries):
-        sizes += len(tapechunk.pack(seq, group)[1])
-        seq += len(group)
-    return sizes
+    files = [(tape.entry_name(seq, data), data) for seq, data in enumerate(entries)]
+    return sum(len(blob) for _, blob in tape.layout(files, sealed=True))
 
 
 def packed_size(repo: Path, lines: list[str]) -> int:

@@ -229,7 +229,7 @@ HOSTILE = {  # case -> (chunk name, blob) made from the good chunk's name and en
     "hash": (lambda name, e: (name, tapechunk.pack(0, e[1:] + e[:1])[1]), "does not match its content"),
     # column chunks (layout 3): what a payload refers to, and what it would decode to, is checked
     "plain-under-a-column-name": (lambda name, e: (name, _frame(b"".join(e))), "does not start with the column header"),
-    "missing-column": (lambda name, e: (name, _columns([{"a": 0}] * 256)), "column .a#s holds too few values"),
+    "missing-column": (lambda name, e: (name, _columns([{"a": 0}] * 256)), "shapes take more values than a column holds"),
     "values-left-over": (lambda name, e: (name, _columns([{}] * 256, [".a#s", ["x"]])), "values no entry takes"),
     "wrong-type": (lambda name, e: (name, _columns([{"a": 1}] * 256, [".a#i", ["1"]])), "value of another type"),
     "shape-of-a-string": (lambda name, e: (name, _columns([{"a": "x"}] * 256)), "malformed shape"),

@@ -99,7 +99,7 @@ def decode(payload: bytes, count: int, limit: int) -> bytes:
         key, items = column
         before = key
         kind = _TYPE[key[-2:]]
-        if any(type(v) is not kind for v in items):
+        if not set(map(type, items)) <= {kind}:
             raise DataError(f"its column {key[:80]} holds a value of another type")
         if kind is int:  # strings and floats are no larger written than read; a sum can be
             items, width = _sums(items, limit - size)
@@ -108,18 +108,18 @@ def decode(payload: bytes, count: int, limit: int) -> bytes:
     out, size, plans = [], 0, {}
     for line in lines[:count]:
         plan = plans.get(line)
-        if plan is None:
-            plan = plans[line] = _plan(line)
-        holes, pieces = plan
+        if plan is None:  # each hole's column and how to write its value, once a shape
+            holes, pieces = _plan(line)
+            plan = plans[line] = ([(values.get(key, _NONE), _TEXT[code]) for key, code in holes], pieces)
+        takes, pieces = plan
+        try:
+            texts = [write(next(column)) for column, write in takes]
+        except StopIteration:
+            raise DataError("its shapes take more values than a column holds") from None
+        except ValueError:  # an integer past Python's digit limit
+            raise DataError("its payload holds an integer too long to write") from None
         pieces = list(pieces)
-        for i, (key, code) in enumerate(holes):
-            value = next(values.get(key, _NONE), _END)
-            if value is _END:
-                raise DataError(f"its column {key[:80]} holds too few values")
-            try:
-                pieces[2 * i + 1] = _TEXT[code](value)
-            except ValueError:  # an integer past Python's digit limit
-                raise DataError(f"its column {key[:80]} holds an integer too long to write") from None
+        pieces[1::2] = texts
         text = "".join(pieces)
         try:
             data = text.encode("utf-8")
