@@ -23,6 +23,7 @@ import errno
 import os
 import re
 import threading
+from array import array
 from bisect import bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -223,7 +224,7 @@ class _Shape:
 
     __slots__ = ("data", "ends", "trees")
 
-    def __init__(self, data: bytes, ends: list[int], trees: list[tuple[int, bytes]]):
+    def __init__(self, data: bytes, ends: array, trees: list[tuple[int, bytes]]):
         self.data, self.ends, self.trees = data, ends, trees
 
     def oid(self, data: bytes, k: int) -> bytes:
@@ -252,7 +253,7 @@ def _plain_shape(data: bytes) -> _Shape | None:
     anything else holds (``_directory`` then decides)."""
     if b"40000 " not in data:  # every tree entry starts with these bytes: no subtree here
         names, trees = _PLAIN_LEAF.findall(data), []
-        ends = list(map(add, accumulate(map(len, names)), range(28, 28 * len(names) + 1, 28)))  # 6-digit modes
+        ends = array("I", map(add, accumulate(map(len, names)), range(28, 28 * len(names) + 1, 28)))  # 6-digit modes
         if (ends[-1] if ends else 0) != len(data) or names != sorted(names):  # entries that match, and
             return None  # nothing between them: they add up to the whole tree
     else:
@@ -262,7 +263,7 @@ def _plain_shape(data: bytes) -> _Shape | None:
         if any(gaps) or keys != sorted(keys):
             return None
         trees = [(k, n) for k, (t, n) in enumerate(zip(kinds, names)) if t]
-        ends = list(accumulate(len(n) + (27 if t else 28) for t, n in zip(kinds, names)))
+        ends = array("I", accumulate(len(n) + (27 if t else 28) for t, n in zip(kinds, names)))
     if len(set(names)) != len(names):
         return None
     return _Shape(data, ends, trees)
@@ -273,7 +274,7 @@ def _plain_shape(data: bytes) -> _Shape | None:
 # being parsed; bounded by the bytes they hold.
 _SHAPES: dict[bytes, _Shape] = {}
 _SHAPE_BYTES = [0]
-_SHAPE_LIMIT = 64 << 20
+_SHAPE_LIMIT = 32 << 20
 
 
 def _shape_of(git, oid: bytes, data: bytes | None = None) -> _Shape | None:
