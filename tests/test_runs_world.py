@@ -230,3 +230,47 @@ def test_a_run_recorded_without_a_sandbox_has_no_world_to_check(repo, run_pf, tm
         run_pf("record", "--name", "run", "--upstream", fake.url, "--", "sh", script, cwd=root)
     out = report(run_pf("replay", "run", "--json", "--", "sh", script, cwd=root).stdout)
     assert out["bit_exact"] is True and out["world_checked"] is False
+
+
+def test_blame_takes_the_start_world_check_and_isolation_flags_of_run(repo, run_pf, tmp_path):
+    """``blame`` goes on from its forks as ``run`` does, and takes the same flags: ``--resume-world``
+    (a setting of the blame run: resuming with another start is refused), ``--no-world-check`` and
+    ``--no-isolate`` (where no mount namespace can be made, blame is refused in one line without it)."""
+    root = repo.git_dir.parent
+    record(run_pf, root, tmp_path / "sb")
+    common = ("--oracle", "grep -q div CHANGELOG.md", "-k", "1", "--steps", "4..4", "--perturb", "none",
+              "--no-mount", "--json")
+
+    def outcome(proc) -> tuple[int, int]:
+        assert proc.returncode == 0, proc.stderr
+        [row] = json.loads(proc.stdout)["steps"]
+        return row["flips"], row["undefined"]
+
+    with FakeLLM(by_step(tool_agent.STEPS)) as live:
+        ups = ("--upstream", live.url)
+        # from step 0, an extra byte at step 3 is a world the recording did not have: undefined
+        extra = {"TOOL_AGENT_EXTRA": "3"}
+        assert outcome(run_pf("blame", "run", *common, *ups, "--name", "checked", "--", *AGENT, cwd=root,
+                              env=extra, check=False)) == (0, 1)
+        assert outcome(run_pf("blame", "run", *common, *ups, "--name", "unchecked", "--no-world-check", "--",
+                              *AGENT, cwd=root, env=extra, check=False)) == (0, 0)
+        # from step 4's world this agent (which redoes its prefix) finds a CHANGELOG.md it has not written
+        # yet and asks otherwise before the fork's step: undefined, where from step 0 it is a plain trial
+        resumed = run_pf("blame", "run", *common, *ups, "--name", "resumed", "--resume-world", "--", *AGENT,
+                         cwd=root, check=False)
+        assert outcome(resumed) == (0, 1)
+        assert "before the fork's step" in run_pf("show", "refs/pf/blame/resumed/step-4/1", cwd=root).stdout
+        assert outcome(run_pf("blame", "run", *common, *ups, "--name", "plain", "--", *AGENT, cwd=root,
+                              check=False)) == (0, 0)
+        again = run_pf("blame", "run", *common, *ups, "--name", "resumed", "--", *AGENT, cwd=root, check=False)
+        assert again.returncode == 2 and "other settings (resume_world)" in again.stderr
+    # where no mount namespace can be made (no unshare on PATH) and the recorded sandbox is there
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for tool in ("git", "sh", "grep"):
+        (bare / tool).symlink_to(shutil.which(tool))
+    env = {"PATH": f"{Path(sys.executable).parent}:{bare}"}
+    proc = run_pf("blame", "run", *common, "--name", "noiso", "--", *AGENT, cwd=root, env=env, check=False)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--no-isolate" in proc.stderr, proc.stderr
+    assert not [r for r in subprocess.run(["git", "for-each-ref", "refs/pf/blame/noiso/"], cwd=root,
+                                          capture_output=True, text=True).stdout.splitlines()]

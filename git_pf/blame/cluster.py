@@ -20,6 +20,7 @@ from ..image import manifest as img
 from ..core.errors import DataError
 from ..executors import node
 from ..runs.replaying import plan_of
+from ..runs.runon import RunWorld
 from . import perturb, store, trials
 from .cost import Meter, Prices
 from .grade import Grader
@@ -39,6 +40,7 @@ class TrialTask:
     upstreams: tuple[str, ...] = ()
     mount: bool | None = None  # None: a mount where the node has FUSE, else a checkout
     ignore: object = ()
+    how: RunWorld = RunWorld()
 
 
 def verdict_row(git, commit: str) -> dict:
@@ -73,7 +75,7 @@ def run_task(task: TrialTask) -> dict:
     fn = perturb.load(task.perturb)
     setup = trials.Setup(task.run, task.tip, entries, list(task.cmd), task.perturb, fn, task.seed,
                          task.grader.check(), list(task.upstreams), Meter(Prices(git), None),
-                         trials.fuse_available() if task.mount is None else task.mount, task.ignore)
+                         trials.fuse_available() if task.mount is None else task.mount, task.ignore, task.how)
     row = trials.run_trial(repo, setup, task.step, task.k)
     if not node.publish(repo, node.origin(repo, task.remote), row["commit"], store.verdict_ref(task.run, task.step, task.k)):
         node.fetch(repo, [f"+{store.verdict_ref(task.run, task.step, task.k)}:{here}step-{task.step}/{task.k}"])

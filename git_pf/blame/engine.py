@@ -28,7 +28,8 @@ from .. import executors
 from ..image import refs
 from ..core.errors import EXIT_NEGATIVE, PfError, UsageError
 from ..runs import child
-from ..runs.replaying import fresh_world, plan_of, remove_world
+from ..runs.replaying import fresh_world, plan_of, recorded_place, remove_world
+from ..runs.runon import RunWorld
 from ..executors import node
 from ..transport import gitcmd, remotes
 from . import cluster, perturb, store, trials as trials_mod
@@ -36,7 +37,7 @@ from .cost import Meter, Prices, estimate, rerun_steps
 from .grade import FAIL, Grader
 
 # The settings of a blame run: a resumed run must have the same ones.
-SETTINGS = ("rev", "k", "steps", "perturb", "grade", "null_rate", "alpha", "seed", "min_valid")
+SETTINGS = ("rev", "k", "steps", "perturb", "grade", "null_rate", "alpha", "seed", "min_valid", "resume_world")
 
 
 @dataclass
@@ -59,6 +60,7 @@ class BlameOptions:
     mount: bool | None = None
     ignore: object = ()  # matching.Rules (or --ignore-field paths) besides those stored with the run
     executor: str = "local"  # or "ray" (docs/scale.md)
+    how: RunWorld = RunWorld()  # each trial's start world (step 0's, or --resume-world), checks, isolation
     ray_address: str | None = None
 
 
@@ -120,15 +122,19 @@ def blame(repo, rev: str, agent_cmd: list[str], opts: BlameOptions, *,
     first, end = _steps(opts, entries[-1]["step"])
     run = store.check_run(opts.name) if opts.name else store.default_run(git, rev)
     child.start_check(agent_cmd, os.environ)
+    if opts.how.isolate:  # refused here, before anything is written, when it cannot be had
+        child.check_isolation(recorded_place(git, plan.first)[0])
     settings = {"rev": tip, "k": opts.k, "steps": [first, end], "perturb": opts.perturb, "grade": grader.spec(),
                 "null_rate": opts.null_rate, "alpha": opts.alpha, "seed": opts.seed, "min_valid": opts.min_valid}
+    if opts.how.resume_world:  # trials from the fork step's world are other trials: a setting (absent: False)
+        settings["resume_world"] = True
     fetched = store.read_meta(git, run)
     if store.read_meta(git, run, local=True) is None and fetched is not None \
-            and all(fetched.get(k) == settings[k] for k in SETTINGS):
+            and all(fetched.get(k) == settings.get(k) for k in SETTINGS):
         store.adopt(git, run)  # a run fetched from a remote with these settings: resume it here
     meta = store.read_meta(git, run, local=True)
     if meta is not None:
-        differ = [k for k in SETTINGS if meta.get(k) != settings[k]]
+        differ = [k for k in SETTINGS if meta.get(k) != settings.get(k)]
         if differ:
             raise UsageError(f"blame run '{run}' exists with other settings ({', '.join(differ)}); "
                              f"give the same ones to resume it, or another --name")
@@ -156,12 +162,13 @@ def blame(repo, rev: str, agent_cmd: list[str], opts: BlameOptions, *,
     meter = Meter(prices, opts.budget_usd)
     if remote is not None:
         tasks = [cluster.TrialTask(spec, run, tip, s, k, tuple(agent_cmd), opts.perturb, opts.seed, grader,
-                                   tuple(opts.upstreams), opts.mount, opts.ignore) for s, k in pending]
+                                   tuple(opts.upstreams), opts.mount, opts.ignore, opts.how) for s, k in pending]
         finished = _on_cluster(repo, remote, ex, run, tasks, progress)
     else:
         setup = trials_mod.Setup(run, tip, entries, list(agent_cmd), opts.perturb, fn, opts.seed, grader,
                                  list(opts.upstreams), meter,
-                                 trials_mod.fuse_available() if opts.mount is None else opts.mount, opts.ignore)
+                                 trials_mod.fuse_available() if opts.mount is None else opts.mount, opts.ignore,
+                                 opts.how)
         finished = _run_all(repo, setup, pending, ex, progress)
     if meter.tripped.is_set():
         left = len(pending) - finished

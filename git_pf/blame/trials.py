@@ -112,6 +112,7 @@ class Setup:
     meter: Meter
     mount: bool
     ignore: object = ()  # matching rules given on the command line (the run's own come with its tape)
+    how: runon.RunWorld = runon.RunWorld()  # where each trial starts, whether its world is checked and isolated
 
 
 def reply_change(spec: str, fn, seed: int, step: int, k: int, ups: Upstreams, on_resample=None):
@@ -151,11 +152,12 @@ def run_trial(repo, setup: Setup, step: int, k: int) -> dict | None:
         spent[0] += setup.meter.add(entry)
 
     try:
-        with trial_world(repo, at_step(git, fork.id, 0), setup.mount) as world:
+        start = fork.id if setup.how.resume_world else at_step(git, fork.id, 0)
+        with trial_world(repo, start, setup.mount) as world:
             sticky = [e for e in setup.entries if e["step"] > step]
             result, prefix = runon.run(repo, ref, setup.cmd, upstreams=setup.upstreams, world=world, stop=stop,
                                        sticky=sticky, on_live=on_live, output=subprocess.DEVNULL,
-                                       ignore=setup.ignore)
+                                       ignore=setup.ignore, **setup.how.kwargs())
             if setup.meter.stopping.is_set():
                 return None
             outcome, reason = _outcome(git, setup.grader, world, result, prefix)

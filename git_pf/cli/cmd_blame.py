@@ -67,6 +67,9 @@ def blame(
     alpha: float = typer.Option(0.05, "--alpha", help="The false discovery rate."),
     oracle_timeout: float = typer.Option(300.0, "--oracle-timeout", metavar="SECONDS", help="An oracle running longer is undefined."),
     mount: Optional[bool] = typer.Option(None, "--mount/--no-mount", help="Trial worlds as copy-on-write mounts (default: when FUSE is there) or checkouts."),
+    resume_world: bool = typer.Option(False, "--resume-world", help="Start each trial in its fork step's world instead of step 0's (for an agent that restores its own state)."),
+    no_world_check: bool = typer.Option(False, "--no-world-check", help="Do not check that each trial's world is each prefix step's as recorded."),
+    no_isolate: bool = typer.Option(False, "--no-isolate", help="Do not show a trial's world at the path the run was recorded in (writes by that path then reach it)."),
     ignore_field: List[str] = typer.Option([], "--ignore-field", metavar="JSONPATH", help="A volatile request field left out of matching (repeatable)."),
     mask: List[str] = typer.Option([], "--mask", metavar="JSONPATH=REGEX", help="Mask the regex's matches under JSONPATH before matching (repeatable)."),
     profile: Optional[str] = typer.Option(None, "--profile", metavar="NAME|FILE", help="An agent profile's ignored fields and masks."),
@@ -87,6 +90,7 @@ def blame(
     if not cmd:
         raise UsageError("give the agent's command after '--'")
     from ..blame.engine import BlameOptions, blame as do_blame
+    from ..runs.runon import RunWorld
     from .cmd_runs import match_rules
 
     opts = BlameOptions(oracle=oracle, success_re=success_re, failure_re=failure_re, k=k,
@@ -94,7 +98,8 @@ def blame(
                         budget_usd=budget, jobs=jobs, upstreams=list(upstream), name=name, null_rate=null_rate,
                         alpha=alpha, seed=seed, oracle_timeout_s=oracle_timeout, mount=mount,
                         ignore=match_rules(ignore_field, mask, profile)[0], executor=executor,
-                        ray_address=ray_address)
+                        ray_address=ray_address,
+                        how=RunWorld(resume_world=resume_world, world_check=not no_world_check, isolate=not no_isolate))
 
     def progress(row: dict) -> None:
         say(f"step {row['step']} trial {row['trial']}: {row['outcome']} ({row['reason']})")

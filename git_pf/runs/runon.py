@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..image import manifest as img
@@ -44,6 +45,20 @@ class RunOn:
 def prefix_where(step: int, fork_step: int) -> str:
     """Where a prefix problem at ``step`` lies against the fork's step."""
     return ("before" if step < fork_step else "at" if step == fork_step else "after") + " the fork's step"
+
+
+@dataclass(frozen=True)
+class RunWorld:
+    """How a run goes on from a fork (``run``'s flags, and each blame trial's): in step 0's world
+    (the default) or, with ``resume_world``, the fork step's; each prefix step's world checked
+    (``world_check``); the world shown at the path it was recorded in (``isolate``)."""
+
+    resume_world: bool = False
+    world_check: bool = True
+    isolate: bool = True
+
+    def kwargs(self) -> dict:
+        return {"resume_world": self.resume_world, "world_check": self.world_check, "isolate": self.isolate}
 
 
 def run(repo, branch: str, cmd: list[str], *, upstreams: list[str] = (), fs_root: Path | None = None,
