@@ -41,7 +41,6 @@ class WorldMerger:
         theirs = pair(ctx.theirs)
         choice = pick(base, pair(ctx.ours), theirs)
         proc = stand = None
-        sizes: dict = {}
         if choice == "both":
             try:
                 stand = gitmerge.stand_ins(git, ctx.ours.id, ctx.theirs.id, [b.id for b in ctx.bases])
@@ -49,14 +48,12 @@ class WorldMerger:
             except BaseException:
                 ctx.check_sides()  # a world libgit2 cannot parse (for a stand-in commit): named as the checks name it
                 raise
-        self._started = (choice, theirs, stand, proc, sizes)
+        self._started = (choice, theirs, stand, proc)
         try:
             ctx.check_sides()  # while git merges; before anything here reads a world
         except BaseException:
             self.cancel()
             raise
-        if proc is not None and len(ctx.bases) == 1:
-            sizes.update(_prefetch_sizes(git, base[0], pair(ctx.ours)[0], theirs[0]))
 
     def cancel(self) -> None:
         """Stop git's merge if it was started and not collected (the merge was refused or failed)."""
@@ -69,7 +66,7 @@ class WorldMerger:
     def merge(self, ctx: MergeContext) -> LayerResult:
         if self._started is None:
             self.start(ctx)
-        choice, theirs, stand, proc, sizes = self._started
+        choice, theirs, stand, proc = self._started
         self._started = None
         if choice in ("unchanged", "same", "ours"):
             return LayerResult("world", True, report={"resolution": choice}, trailer=f"world {choice}")
@@ -77,7 +74,7 @@ class WorldMerger:
             summary = _fields(ctx.theirs.manifest.get("layers", {}).get("world"))
             return LayerResult("world", True, {img.WORLD_FS: theirs[0], img.WORLD_ATTRS: theirs[1]}, summary,
                                {"resolution": "theirs"}, trailer="world theirs")
-        return _three_way(ctx, stand, gitmerge.finish(proc), sizes)
+        return _three_way(ctx, stand, gitmerge.finish(proc))
 
 
 def _fields(summary: dict | None) -> dict | None:
@@ -100,21 +97,7 @@ def _pointer_oids(git, image, attrs: dict) -> set[bytes]:
     return out
 
 
-def _prefetch_sizes(git, base, ours, theirs) -> dict[bytes, int]:
-    """While git merges: sizes of the blobs theirs changed and of ours' blobs at those paths
-    (the paths the merge will most likely change from ours), for the manifest counts."""
-    if not (base and ours and theirs):
-        return {}
-    mine = {p: n for p, _, n in _diff(git, base[1], ours[1])}
-    sizes: dict[bytes, int] = {}
-    for path, old, new in _diff(git, base[1], theirs[1]):
-        for e in (mine.get(path, old), new):
-            if e is not None and e[0] in (MODE_FILE, MODE_EXEC) and e[1] not in sizes:
-                sizes[e[1]] = blob_size(git, e[1])
-    return sizes
-
-
-def _three_way(ctx: MergeContext, stand: tuple[str, str], tm: gitmerge.TreeMerge, known: dict) -> LayerResult:
+def _three_way(ctx: MergeContext, stand: tuple[str, str], tm: gitmerge.TreeMerge) -> LayerResult:
     git = ctx.repo.git
     ours_c, theirs_c = stand
     sides = [ctx.ours, ctx.theirs, *ctx.bases]
@@ -127,7 +110,7 @@ def _three_way(ctx: MergeContext, stand: tuple[str, str], tm: gitmerge.TreeMerge
     conflicts = _git_conflicts(tm, attrs, pointer_oids)
     pointers = {p for p, e in attrs[0].items() if e.pointer}
     flagged = {p for a in attrs for p, e in a.items() if e.pointer}
-    touched, sizes = set(), _Sizes(git, pointer_oids, known)
+    touched, sizes = set(), _Sizes(git, pointer_oids)
     for path, old, new in changed:
         real = real_path(path)
         touched.add(real)
@@ -175,8 +158,8 @@ def _diff(git, a: bytes | None, b: bytes) -> list[tuple[bytes, tuple | None, tup
 class _Sizes:
     """Blob sizes, each read once; pointer blobs give the size of the file they stand for."""
 
-    def __init__(self, git, pointer_oids: set[bytes], known: dict[bytes, int]):
-        self.git, self.pointer_oids, self.cache = git, pointer_oids, known
+    def __init__(self, git, pointer_oids: set[bytes]):
+        self.git, self.pointer_oids, self.cache = git, pointer_oids, {}
 
     def raw(self, oid: bytes) -> int:
         if oid not in self.cache:
