@@ -42,7 +42,7 @@ from pathlib import Path
 import pygit2
 
 from .. import executors
-from ..ops import fork as fork_mod
+from ..ops import fork as fork_mod, maintenance
 from ..image import manifest as img, refs
 from ..core.errors import DataError, UsageError
 from ..executors import node
@@ -303,8 +303,8 @@ def _bring_back(repo, remote, rows: list[dict]) -> None:
     branch and its remote-tracking ref moved here to its row's image, a fast-forward (or a new branch:
     a fork of a recorded run), else one line and nothing more moves."""
     git = repo.git
-    gitcmd.run(repo.git_dir, ["fetch", "--no-tags", "--refmap=", "--quiet", "--no-write-fetch-head", remote.arg,
-                              *(refs.HEADS + r["name"] for r in rows)], cwd=git.workdir or repo.git_dir)
+    gitcmd.run(repo.git_dir, ["fetch", "--no-tags", "--refmap=", "--quiet", "--no-write-fetch-head", "--no-auto-gc",
+                              remote.arg, *(refs.HEADS + r["name"] for r in rows)], cwd=git.workdir or repo.git_dir)
     moves = []
     for r in rows:
         old, new = refs.branch_tip(git, r["name"]), r["image"]
@@ -316,6 +316,7 @@ def _bring_back(repo, remote, rows: list[dict]) -> None:
         if old != new:
             refs.update_branch(git, name, new, old, f"pf fanout: {name}")
         git.references.create(remote.tracking("heads/" + name), new, force=True)
+    maintenance.auto_gc(git)  # the fetch's pack counts as a snapshot's does (git's own gc in the foreground is not run)
 
 
 def _step_forks(repo, rev: str, n: int, prefix: str | None, step: int, perturb_spec: str) -> tuple[str, list]:
