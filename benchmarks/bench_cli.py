@@ -78,6 +78,29 @@ def _children_cpu(pid: int | None) -> float:
     return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
 
 
+def _children(pid: int | None) -> set[int] | None:
+    """The live children of process ``pid`` (a server's spare and commands); None where unknown."""
+    if pid is None:
+        return set()
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return {int(x) for x in f.read().split()}
+    except OSError:
+        return None
+
+
+def _settle(pid: int | None, before: set[int] | None) -> None:
+    """Wait until the server has reaped the children it had before the command (the spare that ran
+    it ends after its client has the status: its CPU counts once it is reaped), and a little more
+    for the next spare to warm, so that git's command after it does not share the CPU with it."""
+    for _ in range(400):
+        now = _children(pid)
+        if now is None or not (before & now):
+            break
+        time.sleep(0.005)
+    time.sleep(0.03 if pid is not None else 0.0)
+
+
 class Case:
     """One measured command: ``before(i)`` (untimed) runs ahead of round ``i``; ``server``: the
     command server's commands' CPU counts too."""
@@ -91,8 +114,10 @@ class Case:
         if self.before is not None:
             self.before(i)
         pid = _wait_server(self.env)["pid"] if self.server else None  # a changed file of git-pf's stops it
+        before = _children(pid)
         c0 = _children_cpu(pid)
         wall, cpu = _run(self.args, self.cwd, self.env)
+        _settle(pid, before)
         self.walls.append(wall)
         self.cpus.append(cpu + _children_cpu(pid) - c0)
 
@@ -100,6 +125,18 @@ class Case:
         t = Timing(statistics.median(self.walls))
         t.cpu = statistics.median(self.cpus)
         return t
+
+
+def _private_mib(pid: int) -> float | None:
+    """The private memory of the children of ``pid`` (the server's spare, at rest), in MiB."""
+    total = 0
+    for child in _children(pid) or ():
+        try:
+            with open(f"/proc/{child}/smaps_rollup") as f:
+                total += sum(int(line.split()[1]) for line in f if line.startswith(("Private_Clean:", "Private_Dirty:")))
+        except (OSError, ValueError, IndexError):
+            return None
+    return total / 1024 if total else None
 
 
 def _status(env) -> dict:
@@ -226,6 +263,10 @@ def bench(base: Path, runs: int, files: int, changed: int) -> list:
         subprocess.run(["git", "pf", "log", "-n", "1"], env=e, stdout=subprocess.DEVNULL, check=True)
         _wait_server(e)
     table = cases(s, changed, runs)
+    nop_dir = base / "nop"  # the floor of every `git pf` command: git's dispatcher starting another program
+    nop_dir.mkdir()
+    (nop_dir / "git-nop").symlink_to(shutil.which("true") or "/bin/true")
+    nop = Case("git nop", ["git", "nop"], env=dict(git_env(), PATH=f"{nop_dir}:{os.environ.get('PATH', '')}"))
     for i in range(runs):
         for served, plain_pf, git, _, py in table:
             served.once(i)
@@ -233,6 +274,7 @@ def bench(base: Path, runs: int, files: int, changed: int) -> list:
             for other in (plain_pf, py):
                 if other is not None:
                     other.once(i)
+        nop.once(i)
     rows = []
     for served, plain_pf, git, goal, py in table:
         t_pf, t_git = served.median(), git.median()
@@ -245,9 +287,15 @@ def bench(base: Path, runs: int, files: int, changed: int) -> list:
         if py is not None:
             t_py = py.median()
             rows.append((f"  server, Python client", _ms(t_py), f"{t_py / t_git:.2f}x"))
+    t_nop, t_help = nop.median(), table[-1][2].median()
+    rows.append(("git nop (git's dispatcher, /bin/true)", _ms(t_nop),
+                 f"{t_nop / t_help:.2f}x git -h: the floor of any git pf command"))
     st = _status(env)
     rows.append(("server memory at rest (RSS)", f"{st['memory_bytes'] / (1 << 20):.0f} MiB",
                  f"after {st['served']} commands"))
+    spare = _private_mib(st["pid"])
+    if spare is not None:
+        rows.append(("  the spare child's own pages", f"{spare:.0f} MiB", "copied ahead of the next command"))
     firsts, seconds = [], []
     log = ["git", "pf", "log", "-n", "20"]
     for _ in range(3):  # the first command after the server went (idle exit), then the next one

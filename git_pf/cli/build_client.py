@@ -1,12 +1,13 @@
 """Builds and installs the command server's C client (docs/server.md, "The C client").
 
 ``python -m git_pf.cli.build_client BIN_DIR`` compiles ``client.c`` with the system C compiler
-(``$CC``, else ``cc``) and installs it as ``BIN_DIR/git-pf``, where git's dispatcher finds it
-for ``git pf``. The Python console script that pip installed there is kept beside it as
-``BIN_DIR/git-pf-python``: the C client runs it (same arguments) whenever the server does not
-run a command. With no compiler, or when the build fails, nothing changes: ``git-pf`` stays
-the Python client. What the C client must share with the server (the protocol's version, the
-token, the served commands) is generated here from ``client.py``, never written twice.
+(``$CC``, else ``cc``; linked statically where the C library allows it, else dynamically) and
+installs it as ``BIN_DIR/git-pf``, where git's dispatcher finds it for ``git pf``. The Python
+console script that pip installed there is kept beside it as ``BIN_DIR/git-pf-python``: the C
+client runs it (same arguments) whenever the server does not run a command. With no compiler,
+or when the build fails, nothing changes: ``git-pf`` stays the Python client. What the C client
+must share with the server (the protocol's version, the token, the served commands) is
+generated here from ``client.py``, never written twice.
 """
 from __future__ import annotations
 
@@ -72,8 +73,11 @@ def build(out: str, fallback: str) -> str | None:
     with tempfile.TemporaryDirectory(prefix="git-pf-client-") as tmp:
         with open(os.path.join(tmp, "pf_client.h"), "w") as f:
             f.write(header(fallback))
-        proc = subprocess.run([cc, "-O2", "-Wall", "-Werror", "-std=gnu11", "-I", tmp, "-o", out, SOURCE],
-                              capture_output=True, text=True)
+        for link in (["-static"], []):  # static when the C library allows: no dynamic loading on every command
+            proc = subprocess.run([cc, "-O2", "-Wall", "-Werror", "-std=gnu11", *link, "-I", tmp, "-o", out, SOURCE],
+                                  capture_output=True, text=True)
+            if proc.returncode == 0:
+                break
     if proc.returncode != 0:
         return f"{os.path.basename(cc)} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}"
     return None
