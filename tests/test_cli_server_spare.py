@@ -102,3 +102,16 @@ def test_a_change_of_git_pf_files_never_serves_the_old_help(world, tmp_path):
     assert second["pid"] != first["pid"]
     again = pf("-h", cwd=repo, env=env)
     assert again.stdout == new and status(repo, env)["served"] == second["served"] + 1
+
+
+def test_an_idle_server_ends_with_its_spare(world):
+    """``pf.server.idleTimeout``: the server and the spare that waits for the next command both end."""
+    repo, _, ids = world
+    pf("server", "stop", cwd=repo)
+    subprocess.run(["git", "config", "pf.server.idleTimeout", "1s"], cwd=repo, check=True)
+    git_dir = (repo / ".git").resolve()
+    running_server(repo)
+    assert ids[2] in pf("show", cwd=repo).stdout
+    wait_for(lambda: len(processes_of(git_dir)) == 2, "the spare to wait")
+    wait_for(lambda: not processes_of(git_dir), "the idle server and its spare to end")
+    assert not status(repo)["running"]
