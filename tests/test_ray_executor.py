@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
