@@ -273,10 +273,10 @@ def merge(repo, req: MergeRequest) -> MergeResult:
     results = run_layers(ctx, prefer)
     result = MergeResult("merged", ctx.ours_name, ctx.ours, ctx.theirs, req.theirs, [b.id for b in ctx.bases],
                          results, dry_run=req.dry_run, context=ctx)
-    if not all(r.clean for r in results):
+    tree = build_tree(ctx, results)  # a dry run and a conflict too: they fail as the merge would
+    if not all(r.clean for r in results):  # (a conflict never hands on a layer the result could not read)
         result.status = "conflict"
         return result
-    tree = build_tree(ctx, results)  # a dry run too: it fails as the merge would
     if not req.dry_run:
         result.image = write_image(ctx, results, tree)
     return result
