@@ -176,14 +176,20 @@ def test_server_killed_mid_command_costs_one_line_and_a_rerun_works(world):
     _exact(repo, sb, image)
 
 
-def test_a_change_of_git_pf_files_starts_a_new_server(world, tmp_path):
-    repo, _, ids = world
+def copied_install(repo, tmp_path) -> tuple[Path, dict, dict]:
+    """A copy of git-pf's package that a test may change as a reinstall would, the environment that
+    runs it, and the status of a fresh server running it (the old server stopped)."""
     pf("server", "stop", cwd=repo)
     site = tmp_path / "site"
     shutil.copytree(Path(__import__("git_pf").__file__).parent, site / "git_pf",
                     ignore=shutil.ignore_patterns("__pycache__"))
     env = _env(PYTHONPATH=str(site))
-    first = running_server(repo, env)
+    return site, env, running_server(repo, env)
+
+
+def test_a_change_of_git_pf_files_starts_a_new_server(world, tmp_path):
+    repo, _, ids = world
+    site, env, first = copied_install(repo, tmp_path)
     assert first["pid"] and pf("show", ids[0], cwd=repo, env=env).returncode == 0
     with open(site / "git_pf" / "core" / "errors.py", "a") as f:  # what a reinstall does to a file
         f.write("\n# changed\n")

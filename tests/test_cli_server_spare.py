@@ -6,15 +6,13 @@ never lets the old help be served."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from conftest import BIN
-from test_cli_server import _env, pf, processes_of, running_server, status, wait_for, world  # noqa: F401
+from test_cli_server import _env, copied_install, pf, processes_of, running_server, status, wait_for, world  # noqa: F401
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the command server needs Linux")
 
@@ -84,12 +82,7 @@ def test_served_help_to_a_closed_pipe_ends_as_in_process(world):
 
 def test_a_change_of_git_pf_files_never_serves_the_old_help(world, tmp_path):
     repo, _, _ = world
-    pf("server", "stop", cwd=repo)
-    site = tmp_path / "site"
-    shutil.copytree(Path(__import__("git_pf").__file__).parent, site / "git_pf",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    env = _env(PYTHONPATH=str(site))
-    first = running_server(repo, env)
+    site, env, first = copied_install(repo, tmp_path)
     old = pf("-h", cwd=repo, env=env).stdout
     assert status(repo, env)["served"] == first["served"] + 1 and "fork() for AI agents" in old
     app = site / "git_pf" / "cli" / "app.py"  # what a reinstall of a new version does to a file
