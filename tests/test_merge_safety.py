@@ -3,6 +3,7 @@ unsafe entry sits deep under directories that look unchanged (same names, same s
 still merges a sound one; the refused world is never marked sound."""
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pygit2
@@ -127,3 +128,51 @@ def test_first_merge_marks_the_sides_and_the_result(tmp_path):
     assert result.status == "merged"
     worlds = {str(repo.git.revparse_single(f"{c}:world/fs").id) for c in (ours, theirs, result.image.id)}
     assert worlds <= _marks(repo)
+
+
+def _git(repo: Repo, *args: str, data: bytes | None = None) -> str:
+    return subprocess.run(["git", "--git-dir", str(repo.git_dir), *args], input=data, capture_output=True,
+                          check=True).stdout.decode().strip()
+
+
+def test_a_snapshot_marks_the_world_it_built_and_a_first_merge_does_not_walk_the_sides(tmp_path):
+    repo, ours, theirs = _setup(tmp_path)
+    worlds = {str(repo.git.revparse_single(f"{c}:world/fs").id) for c in (ours, theirs)}
+    assert worlds <= _marks(repo)  # marked by the snapshots that built them, before any merge
+    size = (Path(repo.git.path) / "pf" / "sound-trees").stat().st_size
+    repo.snapshot(tmp_path / "sb", name="side", message="the same world again")
+    assert (Path(repo.git.path) / "pf" / "sound-trees").stat().st_size == size  # an unchanged world: no line
+    safepath.forget_sound_trees()  # as a fresh process: only the marks on disk
+    assert repo.merge("side", into="main").status == "merged"
+    theirs_trees = {repo.git.revparse_single(f"{theirs}:world/fs{p}").id.raw
+                    for p in ("", "/pkg", "/pkg/sub", "/pkg/sub/deep")}
+    assert not theirs_trees & set(safepath._SHAPES)  # theirs' world was not read: its mark vouched for it
+
+
+def test_a_crafted_image_with_an_unsafe_name_deep_inside_gets_no_mark_and_is_refused(tmp_path):
+    """Made with git's plumbing alone, on top of snapshotted (marked) worlds: the unsafe tree's
+    parents keep every name of theirs' world, so only reading it finds the '..'."""
+    repo, ours, theirs = _setup(tmp_path)
+    marked = _marks(repo)
+    deep = _git(repo, "rev-parse", f"{theirs}:world/fs/{DEEP.decode()}")
+    bad = _hostile_deep(repo.git, bytes.fromhex(deep), "dotdot")
+    tree = _git(repo, "hash-object", "-t", "tree", "-w", "--literally", "--stdin", data=bad)
+    path = f"world/fs/{DEEP.decode()}"
+    while path:  # each tree above it: theirs' listing with the one changed subtree, through mktree
+        parent, _, name = path.rpartition("/")
+        lines = [line.split(" ")[0] + f" tree {tree}\t{name}" if line.endswith(f"\t{name}") else line
+                 for line in _git(repo, "ls-tree", f"{theirs}:{parent}").splitlines()]
+        tree = _git(repo, "mktree", data=("\n".join(lines) + "\n").encode())
+        path = parent
+    commit = _git(repo, "commit-tree", tree, "-p", _git(repo, "rev-parse", f"{theirs}^"), "-m", "crafted")
+    _git(repo, "update-ref", "refs/pf/heads/evil", commit)
+    evil_world = _git(repo, "rev-parse", f"{commit}:world/fs")
+    for fresh in (True, False):
+        if fresh:
+            safepath.forget_sound_trees()
+        with pytest.raises(DataError) as e:
+            repo.merge("evil", into="main")
+        assert f"image {commit[:12]}" in e.value.message and "deep" in e.value.message, e.value.message
+        assert refs.branch_tip(repo.git, "main") == ours
+        assert evil_world not in _marks(repo) and _marks(repo) == marked
+    assert repo.merge("side", into="main").status == "merged"

@@ -10,7 +10,8 @@ without listing the world, for merges and fsck: a tree found sound once in
 a process is not read again, so the worlds of one merge cost what they do
 not share, and a merge marks the world roots it found sound in
 ``$GIT_DIR/pf/sound-trees`` (``markfile``) so later merges, in any process,
-skip them (fsck reads every tree regardless). ``SafeDir``
+skip them (fsck reads every tree regardless); a snapshot of a directory marks
+the world it built itself (``mark_sound``). ``SafeDir``
 writes under one directory by ``openat``-style descent, never opening a path
 through a symlink it created or found. Writes nothing outside the directory a
 ``SafeDir`` is given. Knows the world's tree format (names are escaped as
@@ -352,6 +353,16 @@ def _check_tree(git, root: bytes, marks: MarkFile[str] | None, like: bytes | Non
     _SOUND_TREES.update(visited)  # the whole world passed: every tree of it is sound
     if marks is not None:
         marks.add(root.hex())
+
+
+def mark_sound(git, tree: bytes) -> None:
+    """Mark the world tree ``tree`` sound without reading it: only for a tree its maker built
+    itself from names it listed and escaped (``to_tree``), or reused from a world built so, as
+    a snapshot of a directory does (docs/security.md, "Sound trees"); never for a tree that
+    came from a remote, a mount's image or anything else another person wrote. One line
+    appended to the repository's marks, once per tree and process."""
+    _SOUND_TREES.add(tree)
+    sound_marks(git).add(tree.hex())
 
 
 def forget_sound_trees() -> None:

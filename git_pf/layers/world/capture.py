@@ -6,8 +6,11 @@ ignore rules) and subtrees are unchanged gives back its recorded tree and
 attrs without per-file work; in any other directory only entries whose fields
 changed are read. Files at or over the large-file threshold go to the side
 store, leaving a pointer blob in the tree. Hard links become copies; fifos,
-sockets and devices are skipped with a warning. Writes only git objects and
-side-store objects, never refs.
+sockets and devices are skipped with a warning. Every tree it writes holds
+only names it listed from the directory and escaped, in git's order: sound by
+construction, so the world it returns is marked sound (``safepath.mark_sound``)
+and no merge reads it to check it. Writes only git objects, side-store objects
+and that mark, never refs.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from dataclasses import dataclass, field
 import pygit2
 
 from ...core.errors import UsageError
+from ...image import safepath
 from ...image.tree import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, Entry, TreeWriter
 from ...store.pointer import Pointer
 from ...store.sidestore import SideStore
@@ -344,4 +348,7 @@ def capture(repo: pygit2.Repository, store: SideStore, root: bytes, *, threshold
     if tree is None:
         tree = reader.writer.write([])
     reader.writer.flush()
+    old_root = cache.old.get(b"")
+    if old_root is None or old_root.tree != tree:  # the same world as last time was marked then
+        safepath.mark_sound(repo, tree)  # built here from listed names, escaped: sound by construction
     return Capture(tree.hex(), reader.attrs, reader.stats)
