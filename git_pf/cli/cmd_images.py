@@ -99,18 +99,21 @@ def log(
     sigs = _signatures(repo, images, show_signature)
 
     def human() -> None:
+        lines = []  # written at once: the whole history is read before anything is written anyway
         for image in images:
             step = step_of(image)
             if oneline:
-                typer.echo(f"{image.short} {'' if step is None else f'[step {step}] '}{image.subject}")
+                lines.append(f"{image.short} {'' if step is None else f'[step {step}] '}{image.subject}")
                 continue
-            typer.echo(f"image {image.id}")
+            lines.append(f"image {image.id}")
             if sigs:
-                typer.echo(f"Signature: {sigs[image.id].describe()}")
-            typer.echo(f"Date:   {fmt.date(image)}")
+                lines.append(f"Signature: {sigs[image.id].describe()}")
+            lines.append(f"Date:   {fmt.date(image)}")
             if step is not None:
-                typer.echo(f"Step:   {step}")
-            typer.echo(f"\n    {image.subject}\n")
+                lines.append(f"Step:   {step}")
+            lines.append(f"\n    {image.subject}\n")
+        if lines:
+            typer.echo("\n".join(lines))
 
     emit(as_json, [dict(i.to_json(), step=step_of(i), **({"signature": sigs[i.id].to_json()} if sigs else {}))
                    for i in images], human)

@@ -4,7 +4,7 @@
 """
 from __future__ import annotations
 
-import datetime as dt
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -18,8 +18,10 @@ def size(n: int) -> str:
 
 
 def date(image: ImageInfo) -> str:
-    tz = dt.timezone(dt.timedelta(minutes=image.offset))
-    return dt.datetime.fromtimestamp(image.time, tz).strftime("%a %b %d %H:%M:%S %Y %z")
+    """As git prints a commit's date: the local time of its own offset, then the offset."""
+    hours, minutes = divmod(abs(image.offset), 60)
+    return time.strftime("%a %b %d %H:%M:%S %Y ", time.gmtime(image.time + image.offset * 60)) + \
+        f"{'-' if image.offset < 0 else '+'}{hours:02d}{minutes:02d}"
 
 
 def layers(image: ImageInfo) -> list[str]:

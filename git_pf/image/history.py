@@ -31,7 +31,7 @@ def log(git: pygit2.Repository, start: str, limit: int | None = None, first_pare
     for commit in walker:
         if limit is not None and len(out) >= limit:
             break
-        out.append(img.read_image(git, str(commit.id)))
+        out.append(img.image_of(git, commit))  # the walk read the commit: only its manifest is read here
     return out
 
 

@@ -111,16 +111,23 @@ def read_image(repo: pygit2.Repository, oid: str) -> ImageInfo:
     commit = repo.get(oid)
     if not isinstance(commit, pygit2.Commit):
         raise UsageError(f"{oid[:12]} is not a commit")
+    return image_of(repo, commit)
+
+
+def image_of(repo: pygit2.Repository, commit: pygit2.Commit) -> ImageInfo:
+    """The image at ``commit`` (already read, e.g. by a history walk); raises as ``read_image``."""
+    oid = str(commit.id)
+    tree = commit.tree_id
     try:
-        manifest = read_manifest(repo, commit.tree_id.raw)
+        manifest = read_manifest(repo, tree.raw)
     except DataError as e:
         raise DataError(f"image {oid[:12]}: {e.message}", e.code) from None
     if manifest is None:
         raise UsageError(f"{oid[:12]} is a commit but not a git-pf image (no pf.json)")
     msg = commit.message
     return ImageInfo(
-        id=str(commit.id),
-        tree=str(commit.tree_id),
+        id=oid,
+        tree=str(tree),
         parents=tuple(str(p) for p in commit.parent_ids),
         subject=msg.split("\n", 1)[0],
         message=msg,
@@ -133,10 +140,12 @@ def read_image(repo: pygit2.Repository, oid: str) -> ImageInfo:
 
 
 def read_manifest(repo: pygit2.Repository, tree: bytes) -> dict | None:
+    """The parsed ``pf.json`` of image tree ``tree``; None when there is none (the root tree
+    is read once: ``pf.json`` is one of its entries)."""
     found = lookup(repo, tree, MANIFEST)
     if found is None or found[0] == MODE_TREE:
         return None
-    return parse_manifest(read_file(repo, tree, MANIFEST))
+    return parse_manifest(_layer_blob(repo, found, MANIFEST))
 
 
 def parse_manifest(data: bytes) -> dict:
@@ -174,12 +183,13 @@ def _manifest_problem(manifest: dict) -> str | None:
     layers = manifest.get("layers", {})
     if not isinstance(layers, dict):
         return "layers must be an object"
+    counts = _summary_counts() if layers else {}
     for name, summary in layers.items():
         if summary is None:
             continue
         if not isinstance(summary, dict):
             return f"layers.{ascii(name[:40])} must be an object or null"
-        for key in _summary_counts().get(name, ()):
+        for key in counts.get(name, ()):
             if key in summary and not _is_count(summary[key]):
                 return f"layers.{name}.{key} must be a non-negative integer"
     return None
@@ -194,6 +204,12 @@ def read_file(repo: pygit2.Repository, tree: str | bytes, path: bytes) -> bytes 
     found = lookup(repo, raw, path)
     if found is None or found[0] == MODE_TREE:
         return None
+    return _layer_blob(repo, found, path)
+
+
+def _layer_blob(repo: pygit2.Repository, found: tuple[int, bytes], path: bytes) -> bytes:
+    """The bytes of the layer file ``path`` whose tree entry is ``found`` (mode, raw oid),
+    within its limit (``read_file``)."""
     if found[0] not in (MODE_FILE, MODE_EXEC, MODE_LINK):
         raise DataError(f"{os.fsdecode(path)} is not a file (mode {found[0]:06o})")
     size = blob_size(repo, found[1])
