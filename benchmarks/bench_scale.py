@@ -13,7 +13,8 @@ overhead (the whole task less its command: on Ray the fetch of the fork's branch
 the world's checkout, the snapshot and the push) at p50 and p99, and each phase's
 p50 (on Ray a chunk's fetch and push are shared by its forks). With blame, a
 scripted agent's run (``git pf blame --validate``'s) is blamed at its fault step and
-the one before, k trials each, with ``--jobs 2`` and on Ray: trials per minute of each.
+the one before, k trials each, with ``--jobs 2`` and on Ray (connected, and a blame of 2
+trials run first to warm the node), interleaved, ``--repeat`` times: trials per minute of each.
 Each fan-out starts once a background ``git gc`` an earlier one started has ended.
 Everything lives in a temporary directory; the cluster is stopped by its process group.
 """
@@ -101,8 +102,9 @@ def _fanouts(base: Path, url: str, address: str, forks: list[int], files: list[i
     report("Fan-out of no-op forks: Ray (1 node, 2 CPUs) against the local executor (2 threads)", rows)
 
 
-def _blame(base: Path, url: str, address: str, k: int) -> None:
+def _blame(base: Path, url: str, address: str, k: int, repeat: int) -> None:
     from git_pf import Repo
+    from git_pf import executors
     from git_pf.testing import scripted
     from git_pf.blame.engine import BlameOptions, blame
     from git_pf.blame.validate import case_plan
@@ -119,22 +121,32 @@ def _blame(base: Path, url: str, address: str, k: int) -> None:
     (world / scripted.TASK).write_bytes(scripted.task_json(plan.seed))
     agent = ["python", "-m", "git_pf.testing.scripted", "agent", "--task-seed", str(plan.seed)]
     oracle = f"python -m git_pf.testing.scripted check --task-seed {plan.seed}"
-    rows, rates, outcomes = [], {}, {}
+    rows, ratios = [], []
+    executors.make("ray", address=address).start()  # connected once, as the fan-outs are: not in a run's time
     with FakeLLM(scripted.ScriptedModel(plan)) as fake:
         record(repo, agent, name="case", fs_root=world, upstreams=[fake.url])
-        for executor in ("local", "ray"):
-            opts = BlameOptions(oracle=oracle, k=k, steps=(plan.step - 1, plan.step), perturb="resample", jobs=2,
-                                upstreams=[fake.url], name=executor, mount=False, executor=executor,
-                                ray_address=address if executor == "ray" else None)
-            t0 = time.perf_counter()
-            out = blame(repo, "case", agent, opts)
-            took = time.perf_counter() - t0
-            rates[executor] = len(out["trials"]) / took * 60
-            outcomes[executor] = [(t["step"], t["trial"], t["outcome"]) for t in out["trials"]]
-            rows.append((f"{executor} ({len(out['trials'])} trials)", f"{rates[executor]:.1f} trials/min",
-                         f"{took:.1f} s, decisive step {out['decisive']}"))
-    rows.append(("ray against --jobs 2", f"{rates['ray'] / rates['local']:.2f}x",
-                 "same outcomes" if outcomes["local"] == outcomes["ray"] else "OUTCOMES DIFFER"))
+        blame(repo, "case", agent, BlameOptions(oracle=oracle, k=2, steps=(plan.step, plan.step), perturb="resample",
+                                                upstreams=[fake.url], name="warm", mount=False, executor="ray",
+                                                ray_address=address))  # the node's cache and Ray's workers, warm
+        for again in range(repeat):
+            rates, outcomes = {}, {}
+            for executor in ("local", "ray"):
+                opts = BlameOptions(oracle=oracle, k=k, steps=(plan.step - 1, plan.step), perturb="resample", jobs=2,
+                                    upstreams=[fake.url], name=f"{executor}{again}", mount=False, executor=executor,
+                                    ray_address=address if executor == "ray" else None)
+                load = os.getloadavg()[0]
+                t0 = time.perf_counter()
+                out = blame(repo, "case", agent, opts)
+                took = time.perf_counter() - t0
+                rates[executor] = len(out["trials"]) / took * 60
+                outcomes[executor] = [(t["step"], t["trial"], t["outcome"]) for t in out["trials"]]
+                rows.append((f"{executor} ({len(out['trials'])} trials)", f"{rates[executor]:.1f} trials/min",
+                             f"{took:.1f} s, decisive step {out['decisive']} (load {load:.1f})"))
+            ratios.append(rates["ray"] / rates["local"])
+            rows.append(("ray against --jobs 2", f"{ratios[-1]:.2f}x",
+                         "same outcomes" if outcomes["local"] == outcomes["ray"] else "OUTCOMES DIFFER"))
+    if repeat > 1:
+        rows.append((f"ray against --jobs 2, median of {repeat}", f"{statistics.median(ratios):.2f}x", ""))
     report(f"Blame trials per minute, the scripted agent (task {plan.seed}), k={k}", rows)
 
 
@@ -163,7 +175,7 @@ def main(argv=None) -> int:
                 _fanouts(base, url, address, [int(x) for x in args.forks.split(",")],
                          [int(x) for x in args.files.split(",")], max(1, args.repeat))
             if not args.no_blame:
-                _blame(base, url, address, args.k)
+                _blame(base, url, address, args.k, max(1, args.repeat))
     return 0
 
 

@@ -243,17 +243,19 @@ def test_a_worker_killed_mid_trial_is_retried_and_every_verdict_comes_once(repo,
     killer = threading.Thread(target=kill_one)
     killer.start()
     try:
-        proc = _blame(run_pf, root, plan, fake, agent, "killed", f"{plan.step}..{plan.step}", 3, "--executor", "ray",
-                      "--ray-address", address, check=False)
+        # 6 trials on 2 CPUs: 3 tasks of 2 trials each, so the kill loses a chunk's unpushed verdicts
+        proc = _blame(run_pf, root, plan, fake, agent, "killed", f"{plan.step - 1}..{plan.step}", 3,
+                      "--executor", "ray", "--ray-address", address, check=False)
     finally:
         killer.join()
         fake.__exit__(None, None, None)
     assert killed and proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert [(t["step"], t["trial"]) for t in out["trials"]] == [(plan.step, k) for k in (1, 2, 3)]
+    every = [(s, k) for s in (plan.step - 1, plan.step) for k in (1, 2, 3)]
+    assert [(t["step"], t["trial"]) for t in out["trials"]] == every
     on_remote = sh("git", "ls-remote", served, "refs/pf/blame/killed/step-*").stdout.splitlines()
-    assert sorted(line.split("\t")[1] for line in on_remote) == [f"refs/pf/blame/killed/step-{plan.step}/{k}"
-                                                                 for k in (1, 2, 3)]
+    assert sorted(line.split("\t")[1] for line in on_remote) == [f"refs/pf/blame/killed/step-{s}/{k}"
+                                                                 for s, k in every]
     assert {line.split("\t")[0] for line in on_remote} == {t["commit"] for t in out["trials"]}
 
 

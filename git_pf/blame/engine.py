@@ -161,8 +161,9 @@ def blame(repo, rev: str, agent_cmd: list[str], opts: BlameOptions, *,
                                         estimate_usd=estimate(prices, entries, every, resample)))
     meter = Meter(prices, opts.budget_usd)
     if remote is not None:
-        tasks = [cluster.TrialTask(spec, run, tip, s, k, tuple(agent_cmd), opts.perturb, opts.seed, grader,
-                                   tuple(opts.upstreams), opts.mount, opts.ignore, opts.how) for s, k in pending]
+        tasks = [cluster.TrialTask(spec, run, tip, chunk, tuple(agent_cmd), opts.perturb, opts.seed, grader,
+                                   tuple(opts.upstreams), opts.mount, opts.ignore, opts.how)
+                 for chunk in executors.chunks(pending, ex.width(), cluster.CHUNK)]
         finished = _on_cluster(repo, remote, ex, run, tasks, progress)
     else:
         setup = trials_mod.Setup(run, tip, entries, list(agent_cmd), opts.perturb, fn, opts.seed, grader,
@@ -206,13 +207,15 @@ def _cluster_remote(repo) -> remotes.Remote:
 
 
 def _on_cluster(repo, remote: remotes.Remote, ex, run: str, tasks: list, progress) -> int:
-    """Publish the run's meta (and so the blamed run) to ``remote``, run ``tasks`` on the cluster,
-    fetch their verdicts back; how many trials finished."""
+    """Publish the run's meta (and so the blamed run) to ``remote``, run ``tasks`` (chunks of trials)
+    on the cluster, fetch their verdicts back; how many trials finished."""
     git = repo.git
     if not node.publish(repo, remote, refs.ref_tip(git, store.meta_ref(run)), store.meta_ref(run)):
         raise UsageError(f"blame run '{run}' exists on remote '{remote.arg}' with another meta; "
                          f"give another --name")
-    rows = ex.map(cluster.run_task, tasks, on_result=progress)
+    rows = [row for chunk in ex.map(cluster.run_trials, tasks,
+                                    on_result=None if progress is None else lambda got: [progress(r) for r in got])
+            for row in chunk]
     gitcmd.run(repo.git_dir, ["fetch", "--no-tags", "--refmap=", "--quiet", remote.arg,
                               f"{store.ROOT}{run}/step-*:{store.ROOT}{run}/step-*"], cwd=repo.git.workdir or repo.git_dir)
     return len(rows)

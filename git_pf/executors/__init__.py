@@ -6,9 +6,11 @@ What a cluster task is given is its own dataclass (a blame trial's, a fork's):
 commit ids, the remote's URL and store settings, parameters and the agent
 command, never a path of the driver's machine nor a secret (``node`` is the
 worker's side). ``make`` picks one by name; bad names are one line, exit 2.
+``chunks`` cuts work into a cluster's tasks, several items each.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, Protocol, Sequence, TypeVar
 
 from ..core.errors import UsageError
@@ -52,3 +54,11 @@ def make(kind: str, *, jobs: int = 1, address: str | None = None) -> Executor:
 
         return RayExecutor(address)
     raise UsageError(f"--executor must be one of {', '.join(KINDS)}, not '{kind}'")
+
+
+def chunks(items: Sequence[T], width: int, most: int) -> list[tuple[T, ...]]:
+    """``items`` cut into chunks, one cluster task each: about two chunks per CPU of the cluster
+    (``width``), so the CPUs stay busy to the end, at most ``most`` items a chunk (each chunk is
+    one push: fewer, larger chunks push less; smaller ones lose less to a dead worker)."""
+    size = max(1, min(most, math.ceil(len(items) / (2 * max(1, width)))))
+    return [tuple(items[i:i + size]) for i in range(0, len(items), size)]

@@ -285,14 +285,6 @@ def fork_tasks(tasks: tuple[ForkTask, ...]) -> list[dict]:
     return rows
 
 
-def chunks(tasks: list[ForkTask], width: int) -> list[tuple[ForkTask, ...]]:
-    """The forks cut into chunks, one cluster task each: about two chunks per CPU of the cluster
-    (``width``), so the CPUs stay busy to the end, at most ``CHUNK`` forks a chunk (each chunk
-    is one push: fewer, larger chunks push less)."""
-    size = max(1, min(CHUNK, math.ceil(len(tasks) / (2 * max(1, width)))))
-    return [tuple(tasks[i:i + size]) for i in range(0, len(tasks), size)]
-
-
 def summary(rows: list[dict]) -> list[dict]:
     """The rows by score, best first (no score last), then by fork."""
     return sorted(rows, key=lambda r: (r["score"] is None, -(r["score"] or 0.0), r["fork"]))
@@ -382,7 +374,7 @@ def fanout(repo, rev: str, n: int, cmd: list[str], *, prefix: str | None = None,
                         ref.delete()
                 raise
     if remote is not None:
-        rows = [row for chunk in ex.map(fork_tasks, chunks(tasks, ex.width()),
+        rows = [row for chunk in ex.map(fork_tasks, executors.chunks(tasks, ex.width(), CHUNK),
                                         on_result=None if progress is None else lambda got: [progress(r) for r in got])
                 for row in chunk]
         _bring_back(repo, remote, rows)
