@@ -116,7 +116,7 @@ def log(
             typer.echo("\n".join(lines))
 
     emit(as_json, [dict(i.to_json(), step=step_of(i), **({"signature": sigs[i.id].to_json()} if sigs else {}))
-                   for i in images], human)
+                   for i in images] if as_json else None, human)
 
 
 class _BareArgsUsage(typer.core.TyperCommand):

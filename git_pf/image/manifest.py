@@ -165,12 +165,17 @@ def _is_count(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+_COUNTS: list[dict[str, tuple[str, ...]]] = []  # the registry's answer, once per process
+
+
 def _summary_counts() -> dict[str, tuple[str, ...]]:
     """Summary fields that are counts (docs/format.md, ``pf.json``), as each layer declares
     them (``Layer.counts``); other fields are for display only."""
-    from ..layers import registry  # the layer packages import this module
+    if not _COUNTS:
+        from ..layers import registry  # the layer packages import this module
 
-    return registry.summary_counts()
+        _COUNTS.append(registry.summary_counts())
+    return _COUNTS[0]
 
 
 def _manifest_problem(manifest: dict) -> str | None:
