@@ -303,6 +303,32 @@ def test_the_watcher_sees_changes_and_an_overflow_never_makes_a_wrong_image(worl
     _exact(repo, sb, image)
 
 
+def test_a_watched_snapshot_lists_only_the_directories_that_changed(world):
+    """The server's spare hands a snapshot the watcher's word from the first watched snapshot on:
+    the next one lists the changed directory and its ancestors, not the whole sandbox."""
+    repo, sb, _ = world
+    for i in range(6):
+        (sb / f"t{i}" / "u").mkdir(parents=True)
+        (sb / f"t{i}" / "u" / "f.txt").write_text(f"{i}\n")
+    for _ in range(3):  # a server restarted in between (git-pf's files changed) walks again: try once more
+        pid = running_server(repo)["pid"]
+        (sb / "t0" / "u" / "f.txt").write_text("first\n")
+        pf("snapshot", "--fs-root", sb, "-q", cwd=repo)  # walks and starts the watch
+        (sb / "t1" / "u" / "f.txt").write_text("second\n")
+        pf("snapshot", "--fs-root", sb, "-q", cwd=repo)  # walks or not: saves the cache the watch vouches for
+        (sb / "t2" / "u" / "f.txt").write_text("third\n")
+        out = json.loads(pf("snapshot", "--fs-root", sb, "--json", cwd=repo).stdout)
+        if status(repo)["pid"] == pid:
+            break
+    total = 1 + 1 + 6 * 2  # the root, d, t0..t5 and their u
+    assert not out["unchanged"]
+    assert out["dirs_listed"] <= 3 < total  # the root, t2 and t2/u
+    _exact(repo, sb, out["id"])
+    off = json.loads(pf("snapshot", "--fs-root", sb, "--json", "--allow-empty", cwd=repo,
+                        env=_env(GIT_PF_SERVER="0")).stdout)
+    assert off["dirs_listed"] == total  # in-process: every directory
+
+
 def test_a_served_command_loads_nothing_heavy_in_the_client(world):
     """The client of a served command imports neither Typer, pygit2 nor any command code."""
     repo, _, ids = world

@@ -596,6 +596,8 @@ class Server:
                 str(self.idle_s).encode(), *self.watches.roots()]
 
     def _run(self, conn, request: Request, fds: list[int], peer: int) -> None:
+        if cmdwatch.fs_root_arg(request.argv) is not None:
+            self._settle()
         watched = self.watches.before(request.argv, request.cwd)
         report_r, report_w = os.pipe2(os.O_CLOEXEC)
         self.pid = os.getpid()
@@ -617,6 +619,21 @@ class Server:
             os.close(fd)
         conn.setblocking(False)
         self._add_job(conn, pid, report_r, watched)
+
+    def _settle(self) -> None:
+        """Reap the commands that said they are exiting: their clients have their status, and a
+        snapshot that follows one of the same sandbox must find its watch free, with the token of
+        the stat cache it saved (else it walks everything)."""
+        for job in list(self.jobs.values()):
+            if not job.said_all:
+                os.set_blocking(job.report, False)
+                self._report(job)
+            if _exiting(job.said):
+                try:
+                    os.waitid(os.P_PID, job.pid, os.WEXITED | os.WNOWAIT)  # it is ending; _reap collects it
+                except ChildProcessError:
+                    pass
+        self._reap()
 
     def _add_job(self, conn, pid: int, report: int, watched) -> None:
         self.jobs[pid] = Job(conn, pid, report, watched)
@@ -1037,9 +1054,9 @@ def _take(server: Server, ctl, conn, report_w: int, me: Identity, learned: dict)
             answer = _ask(ctl, [b"watch", os.fsencode(request.cwd), *map(os.fsencode, request.argv)])
             if answer is None:
                 os._exit(0)
-            if len(answer) >= 3 and answer[2]:
-                hint = cmdwatch.Hint(answer[1], tuple(int(x) for x in answer[2].split()), frozenset(answer[3:]),
-                                     report_w)
+            if len(answer) >= 3:  # no token yet: this snapshot walks, and says which stat cache it saved
+                token = tuple(int(x) for x in answer[2].split()) if answer[2] else None
+                hint = cmdwatch.Hint(answer[1], token, frozenset(answer[3:]), report_w)
         ctl.send([b"run"], [conn.fileno()])  # the parent watches the client from now on
         ctl.close()
         server.sock.close()

@@ -101,6 +101,7 @@ class SnapshotResult:
             "bytes": self.stats.bytes,
             "pointers": self.stats.pointers,
             "files_read": self.stats.files_read,
+            "dirs_listed": getattr(self.stats, "dirs_listed", 0),
             "warnings": self.stats.skipped,
         }
 

@@ -43,6 +43,7 @@ class CaptureStats:
     pointers: int = 0
     files_read: int = 0
     skipped: list[str] = field(default_factory=list)  # warnings, one line each
+    dirs_listed: int = 0  # directories listed (the others' records came from the stat cache)
 
 
 @dataclass
@@ -220,6 +221,7 @@ class _Walker:
         if self.unchanged is not None and rel_dir in self.cache.old and self.unchanged(rel_dir):
             return self._reuse(rel_dir, self.cache.old[rel_dir])
         listing = _list(abs_dir, rel_dir)
+        self.reader.stats.dirs_listed += 1
         if b".gitignore" in listing.names:
             rules = rules.descend(abs_dir, rel_dir)
         old = self.cache.old.get(rel_dir)
