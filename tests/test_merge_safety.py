@@ -176,3 +176,22 @@ def test_a_crafted_image_with_an_unsafe_name_deep_inside_gets_no_mark_and_is_ref
         assert refs.branch_tip(repo.git, "main") == ours
         assert evil_world not in _marks(repo) and _marks(repo) == marked
     assert repo.merge("side", into="main").status == "merged"
+
+
+def test_what_a_snapshot_marks_passes_every_check(tmp_path):
+    """Names a sandbox may hold that the rules care about: the world a snapshot marks without
+    reading it is one the full checks (no mark trusted) accept, names unescaped as they were."""
+    sb = tmp_path / "sb"
+    names = [".git", ".GIT", ".Git", ".pf-esc-x", ".pf-esc-.git", "..x", ".x", "a b", "-n", "é", "new\nline",
+             "back\\slash", "x~1", "~"]
+    for name in names:
+        (sb / "d" / name).mkdir(parents=True)
+        (sb / "d" / name / name).write_text(name)
+    (sb / ".pf-esc-").write_text("prefix alone")
+    repo, _ = Repo.init(tmp_path / "repo")
+    image = repo.snapshot(sb, name="main").image
+    world = str(repo.git.revparse_single(f"{image.id}:world/fs").id)
+    assert world in _marks(repo)
+    assert safepath.world_problems(repo.git, image.tree) == []  # every tree read, no mark trusted
+    listed = {p for p, _, _ in safepath.validate_image(repo.git, image.tree).entries}
+    assert listed == {f"d/{n}/{n}".encode() for n in names} | {b".pf-esc-"}

@@ -189,6 +189,9 @@ _SOUND_TREES: set[bytes] = set()
 _SOUND_LIMIT = 1 << 20
 # The world roots found sound, kept per repository across processes (docs/security.md, "Sound
 # trees"). The version in the header changes whenever the name rules do, so old marks go unread.
+# A snapshot marks the world it builds without reading it (``mark_sound``): a change of the name
+# rules must change how a capture names entries too (and the stat cache's format, whose trees a
+# capture reuses), or a capture could mark a name the new rules refuse.
 SOUND_HEADER = b"pf-sound-trees 1\n"
 _SOUND_LINE = re.compile(rb"^([0-9a-f]{40}|[0-9a-f]{64})$")
 _SOUND_FILES: dict[str, MarkFile[str]] = {}
