@@ -41,6 +41,8 @@ def _repo(base: Path, url: str, files: int):
     """A repository whose one image holds ``files`` files of 2 KiB, pushed to its own bare remote."""
     from git_pf import Repo
     from git_pf.ops.snapshot import SnapshotRequest, take
+    from git_pf.transport import remotes
+    from git_pf.transport.push import push
     from transport_helpers import bare
 
     name = f"img{files}"
@@ -52,6 +54,7 @@ def _repo(base: Path, url: str, files: int):
     repo, _ = Repo.init(base / f"repo{files}")
     take(repo, SnapshotRequest(fs_root=world, branch="main"))
     sh("git", "remote", "add", "origin", f"{url}/{name}.git", cwd=base / f"repo{files}")
+    push(repo, remotes.resolve(repo, None), ["main"])  # the remote has REV: a fan-out pushes nothing first
     return repo
 
 

@@ -279,6 +279,30 @@ def test_fanout_at_a_step_on_ray_pushes_each_run_on_as_a_new_branch(repo, run_pf
         assert at_step(git, r["image"], 2) == at_step(git, "refs/pf/heads/run", 2)
 
 
+def test_fanout_of_an_image_the_remote_has_pushes_nothing_first_and_one_it_lost_is_pushed(repo, run_pf, tmp_path,
+                                                                                          cluster):
+    address = cluster[0]
+    root = repo.git_dir.parent
+    served, _ = _remote(root, cluster, "has-rev")
+    sh("git", "config", "core.logAllRefUpdates", "always", cwd=served)  # the remote logs each write of a ref
+    world = tmp_path / "w"
+    world.mkdir()
+    (world / "a.txt").write_text("a\n")
+    run_pf("snapshot", "--fs-root", world, "-q", cwd=root)
+    run_pf("push", "origin", "main", cwd=root)
+    fan = lambda name: json.loads(run_pf("fanout", "main", "-n", "2", "--name", name, "--executor", "ray",
+                                         "--ray-address", address, "--json", "--", "sh", "-c",
+                                         "echo $GIT_PF_FORK > k.txt", cwd=root).stdout)["forks"]
+    writes = lambda ref: len(sh("git", "reflog", "show", "--format=%H", ref, cwd=served).stdout.split())
+    for r in fan("a"):  # main is on the remote: the workers fetch it, each fork's branch is written once
+        assert sh("git", "rev-parse", f"refs/pf/heads/a-{r['fork']}", cwd=served).stdout.strip() == r["image"]
+        assert writes(f"refs/pf/heads/a-{r['fork']}") == 1
+    sh("git", "update-ref", "-d", "refs/pf/heads/main", cwd=served)  # this clone still thinks the remote has it
+    for r in fan("b"):
+        assert sh("git", "rev-parse", f"refs/pf/heads/b-{r['fork']}", cwd=served).stdout.strip() == r["image"]
+        assert sh("git", "show", f"{r['image']}:world/fs/k.txt", cwd=root).stdout == f"{r['fork']}\n"
+
+
 def test_a_worker_killed_mid_fanout_is_retried_and_every_fork_is_on_the_remote_once(repo, run_pf, tmp_path,
                                                                                      cluster):
     address = cluster[0]

@@ -44,7 +44,7 @@ import pygit2
 from .. import executors
 from ..ops import fork as fork_mod, maintenance
 from ..image import manifest as img, refs
-from ..core.errors import DataError, UsageError
+from ..core.errors import DataError, PfError, UsageError
 from ..executors import node
 from ..runs.replaying import fresh_world, remove_world
 from ..ops.snapshot import SnapshotRequest, take
@@ -290,25 +290,50 @@ def summary(rows: list[dict]) -> list[dict]:
     return sorted(rows, key=lambda r: (r["score"] is None, -(r["score"] or 0.0), r["fork"]))
 
 
-def _bring_back(repo, remote, rows: list[dict]) -> None:
-    """The forks' images from the remote, in one fetch of their branches (objects only), then each
-    branch and its remote-tracking ref moved here to its row's image, a fast-forward (or a new branch:
-    a fork of a recorded run), else one line and nothing more moves."""
+def _bring_back(repo, remote, rows: list[dict], source: str) -> None:
+    """The forks' images from the remote, in one fetch of their branches (objects only; the fetch
+    tells the remote of ``source``, which every fork grew from, and of nothing else of this
+    repository), then every branch and its remote-tracking ref moved here to its row's image in one
+    transaction: each a fast-forward (or a new branch: a fork of a recorded run) from where it was
+    read, else one line and nothing moves."""
     git = repo.git
     gitcmd.run(repo.git_dir, ["fetch", "--no-tags", "--refmap=", "--quiet", "--no-write-fetch-head", "--no-auto-gc",
-                              remote.arg, *(refs.HEADS + r["name"] for r in rows)], cwd=git.workdir or repo.git_dir)
+                              f"--negotiation-tip={source}", remote.arg, *(refs.HEADS + r["name"] for r in rows)],
+               cwd=git.workdir or repo.git_dir)
     moves = []
     for r in rows:
         old, new = refs.branch_tip(git, r["name"]), r["image"]
         if new not in git or (old is not None and old != new and not git.descendant_of(new, old)):
             raise DataError(f"fork {r['name']}: the remote's image {new[:12]} is not a fast-forward of this "
                             f"repository's branch")
-        moves.append((r["name"], old, new))
-    for name, old, new in moves:
-        if old != new:
-            refs.update_branch(git, name, new, old, f"pf fanout: {name}")
-        git.references.create(remote.tracking("heads/" + name), new, force=True)
+        if old != new:  # each from where it was read (none: created), all at once or none
+            moves.append(f"update {refs.HEADS}{r['name']} {new} {old or '0' * len(new)}\n")
+        moves.append(f"update {remote.tracking('heads/' + r['name'])} {new}\n")
+    proc = gitcmd.run(repo.git_dir, ["update-ref", "-m", "pf fanout", "--stdin"], input="".join(moves).encode(),
+                      check=False)
+    if proc.returncode != 0:
+        raise PfError(f"the fork branches moved while this command ran; none was changed "
+                      f"({gitcmd.last_line(proc.stderr)})")
     maintenance.auto_gc(git)  # the fetch's pack counts as a snapshot's does (git's own gc in the foreground is not run)
+
+
+def _on_remote(repo, remote, rev: str, source: str) -> str | None:
+    """A branch the remote has whose tip is REV's image ``source`` or reaches it, so that the workers
+    fetch REV by it and nothing is pushed first: among the branches whose remote-tracking ref is at
+    ``source`` (and REV's own branch, at ``source`` or past it), one the remote still has where this
+    repository last saw it (one ``ls-remote``). None: push."""
+    git = repo.git
+    seen = refs.list_refs(git, remote.tracking("heads/"))
+    base = re.split(r"[~^]", rev, maxsplit=1)[0]
+    mine = seen.get(base)
+    candidates = [b for b, tip in seen.items() if tip == source]
+    if mine is not None and base not in candidates and mine in git and git.descendant_of(mine, source):
+        candidates.insert(0, base)
+    if not candidates:
+        return None
+    theirs = gitcmd.ls_remote(repo.git_dir, remote.arg, [refs.HEADS + b for b in candidates[:8]],
+                              cwd=git.workdir or repo.git_dir)
+    return next((b for b in candidates[:8] if theirs.get(refs.HEADS + b) == seen[b]), None)
 
 
 def _step_forks(repo, rev: str, n: int, prefix: str | None, step: int, perturb_spec: str) -> tuple[str, list]:
@@ -364,9 +389,12 @@ def fanout(repo, rev: str, n: int, cmd: list[str], *, prefix: str | None = None,
         if remote is not None:
             from ..transport.push import push
 
-            try:  # one fork branch brings REV's image to the remote; each task carries its own fork's commit
-                push(repo, remote, made[:1])
-                tasks = [replace(t, source=source, via=made[0], commit=repo.git.odb.read(t.base)[1]) for t in tasks]
+            try:  # a branch brings REV's image to the workers; each task carries its own fork's commit
+                via = _on_remote(repo, remote, rev, source)
+                if via is None:  # the remote lacks REV: the first fork's branch brings it there
+                    push(repo, remote, made[:1])
+                    via = made[0]
+                tasks = [replace(t, source=source, via=via, commit=repo.git.odb.read(t.base)[1]) for t in tasks]
             except BaseException:
                 for f in forks:  # the forks were never pushed and no task ran: nothing of this fan-out stays
                     ref = repo.git.references.get(refs.HEADS + f.name)
@@ -377,7 +405,7 @@ def fanout(repo, rev: str, n: int, cmd: list[str], *, prefix: str | None = None,
         rows = [row for chunk in ex.map(fork_tasks, executors.chunks(tasks, ex.width(), CHUNK),
                                         on_result=None if progress is None else lambda got: [progress(r) for r in got])
                 for row in chunk]
-        _bring_back(repo, remote, rows)
+        _bring_back(repo, remote, rows, source)
     else:
         local = threading.local()
 
