@@ -179,11 +179,16 @@ def setup(base: Path, files: int) -> dict:
     shutil.copytree(sb, sbs)
     mrepo.snapshot(sbm, name="main", switch=True)
     mrepo.create_branch("side", "main")
+    # the snapshot without the server takes a copy of the sandbox: an in-process snapshot of the
+    # served one would replace the stat cache its watcher vouches for, and every served one would walk
+    sb_off = base / "sb-off"
+    shutil.copytree(sb, sb_off)
+    repo.snapshot(sb_off, name="off")
     mg = base / "mg"
     sh("git", "clone", "-q", plain, mg)
     sh("git", "branch", "-q", "side", cwd=mg)
     return {"sb": sb, "paths": paths, "pf": base / "pf", "plain": plain, "genv": genv, "ids": ids,
-            "pfm": base / "pfm", "mrepo": mrepo, "sbm": sbm, "sbs": sbs, "mg": mg}
+            "pfm": base / "pfm", "mrepo": mrepo, "sbm": sbm, "sbs": sbs, "mg": mg, "sb_off": sb_off}
 
 
 def python_client(base: Path) -> Path | None:
@@ -211,8 +216,10 @@ def cases(s: dict, changed: int, runs: int) -> list[tuple[Case, Case | None, Cas
     menv = _env(s["pfm"])
     rel = [p.relative_to(sb) for p in paths]
 
-    def change(i: int) -> None:
-        for p in paths[100 + i * changed: 100 + (i + 1) * changed]:
+    off_paths = [s["sb_off"] / r for r in rel]
+
+    def change(i: int, which: list = paths) -> None:
+        for p in which[100 + i * changed: 100 + (i + 1) * changed]:
             p.write_bytes(p.read_bytes()[::-1] + b"!")
         time.sleep(0.2)  # files written in the last 100 ms before a snapshot are re-read next time
 
@@ -234,10 +241,11 @@ def cases(s: dict, changed: int, runs: int) -> list[tuple[Case, Case | None, Cas
         sh("git", "-c", "gc.auto=0", "commit", "-q", "-am", f"main {i}", cwd=mg, env=git_env())
 
     snap = ["git", "pf", "snapshot", "--fs-root", str(sb), "--name", "main", "-q"]
+    snap_off = ["git", "pf", "snapshot", "--fs-root", str(s["sb_off"]), "--name", "off", "-q"]
     pf_diff = ["git", "pf", "diff", ids[-6], ids[-1], "--stat"]
     return [
-        (Case("snapshot", snap, env=env, before=change, server=True), Case("snapshot", snap, env=off,
-                                                              before=lambda i: change(runs + i)),
+        (Case("snapshot", snap, env=env, before=change, server=True), Case("snapshot", snap_off, env=off,
+                                                              before=lambda i: change(i, off_paths)),
          Case("git add -A && git commit -q", ["sh", "-c", "git add -A && git -c gc.auto=0 commit -q -m x"], env=genv),
          GOAL_SNAPSHOT, None),
         (Case("merge", ["git", "pf", "merge", "side"], env=menv, before=branches, server=True), None,
