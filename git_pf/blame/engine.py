@@ -208,7 +208,8 @@ def _cluster_remote(repo) -> remotes.Remote:
 
 def _on_cluster(repo, remote: remotes.Remote, ex, run: str, tasks: list, progress) -> int:
     """Publish the run's meta (and so the blamed run) to ``remote``, run ``tasks`` (chunks of trials)
-    on the cluster, fetch their verdicts back; how many trials finished."""
+    on the cluster, fetch their verdicts back (telling the remote only of the meta, which they all
+    grew from); how many trials finished."""
     git = repo.git
     if not node.publish(repo, remote, refs.ref_tip(git, store.meta_ref(run)), store.meta_ref(run)):
         raise UsageError(f"blame run '{run}' exists on remote '{remote.arg}' with another meta; "
@@ -216,6 +217,7 @@ def _on_cluster(repo, remote: remotes.Remote, ex, run: str, tasks: list, progres
     rows = [row for chunk in ex.map(cluster.run_trials, tasks,
                                     on_result=None if progress is None else lambda got: [progress(r) for r in got])
             for row in chunk]
-    gitcmd.run(repo.git_dir, ["fetch", "--no-tags", "--refmap=", "--quiet", remote.arg,
+    gitcmd.run(repo.git_dir, ["fetch", "--no-tags", "--refmap=", "--quiet", "--no-write-fetch-head",
+                              f"--negotiation-tip={refs.ref_tip(git, store.meta_ref(run))}", remote.arg,
                               f"{store.ROOT}{run}/step-*:{store.ROOT}{run}/step-*"], cwd=repo.git.workdir or repo.git_dir)
     return len(rows)
