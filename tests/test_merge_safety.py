@@ -144,9 +144,9 @@ def test_a_snapshot_marks_the_world_it_built_and_a_first_merge_does_not_walk_the
     assert (Path(repo.git.path) / "pf" / "sound-trees").stat().st_size == size  # an unchanged world: no line
     safepath.forget_sound_trees()  # as a fresh process: only the marks on disk
     assert repo.merge("side", into="main").status == "merged"
-    theirs_trees = {repo.git.revparse_single(f"{theirs}:world/fs{p}").id.raw
-                    for p in ("", "/pkg", "/pkg/sub", "/pkg/sub/deep")}
-    assert not theirs_trees & set(safepath._SHAPES)  # theirs' world was not read: its mark vouched for it
+    theirs_deep = repo.git.revparse_single(f"{theirs}:world/fs/pkg/sub/deep").id.raw
+    assert theirs_deep not in safepath._SHAPES  # theirs' world was not walked: its mark vouched for it
+    # (only its trees above the directory both sides changed are read, as counterparts of the result's)
 
 
 def test_a_crafted_image_with_an_unsafe_name_deep_inside_gets_no_mark_and_is_refused(tmp_path):
@@ -195,3 +195,57 @@ def test_what_a_snapshot_marks_passes_every_check(tmp_path):
     assert safepath.world_problems(repo.git, image.tree) == []  # every tree read, no mark trusted
     listed = {p for p, _, _ in safepath.validate_image(repo.git, image.tree).entries}
     assert listed == {f"d/{n}/{n}".encode() for n in names} | {b".pf-esc-"}
+
+
+def _tree_at(repo: Repo, image: str, path: str) -> bytes:
+    return repo.git.revparse_single(f"{image}:world/fs{path}").id.raw
+
+
+def test_a_result_subtree_that_theirs_holds_is_not_read_and_one_no_side_holds_is(tmp_path):
+    """git's merged world is checked against both sides: a directory only theirs changed is
+    theirs' tree (marked by its snapshot), so it is not read; a directory both sides changed is
+    a tree neither side has, and it is read and checked."""
+    sb = tmp_path / "sb"
+    repo, ours, theirs = _setup(tmp_path)
+    (sb / "extra").mkdir()  # a directory only theirs has
+    (sb / "extra/a.py").write_text("# theirs alone\n")
+    (sb / "pkg/sub/deep/new.py").write_text("# theirs adds\n")
+    theirs = repo.snapshot(sb, name="side", message="theirs again").image.id
+    safepath.forget_sound_trees()  # as a fresh process: only the snapshots' marks on disk
+    result = repo.merge("side", into="main")
+    assert result.status == "merged"
+    merged = result.image.id
+    assert _tree_at(repo, merged, "/pkg/sub/deep") not in {_tree_at(repo, s, "/pkg/sub/deep") for s in (ours, theirs)}
+    assert _tree_at(repo, merged, "/pkg/sub/deep") in safepath._SHAPES  # neither side has it: read and checked
+    assert _tree_at(repo, merged, "/extra") == _tree_at(repo, theirs, "/extra")
+    assert _tree_at(repo, merged, "/extra") not in safepath._SHAPES  # theirs' tree: its mark vouched for it
+
+
+def test_a_result_tree_no_side_holds_is_still_refused_and_an_unchecked_side_vouches_for_nothing(tmp_path):
+    """The merged world's check trusts a side's tree only at the same path, and only a side found
+    sound or marked: a result holding a '..' in a directory no side has is refused, and a side
+    world that was never checked (crafted, holding the same bad tree) lends it nothing."""
+    repo, ours, theirs = _setup(tmp_path)
+    safepath.forget_sound_trees()
+    git = repo.git
+    deep = _tree_at(repo, theirs, "/pkg/sub/deep")
+    ours_world, theirs_world = (_tree_at(repo, c, "").hex() for c in (ours, theirs))
+    for variant in ("dotdot", "dot-git", "unsorted", "duplicate", "escaped-alias", "dot-git-dir"):
+        evil = _replace_deep(git, bytes.fromhex(theirs_world), DEEP, _hostile_deep(git, deep, variant)).hex()
+        with pytest.raises(DataError) as e:
+            safepath.check_tree(git, evil, likes=(ours_world, theirs_world))
+        assert "deep" in e.value.message, e.value.message
+        with pytest.raises(DataError):  # the crafted world itself, unchecked, vouches for nothing
+            safepath.check_tree(git, evil, likes=(evil, ours_world))
+        assert evil not in _marks(repo)
+    # a directory/file swap git's merge could make: a file where a side had a directory, and a
+    # directory (holding a bad name) where a side had a file
+    top = _tree_at(repo, theirs, "")
+    entries = read_tree(git, top)
+    bad_dir = git.odb.write(pygit2.enums.ObjectType.TREE, _raw([(b"..", 0o100644, entries[-1][2])])).raw
+    swapped = [(b"pkg", 0o100644, entries[-1][2]) if n == b"pkg" else
+               (b"top.txt", MODE_TREE, bad_dir) if n == b"top.txt" else (n, m, o) for n, m, o in entries]
+    evil = git.odb.write(pygit2.enums.ObjectType.TREE, _raw(swapped)).raw.hex()
+    with pytest.raises(DataError) as e:
+        safepath.check_tree(git, evil, likes=(ours_world, theirs_world))
+    assert "top.txt/.." in e.value.message, e.value.message

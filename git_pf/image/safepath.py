@@ -302,49 +302,56 @@ def _remember(oid: bytes, shape: _Shape) -> None:
     _SHAPE_BYTES[0] += len(shape.data)
 
 
-def _subtrees(git, oid: bytes, rel_dir: bytes, like: bytes | None) -> list[tuple[bytes, bytes, bytes | None]]:
-    """``(relative path, raw oid, counterpart)`` of each subtree of world tree ``oid`` at
+def _subtrees(git, oid: bytes, rel_dir: bytes, likes: tuple[bytes, ...]) -> list[tuple[bytes, bytes, tuple[bytes, ...]]]:
+    """``(relative path, raw oid, counterparts)`` of each subtree of world tree ``oid`` at
     ``rel_dir`` that may not be sound yet, once the tree passed every check of ``_directory``
-    (DataError naming the first bad entry). ``like`` is the sound tree at the same path of
-    another world (or None): a subtree it shares is sound, and it is the counterpart of each
-    subtree it has under the same name."""
+    (DataError naming the first bad entry). ``likes`` are the sound trees at the same path of
+    other worlds (ours', theirs'): a subtree one of them holds under the same name is sound,
+    and those they hold under a name still to check are its counterparts."""
     kind, data = git.odb.read(pygit2.Oid(raw=oid))
     if kind != pygit2.enums.ObjectType.TREE:
-        return [(rel, child, None) for rel, kind, _, child in _directory(git, oid, rel_dir) if kind == DIR]
+        return [(rel, child, ()) for rel, kind, _, child in _directory(git, oid, rel_dir) if kind == DIR]
+    shape = None
+    for like in likes:
+        other = _SHAPES.get(like)  # a counterpart parsed already
+        if other is not None and other.same_entries(data):
+            shape = _Shape(data, other.ends, other.trees)  # the entries of ``like``, with other ids
+            _remember(oid, shape)
+            break
+    else:
+        shape = _shape_of(git, oid, data)
+        if shape is None:
+            return [(rel, child, ()) for rel, kind, _, child in _directory(git, oid, rel_dir) if kind == DIR]
     prefix = rel_dir + b"/" if rel_dir else b""
-    other = _SHAPES.get(like) if like is not None else None  # a counterpart parsed already
-    if other is not None and other.same_entries(data):
-        shape = _Shape(data, other.ends, other.trees)  # the entries of ``like``, with other ids
-        _remember(oid, shape)
-        pairs = ((name, shape.oid(data, k), other.oid(other.data, k)) for k, name in other.trees)
-        return [(prefix + name, child, was) for name, child, was in pairs if child != was]
-    shape = _shape_of(git, oid, data)
-    if shape is None:
-        return [(rel, child, None) for rel, kind, _, child in _directory(git, oid, rel_dir) if kind == DIR]
-    if shape.trees and like is not None and other is None:
-        other = _shape_of(git, like)  # read only for a tree with subtrees: the ones it shares are sound
-    was = {name: other.oid(other.data, k) for k, name in other.trees} if other is not None else {}
-    out = []
-    for k, name in shape.trees:
-        child = shape.oid(data, k)
-        if was.get(name) != child:
-            out.append((prefix + name, child, was.get(name)))
-    return out
+    pending = [(name, shape.oid(data, k)) for k, name in shape.trees]
+    was: list[dict[bytes, bytes]] = []
+    for like in likes:  # read one after the other, and only while a subtree is left to match
+        if not pending:
+            break
+        other = _shape_of(git, like)
+        if other is None:
+            continue
+        held = {name: other.oid(other.data, k) for k, name in other.trees}
+        pending = [(name, child) for name, child in pending if held.get(name) != child]
+        was.append(held)
+    return [(prefix + name, child, tuple(c for h in was if (c := h.get(name)) is not None))
+            for name, child in pending]
 
 
-def _check_tree(git, root: bytes, marks: MarkFile[str] | None, like: bytes | None = None) -> None:
-    """Check the world tree ``root``; ``like``, a world root already found sound, lends its
-    trees as counterparts (a subtree both hold is not read, and a tree of the same entries as
-    its counterpart is compared, not parsed)."""
-    if root in _SOUND_TREES:
-        return
-    if marks is not None and root.hex() in marks:
+def _is_sound(tree: bytes, marks: MarkFile[str] | None) -> bool:
+    return tree in _SOUND_TREES or (marks is not None and tree.hex() in marks)
+
+
+def _check_tree(git, root: bytes, marks: MarkFile[str] | None, likes: tuple[bytes, ...] = ()) -> None:
+    """Check the world tree ``root``; ``likes``, world roots already found sound (or marked),
+    lend their trees as counterparts (a subtree one of them holds at the same path is not read,
+    and a tree of the same entries as its counterpart is compared, not parsed)."""
+    if _is_sound(root, marks):
         _SOUND_TREES.add(root)
         return
-    if like is not None and not (like in _SOUND_TREES or (marks is not None and like.hex() in marks)):
-        like = None  # only a sound tree's subtrees are sound
+    likes = tuple(like for like in likes if _is_sound(like, marks))  # only a sound tree's subtrees are sound
     visited = []
-    stack = [(b"", root, like)]
+    stack = [(b"", root, likes)]
     while stack:  # iterative: a hostile tree may nest deeper than Python's recursion limit
         rel_dir, oid, was = stack.pop()
         if oid in _SOUND_TREES:
@@ -383,23 +390,23 @@ def prune_sound_trees(git, keep=None) -> None:
     sound_marks(git).prune(keep or (lambda t: t in odb))
 
 
-def check_tree(git, tree_hex: str, like: str | None = None) -> None:
+def check_tree(git, tree_hex: str, likes: tuple[str, ...] = ()) -> None:
     """``check_world``'s checks of the world tree alone, before its attrs exist (a merge checks
     git's merged world as soon as git wrote it, while its trees are in libgit2's cache for the
-    reads that follow); ``like`` as for ``check_world``."""
-    _check_tree(git, bytes.fromhex(tree_hex), sound_marks(git), bytes.fromhex(like) if like else None)
+    reads that follow); ``likes`` as for ``check_world``."""
+    _check_tree(git, bytes.fromhex(tree_hex), sound_marks(git), tuple(bytes.fromhex(t) for t in likes if t))
 
 
 def check_world(git, tree_hex: str | None, attrs: dict[bytes, Any], persistent: bool = True,
-                like: str | None = None) -> None:
+                likes: tuple[str, ...] = ()) -> None:
     """``validate_world``'s checks without listing the world: subtrees already found sound in
     this process are not read again, nor (``persistent``) world roots marked sound by an earlier
-    process, nor the subtrees it shares with the world ``like`` (a world root found sound; its
-    trees are compared with this world's at the same paths), and only the paths the attrs name
-    are looked up."""
+    process, nor the subtrees it shares at the same path with the worlds ``likes`` (world roots
+    found sound or marked, others ignored; their trees are compared with this world's at the
+    same paths), and only the paths the attrs name are looked up."""
     if tree_hex:
         _check_tree(git, bytes.fromhex(tree_hex), sound_marks(git) if persistent else None,
-                    bytes.fromhex(like) if like else None)
+                    tuple(bytes.fromhex(t) for t in likes if t))
     _check_attrs(attrs, _Kinds(git, tree_hex).of)
 
 
@@ -462,11 +469,11 @@ def validate_image(git, tree_hex: str) -> World:
     return validate_world(git, *_image_world(git, tree_hex))
 
 
-def check_image(git, tree_hex: str, persistent: bool = True, like: str | None = None) -> None:
-    """``validate_image``'s checks, as ``check_world`` does them (for merges); ``like``: an image
-    whose world was found sound, whose trees stand in as counterparts."""
+def check_image(git, tree_hex: str, persistent: bool = True, likes: tuple[str, ...] = ()) -> None:
+    """``validate_image``'s checks, as ``check_world`` does them (for merges); ``likes``: images
+    whose worlds were found sound, whose trees stand in as counterparts."""
     check_world(git, *_image_world(git, tree_hex), persistent=persistent,
-                like=img.subtree(git, like, img.WORLD_FS) if like else None)
+                likes=tuple(img.subtree(git, t, img.WORLD_FS) for t in likes))
 
 
 def world_problems(git, tree_hex: str) -> list[str]:

@@ -252,7 +252,7 @@ def _check_parses(ctx: MergeContext, tree: str) -> None:
 
 def write_image(ctx: MergeContext, results: list[LayerResult], tree: str) -> ImageInfo:
     git = ctx.repo.git
-    check_worlds(git, [(tree, "merge result")], like=ctx.ours.tree)
+    check_worlds(git, [(tree, "merge result")], likes=(ctx.ours.tree, ctx.theirs.tree))
     agent = ctx.ours.manifest.get("agent") or {}
     trailers = [("Pf-Agent", img.Agent(**agent).label())] if agent.get("kind") else []
     trailers += [("Pf-Merge", r.trailer) for r in results if r.trailer]

@@ -47,24 +47,25 @@ class MergeContext:
 def check_merged_tree(ctx: "MergeContext", world_tree: str) -> None:
     """Check git's merged world tree (before the merge result's attrs exist; the engine checks
     the whole result again, at the cost of its attrs): a DataError names the merge result."""
-    ours = img.subtree(ctx.repo.git, ctx.ours.tree, img.WORLD_FS)
+    git = ctx.repo.git
+    likes = tuple(img.subtree(git, side.tree, img.WORLD_FS) for side in (ctx.ours, ctx.theirs))
     try:
-        safepath.check_tree(ctx.repo.git, world_tree, like=ours)
+        safepath.check_tree(git, world_tree, likes=likes)
     except DataError as e:
         raise DataError(f"merge result: {e.message}", e.code) from None
 
 
-def check_worlds(git, worlds: list[tuple[str, str]], like: str | None = None) -> None:
+def check_worlds(git, worlds: list[tuple[str, str]], likes: tuple[str, ...] = ()) -> None:
     """Refuse (DataError, prefixed with the image's name) a world with an unsafe name or attrs
-    path (``safepath.check_image``), for each ``(image tree, name)`` in turn. The world of
-    ``like`` (an image found sound), else the first one checked, lends its trees to the next
-    as counterparts: what they share is not read again."""
+    path (``safepath.check_image``), for each ``(image tree, name)`` in turn. The worlds of
+    ``likes`` (images found sound or marked; any other is ignored) and of each image checked
+    before lend their trees to the next as counterparts: what they share is not read again."""
     for tree, what in worlds:
         try:
-            safepath.check_image(git, tree, like=like)
+            safepath.check_image(git, tree, likes=likes)
         except DataError as e:
             raise DataError(f"{what}: {e.message}", e.code) from None
-        like = like or tree
+        likes = (*likes, tree)
 
 
 @dataclass
