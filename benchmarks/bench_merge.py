@@ -88,7 +88,8 @@ def build_disjoint(repo: Repo, base_dir: Path, files: int, changed: int) -> tupl
     base = repo.snapshot(sandbox, name="d-main").image
     repo.create_branch("d-side", base.id)
     step = files // (2 * changed)
-    ours_paths, theirs_paths = [paths[i * step] for i in range(changed)], [paths[files // 2 + i * step] for i in range(changed)]
+    ours_paths = [paths[i * step] for i in range(changed)]
+    theirs_paths = [paths[files // 2 + i * step] for i in range(changed)]
     for p in ours_paths:
         _edit(p, True, "ours")
     ours = repo.snapshot(sandbox, name="d-main").image

@@ -302,7 +302,8 @@ def _remember(oid: bytes, shape: _Shape) -> None:
     _SHAPE_BYTES[0] += len(shape.data)
 
 
-def _subtrees(git, oid: bytes, rel_dir: bytes, likes: tuple[bytes, ...]) -> list[tuple[bytes, bytes, tuple[bytes, ...]]]:
+def _subtrees(git, oid: bytes, rel_dir: bytes,
+              likes: tuple[bytes, ...]) -> list[tuple[bytes, bytes, tuple[bytes, ...]]]:
     """``(relative path, raw oid, counterparts)`` of each subtree of world tree ``oid`` at
     ``rel_dir`` that may not be sound yet, once the tree passed every check of ``_directory``
     (DataError naming the first bad entry). ``likes`` are the sound trees at the same path of
