@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ..core.errors import EXIT_NEGATIVE, UsageError
-from . import format as fmt
+from . import format as fmt, pipe
 from .app import JsonOpt, app, emit, open_repo
 
 StepOpt = typer.Option(None, "--step", "--at-step", metavar="N", help="The image of step N of the run REV is on.")
@@ -114,6 +114,8 @@ def log(
             lines.append(f"\n    {image.subject}\n")
         if lines:
             typer.echo("\n".join(lines))
+            if pipe.closed_stdout():  # the reader left during that one write, which Python may count as
+                raise BrokenPipeError  # done when part of it went: end as git does (141), not with 0
 
     emit(as_json, [dict(i.to_json(), step=step_of(i), **({"signature": sigs[i.id].to_json()} if sigs else {}))
                    for i in images] if as_json else None, human)
