@@ -85,3 +85,20 @@ def processes_with(words: str) -> list[int]:
             if words in cmdline:
                 found.append(int(entry))
     return found
+
+
+def kill_worker_running(words: str, killed: list, over, also_the_process: bool = False) -> None:
+    """kill -9 the Ray worker (``ray::`` process) above the first process whose command line holds
+    ``words`` (and that process too, with ``also_the_process``: one in a session of its own outlives
+    its worker); its pid goes into ``killed``. Gives up when ``over`` is set or after 120 s."""
+    end = time.time() + 120
+    while not killed and not over.is_set() and time.time() < end:
+        for pid in processes_with(words):
+            worker = [p for p, cmdline in ancestors(pid) if cmdline.startswith("ray::")]
+            if worker:
+                os.kill(worker[0], signal.SIGKILL)
+                if also_the_process:
+                    os.kill(pid, signal.SIGKILL)
+                killed.append(worker[0])
+                return
+        time.sleep(0.05)

@@ -7,9 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import threading
-import time
 from pathlib import Path
 
 import pygit2
@@ -19,7 +17,7 @@ import s3_helpers
 from git_pf.testing import scripted
 from git_pf.testing.fakellm import FakeLLM
 from git_pf.runs.steps import at_step
-from ray_helpers import ancestors, processes_with, ray_cluster
+from ray_helpers import kill_worker_running, ray_cluster
 from transport_helpers import BIN, bare, git_daemon, sh
 
 PATH = f"{BIN}:{os.environ.get('PATH', '')}"
@@ -227,26 +225,15 @@ def test_a_worker_killed_mid_trial_is_retried_and_every_verdict_comes_once(repo,
     served, _ = _remote(root, cluster, "killed")
     plan, fake, agent = _scripted_run(repo, tmp_path, monkeypatch)
     fake.delay_ms = 300  # live answers are slow, so a trial is still running when its worker is killed
-    killed = []
-
-    def kill_one() -> None:
-        end = time.time() + 120
-        while not killed and time.time() < end:
-            for pid in processes_with("git_pf.testing.scripted agent"):
-                worker = [p for p, cmdline in ancestors(pid) if cmdline.startswith("ray::")]
-                if worker:
-                    os.kill(worker[0], signal.SIGKILL)
-                    killed.append(worker[0])
-                    return
-            time.sleep(0.05)
-
-    killer = threading.Thread(target=kill_one)
+    killed, over = [], threading.Event()
+    killer = threading.Thread(target=kill_worker_running, args=("git_pf.testing.scripted agent", killed, over))
     killer.start()
     try:
         # 6 trials on 2 CPUs: 3 tasks of 2 trials each, so the kill loses a chunk's unpushed verdicts
         proc = _blame(run_pf, root, plan, fake, agent, "killed", f"{plan.step - 1}..{plan.step}", 3,
                       "--executor", "ray", "--ray-address", address, check=False)
     finally:
+        over.set()
         killer.join()
         fake.__exit__(None, None, None)
     assert killed and proc.returncode == 0, proc.stderr
@@ -316,20 +303,8 @@ def test_a_worker_killed_mid_fanout_is_retried_and_every_fork_is_on_the_remote_o
     cmd = (f"if [ \"$GIT_PF_FORK\" = 3 ] && [ ! -e {mark} ]; then touch {mark}; exec sleep 60; fi; "
            "echo \"pf-score: $GIT_PF_FORK\"")
     killed, over = [], threading.Event()
-
-    def kill_one() -> None:
-        end = time.time() + 120
-        while not killed and not over.is_set() and time.time() < end:
-            for pid in processes_with("sleep 60"):
-                worker = [p for p, cmdline in ancestors(pid) if cmdline.startswith("ray::")]
-                if worker:
-                    os.kill(worker[0], signal.SIGKILL)
-                    os.kill(pid, signal.SIGKILL)  # CMD has a session of its own: it outlives its worker
-                    killed.append(worker[0])
-                    return
-            time.sleep(0.05)
-
-    killer = threading.Thread(target=kill_one)
+    # CMD has a session of its own: it outlives its worker, so it is killed too
+    killer = threading.Thread(target=kill_worker_running, args=("sleep 60", killed, over, True))
     killer.start()
     try:
         proc = run_pf("fanout", "main", "-n", "8", "--name", "k", "--executor", "ray", "--ray-address", address,
