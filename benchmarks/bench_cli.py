@@ -291,10 +291,10 @@ def bench(base: Path, runs: int, files: int, changed: int) -> list:
                  ("", "", f"goal <= {goal:.1f}x  {verdict(ratio <= goal)}")]
         if plain_pf is not None:
             t_off = plain_pf.median()
-            rows.append((f"  without the server", _ms(t_off), f"{t_off / t_git:.2f}x"))
+            rows.append(("  without the server", _ms(t_off), f"{t_off / t_git:.2f}x"))
         if py is not None:
             t_py = py.median()
-            rows.append((f"  server, Python client", _ms(t_py), f"{t_py / t_git:.2f}x"))
+            rows.append(("  server, Python client", _ms(t_py), f"{t_py / t_git:.2f}x"))
     t_nop, t_help = nop.median(), table[-1][2].median()
     rows.append(("git nop (git's dispatcher, /bin/true)", _ms(t_nop),
                  f"{t_nop / t_help:.2f}x git -h: the floor of any git pf command"))

@@ -4,7 +4,6 @@ work tree (``git worktree add``) and a work tree whose git directory is elsewher
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import pytest
 

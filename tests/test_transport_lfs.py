@@ -178,8 +178,8 @@ def test_wrong_credentials_give_one_line_and_push_nothing(tmp_path, lfs):
     credentials(a, lfs, password="not-the-password")
     proc = pf("push", "origin", "main", cwd=a, check=False)
     assert proc.returncode == 1
-    assert proc.stderr.strip() == (f"git pf: error: the lfs server at 127.0.0.1 refused the credentials "
-                                   f"of 'pf' (HTTP 401)")
+    assert proc.stderr.strip() == ("git pf: error: the lfs server at 127.0.0.1 refused the credentials "
+                                   "of 'pf' (HTTP 401)")
     assert lfs.uploads() == [] and sh("git", "for-each-ref", cwd=remote).stdout == ""
 
 

@@ -128,16 +128,7 @@ def blame(repo, rev: str, agent_cmd: list[str], opts: BlameOptions, *,
                 "null_rate": opts.null_rate, "alpha": opts.alpha, "seed": opts.seed, "min_valid": opts.min_valid}
     if opts.how.resume_world:  # trials from the fork step's world are other trials: a setting (absent: False)
         settings["resume_world"] = True
-    fetched = store.read_meta(git, run)
-    if store.read_meta(git, run, local=True) is None and fetched is not None \
-            and all(fetched.get(k) == settings.get(k) for k in SETTINGS):
-        store.adopt(git, run)  # a run fetched from a remote with these settings: resume it here
-    meta = store.read_meta(git, run, local=True)
-    if meta is not None:
-        differ = [k for k in SETTINGS if meta.get(k) != settings.get(k)]
-        if differ:
-            raise UsageError(f"blame run '{run}' exists with other settings ({', '.join(differ)}); "
-                             f"give the same ones to resume it, or another --name")
+    meta = _existing_meta(git, run, settings)
     done = {(t["step"], t["trial"]) for t in store.trials(git, run)} if meta is not None else set()
     every = [(s, k) for s in range(first, end + 1) for k in range(1, opts.k + 1)]
     pending = [t for t in every if t not in done]
@@ -178,6 +169,22 @@ def blame(repo, rev: str, agent_cmd: list[str], opts: BlameOptions, *,
     out = store.summary(repo, run)
     out["resumed"] = len(done)
     return out
+
+
+def _existing_meta(git, run: str, settings: dict) -> dict | None:
+    """The meta of blame run ``run`` when it exists here (or on the remote with these settings: then
+    adopted, so it resumes here); None for a new run. Another run's settings are refused."""
+    fetched = store.read_meta(git, run)
+    if store.read_meta(git, run, local=True) is None and fetched is not None \
+            and all(fetched.get(k) == settings.get(k) for k in SETTINGS):
+        store.adopt(git, run)
+    meta = store.read_meta(git, run, local=True)
+    if meta is not None:
+        differ = [k for k in SETTINGS if meta.get(k) != settings.get(k)]
+        if differ:
+            raise UsageError(f"blame run '{run}' exists with other settings ({', '.join(differ)}); "
+                             f"give the same ones to resume it, or another --name")
+    return meta
 
 
 def _run_all(repo, setup: trials_mod.Setup, pending: list[tuple[int, int]], ex, progress) -> int:
