@@ -83,41 +83,81 @@ def test_a_draw_of_another_function_diverges(tmp_path):
     assert proc.returncode == 86
     assert proc.stdout == ""
     assert proc.stderr.strip().splitlines() == [
-        "git-pf: replay diverged: draw 2: the child called uuid.uuid4 where the recording has time.time"]
+        "git-pf: replay diverged: draw 3: the child called uuid.uuid4 where the recording has time.time"]
     (diverged,) = events(tmp_path)
-    assert diverged["t"] == "diverged" and diverged["what"] == "draw" and diverged["index"] == 1
+    assert diverged["t"] == "diverged" and diverged["what"] == "draw" and diverged["index"] == 2
     assert diverged["expected"]["fn"] == "time.time" and diverged["got"] == {"fn": "uuid.uuid4"}
 
 
 def test_a_draw_past_the_recording_diverges(tmp_path):
     code = "import time\nprint(time.time(), flush=True)\nprint(time.time())\n"
     first, recorded = record(tmp_path, code)
-    assert [d["fn"] for d in recorded] == ["random.seed", "time.time", "time.time"]
-    proc = spawn(tmp_path, code, "replay", replay=replay_file(tmp_path, recorded[:2]))
+    assert [d["fn"] for d in recorded] == ["git_pf.seed", "random.seed", "time.time", "time.time"]
+    proc = spawn(tmp_path, code, "replay", replay=replay_file(tmp_path, recorded[:3]))
     assert proc.returncode == 86
     assert proc.stdout == first.stdout.splitlines(keepends=True)[0]
-    assert "past the 2 recorded draws" in proc.stderr
-    assert [(e["t"], e["index"]) for e in events(tmp_path)] == [("diverged", 2)]
+    assert "past the 3 recorded draws" in proc.stderr
+    assert [(e["t"], e["index"]) for e in events(tmp_path)] == [("diverged", 3)]
 
 
 def test_run_mode_serves_the_recorded_draws_then_goes_live(tmp_path):
     code = "import time\nfor _ in range(3): print(time.time())\n"
     first, recorded = record(tmp_path, code)
-    proc = spawn(tmp_path, code, "run", replay=replay_file(tmp_path, recorded[:2], mode="run"))
+    proc = spawn(tmp_path, code, "run", replay=replay_file(tmp_path, recorded[:3], mode="run"))
     assert proc.returncode == 0, proc.stderr
     lines, recorded_lines = proc.stdout.splitlines(), first.stdout.splitlines()
     assert lines[0] == recorded_lines[0] and lines[1:] != recorded_lines[1:]
     got = events(tmp_path)
     assert [e["fn"] for e in got if e["t"] == "draw"] == ["time.time", "time.time"]
     assert [str(e["v"]) for e in got if e["t"] == "draw"] == lines[1:]
-    assert got[-1]["t"] == "consumed" and got[-1]["draws"] == 2 and got[-1]["recorded"] == 2
+    assert got[-1]["t"] == "consumed" and got[-1]["draws"] == 3 and got[-1]["recorded"] == 2
 
 
 def test_run_mode_goes_live_at_the_first_mismatch(tmp_path):
     _, recorded = record(tmp_path, "import time\nprint(time.time())\n")
     proc = spawn(tmp_path, "import uuid\nprint(uuid.uuid4())\n", "run", replay=replay_file(tmp_path, recorded, "run"))
     assert proc.returncode == 0, proc.stderr
-    assert [e["fn"] for e in events(tmp_path) if e["t"] == "draw"] == ["uuid.uuid4"]
+    assert [e["fn"] for e in events(tmp_path) if e["t"] == "draw"] == ["git_pf.seed", "uuid.uuid4"]
+
+
+STREAM = "import os, random, uuid\nfor _ in range(3): print(uuid.uuid4(), os.urandom(5).hex(), random.Random().random())\n"
+
+
+def test_random_draws_record_their_size_and_replay_from_the_seed(tmp_path):
+    first, recorded = record(tmp_path, STREAM)
+    seed = recorded[0]
+    assert seed["fn"] == "git_pf.seed" and len(bytes.fromhex(seed["v"])) == 32
+    assert recorded[1:5] == [{"fn": "random.seed", "v": None}, {"fn": "uuid.uuid4", "v": None},
+                             {"fn": "os.urandom", "v": 5}, {"fn": "random.seed", "v": None}]
+    assert seed["v"] not in first.stdout and len(set(first.stdout.split())) == 9  # no value repeats
+    replayed = spawn(tmp_path, STREAM, "replay", replay=replay_file(tmp_path, recorded))
+    assert replayed.returncode == 0, replayed.stderr
+    assert replayed.stdout == first.stdout
+    other = dict(seed, v="00" * 32)  # another seed: other bytes, though the sizes are the same
+    changed = spawn(tmp_path, STREAM, "replay", replay=replay_file(tmp_path, [other] + recorded[1:]))
+    assert changed.returncode == 0 and changed.stdout.split()[0] != first.stdout.split()[0]
+    bigger = spawn(tmp_path, STREAM.replace("urandom(5)", "urandom(6)"), "replay", replay=replay_file(tmp_path, recorded))
+    assert bigger.returncode == 86 and "where the recording has os.urandom of 5 bytes" in bigger.stderr
+
+
+def test_a_run_going_live_does_not_draw_the_recorded_stream_again(tmp_path):
+    first, recorded = record(tmp_path, STREAM)
+    proc = spawn(tmp_path, STREAM, "run", replay=replay_file(tmp_path, recorded[:4], mode="run"))
+    assert proc.returncode == 0, proc.stderr
+    lines, recorded_lines = proc.stdout.split(), first.stdout.split()
+    assert lines[:2] == recorded_lines[:2]  # served: the recorded seed's first uuid and bytes
+    assert not set(lines[2:]) & set(recorded_lines)  # live: none of the recorded stream's next values
+    live = [e for e in events(tmp_path) if e["t"] == "draw"]
+    assert live[0]["fn"] == "git_pf.seed" and live[0]["v"] != recorded[0]["v"]
+
+
+def test_draws_recorded_with_their_values_still_replay(tmp_path):
+    old = [{"fn": "random.seed", "v": 12345}, {"fn": "uuid.uuid4", "v": "6f1c1d9e-0c1a-4d63-9a43-8d1b0e0f5b2c"},
+           {"fn": "os.urandom", "v": "00ff10"}, {"fn": "random.seed", "v": 7}]
+    proc = spawn(tmp_path, "import os, random, uuid\nprint(uuid.uuid4(), os.urandom(3).hex(), random.Random().random())\n",
+                 "replay", replay=replay_file(tmp_path, old))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["6f1c1d9e-0c1a-4d63-9a43-8d1b0e0f5b2c", "00ff10", str(__import__("random").Random(7).random())]
 
 
 def test_the_hook_chains_to_the_next_sitecustomize(tmp_path):
@@ -166,7 +206,7 @@ def test_threads_draw_under_a_lock_and_replay(tmp_path):
     print(len(out), round(sum(out), 3))
     """
     first, recorded = record(tmp_path, code)
-    assert len(recorded) == 1 + 8 * 500  # every line whole: ChannelReader found no bad line
+    assert len(recorded) == 2 + 8 * 500  # every line whole: ChannelReader found no bad line
     replayed = spawn(tmp_path, code, "replay", replay=replay_file(tmp_path, recorded))
     assert replayed.returncode == 0, replayed.stderr
     assert replayed.stdout == first.stdout
@@ -180,7 +220,7 @@ def test_a_process_the_child_starts_is_not_part_of_the_run(tmp_path):
     print(time.time())
     """
     first, recorded = record(tmp_path, code)
-    assert [d["fn"] for d in recorded] == ["random.seed", "time.time", "time.time"]
+    assert [d["fn"] for d in recorded] == ["git_pf.seed", "random.seed", "time.time", "time.time"]
     replayed = spawn(tmp_path, code, "replay", replay=replay_file(tmp_path, recorded))
     assert replayed.returncode == 0, replayed.stderr
     assert replayed.stdout == first.stdout
@@ -199,6 +239,9 @@ def test_a_damaged_replay_file_stops_the_child_with_one_line(tmp_path):
     ({"fn": "os.urandom", "v": "zz"}, "not a hex"),
     ({"fn": "time.time", "v": "soon"}, "not a number"),
     ({"fn": "uuid.uuid4"}, "fn and v"),
+    ({"fn": "uuid.uuid1", "v": None}, "not a uuid"),
+    ({"fn": "os.urandom", "v": -1}, "not a hex"),
+    ({"fn": "git_pf.seed", "v": "ab" * 31}, "not a seed"),
     (["time.time", 1.0], "fn and v"),
 ])
 def test_write_replay_file_refuses_bad_draws(tmp_path, draw, problem):

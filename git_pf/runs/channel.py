@@ -21,8 +21,11 @@ DRAW_FNS = {
     "time.time": "number", "time.time_ns": "int",
     "datetime.now": "int", "datetime.utcnow": "int", "datetime.today": "int",
     "uuid.uuid1": "uuid", "uuid.uuid4": "uuid",
-    "os.urandom": "hex", "random.seed": "int",
+    "os.urandom": "hex", "random.seed": "int", "git_pf.seed": "seed",
 }
+# A draw whose bytes came from the run's stream (keyed by the git_pf.seed draw before it) records
+# this instead of its value: null, or for os.urandom its size.
+STREAMED = {"uuid.uuid4": "null", "random.seed": "null", "os.urandom": "size"}
 EVENTS = ("draw", "effect", "consumed", "diverged", "replayed")
 MODES = ("replay", "run")
 
@@ -79,11 +82,13 @@ def check_draw(draw, where: str) -> dict:
     v = draw["v"]
     if kind is None:
         raise DataError(f"{where}: unknown draw function {draw['fn'][:60]!r}")
-    ok = {
+    streamed = {"null": v is None, "size": type(v) is int and 0 <= v <= 1 << 31}.get(STREAMED.get(draw["fn"]), False)
+    ok = streamed or {
         "number": isinstance(v, (int, float)) and not isinstance(v, bool),
         "int": isinstance(v, int) and not isinstance(v, bool),
         "uuid": isinstance(v, str) and len(v) == 36,
         "hex": isinstance(v, str) and len(v) % 2 == 0 and _is_hex(v),
+        "seed": isinstance(v, str) and len(v) == 64 and _is_hex(v),
     }[kind]
     if not ok:
         raise DataError(f"{where}: the value of a {draw['fn']} draw is not a {kind}")

@@ -9,6 +9,10 @@ from the system, the global generator included (so every ``random`` function is 
 Record appends each draw to the channel file, one ``os.write`` per line before the call returns;
 replay serves the replay file's draws in order and ends the process with exit 86 on a divergence;
 run serves them and goes live past them. ``git_pf.runs.tools`` shares the run through ``run()``.
+Random bytes (``os.urandom``, ``uuid.uuid4``, a system seed of ``random``) come from the run's
+stream: SHAKE-256 keyed by 32 bytes from the OS, drawn (and recorded as a ``git_pf.seed`` draw)
+before the first of them, so a draw records its size, not its bytes; replay keys the same stream
+from the recorded seed, and a run going live draws a new seed.
 
 The draws are the agent's: only the process git-pf started (its parent's pid is
 ``GIT_PF_PARENT``) owns the run and records; a process it spawns (a tool, a Python child of a
@@ -51,6 +55,12 @@ def _quoted(value):
     return '"%s"' % value  # hex digits and uuids only: nothing to escape
 
 
+SEED_FN = "git_pf.seed"  # the draw that keys the run's stream: 32 bytes from the OS, as hex
+STREAM_FNS = ("os.urandom", "uuid.uuid4", "random.seed")  # their bytes come from the stream
+_SEED_BYTES = 32
+_DOMAIN = b"git-pf draw stream\0"
+
+
 class Run:
     """One process's part in a run: the channel, the draws to serve, the ledger to answer from."""
 
@@ -71,6 +81,22 @@ class Run:
         self.effects_used = set()  # indices of ledger entries answered (git_pf.runs.tools)
         self.tool_calls = 0
         self.unwritten = b""  # channel bytes a full disk kept back
+        self.urandom = os.urandom  # the OS's, taken before the hook wraps it: the seed's source
+        self.key = None  # the stream's seed: drawn before the first streamed draw, or served
+        self.taken = 0  # streamed draws since the seed
+
+    def take(self, size):
+        """The next ``size`` bytes of the run's stream (under the lock): SHAKE-256 of the seed and the
+        draw's number; a live run with no seed yet draws one from the OS and records it first."""
+        import hashlib
+        if self.key is None:
+            self.key = self.urandom(_SEED_BYTES)
+            self.taken = 0
+            self.write('{"t":"draw","fn":"%s","v":"%s"}\n' % (SEED_FN, self.key.hex()))
+            self.recorded += 1
+        data = hashlib.shake_256(_DOMAIN + self.key + self.taken.to_bytes(8, "big")).digest(size)
+        self.taken += 1
+        return data
 
     def write(self, line):
         """Append to the channel; what a full disk keeps back goes first at the next write (the
@@ -87,8 +113,10 @@ class Run:
         import json
         self.write(json.dumps(event, sort_keys=True, separators=(",", ":"), ensure_ascii=True) + "\n")
 
-    def draw(self, fn, call, enc, dec, check=_any):
-        """The value of one draw: live (and recorded) or served from the replay file."""
+    def draw(self, fn, call, enc, dec, check=_any, stream=None):
+        """The value of one draw: live (and recorded) or served from the replay file. ``stream``:
+        ``(size, make, recorded)`` for a draw whose bytes come from the run's stream: ``make``
+        builds the value from ``size`` bytes of it, ``recorded`` is the JSON text recorded for it."""
         local = self.local
         if not self.active or getattr(local, "busy", False) or IN_TOOL.get():
             return call()  # a draw inside a draw (uuid4 reads os.urandom) or a tool, or a forked child
@@ -96,38 +124,67 @@ class Run:
         try:
             with self.lock:
                 if not self.live:
-                    served = self._serve(fn, dec, check)
+                    served = self._serve(fn, dec, check, stream)
                     if served is not _LIVE:
                         return served
-                value = call()
-                self.write('{"t":"draw","fn":"%s","v":%s}\n' % (fn, enc(value)))
+                if stream is None:
+                    value = call()
+                    text = enc(value)
+                else:
+                    value, text = stream[1](self.take(stream[0])), stream[2]
+                self.write('{"t":"draw","fn":"%s","v":%s}\n' % (fn, text))
                 self.recorded += 1
                 return value
         finally:
             local.busy = False
 
-    def _serve(self, fn, dec, check):
+    def _live(self):
+        """Run mode past the recording: live from here, on a stream of its own (never the
+        recorded stream's next bytes, which the run's other forks would draw too)."""
+        self.live = True
+        self.key = None
+        return _LIVE
+
+    def _serve(self, fn, dec, check, stream):
+        while self.served < len(self.draws) and isinstance(self.draws[self.served], dict) \
+                and self.draws[self.served].get("fn") == SEED_FN:
+            self._key(self.draws[self.served].get("v"))
         i = self.served
         if i >= len(self.draws):
             if self.mode == "run":
-                self.live = True
-                return _LIVE
+                return self._live()
             self.diverge("draw", i, None, {"fn": fn},
                          f"draw {i + 1}: the child called {fn} past the {len(self.draws)} recorded draws")
         want = self.draws[i]
-        if not isinstance(want, dict) or want.get("fn") != fn or not check(want.get("v")):
+        same = isinstance(want, dict) and want.get("fn") == fn
+        v = want.get("v") if same else None
+        streamed = same and stream is not None and (v is None if stream[2] == "null" else _is_int(v))
+        if not same or not (v == stream[0] or v is None if streamed else check(v)) or streamed and self.key is None:
             if self.mode == "run":
-                self.live = True
-                return _LIVE
+                return self._live()
             had = want.get("fn") if isinstance(want, dict) else want
             self.diverge("draw", i, want, {"fn": fn},
-                         f"draw {i + 1}: the child called {fn} where the recording has {had}")
+                         f"draw {i + 1}: the recorded {fn} draw has no seed before it" if same and streamed
+                         and self.key is None else f"draw {i + 1}: the child called {fn} where the recording has {had}"
+                         + (f" of {v} bytes" if same and streamed else ""))
         try:
-            value = dec(want["v"])
+            value = stream[1](self.take(stream[0])) if streamed else dec(v)
         except (TypeError, ValueError) as e:
             self.diverge("draw", i, want, {"fn": fn}, f"draw {i + 1}: the recorded {fn} value is malformed ({e})")
         self.served += 1
         return value
+
+    def _key(self, v):
+        """Serve a recorded seed: the stream's draws from here on are keyed by it."""
+        i = self.served
+        try:
+            key = bytes.fromhex(v)
+        except (TypeError, ValueError):
+            key = b""
+        if len(key) != _SEED_BYTES:
+            self.diverge("draw", i, self.draws[i], None, f"draw {i + 1}: the recorded seed is malformed")
+        self.key, self.taken = key, 0
+        self.served += 1
 
     def diverge(self, what, index, expected, got, detail):
         """Record a divergence and end the process with exit 86 (no cleanup runs)."""
@@ -217,7 +274,7 @@ def _patch(r):
 
     def urandom(size):
         return r.draw("os.urandom", lambda: real_urandom(size), lambda b: _quoted(b.hex()), bytes.fromhex,
-                      lambda v: isinstance(v, str) and len(v) == 2 * size)
+                      lambda v: isinstance(v, str) and len(v) == 2 * size, (size, bytes, str(size)))
 
     os.urandom = urandom
     _patch_random(r, real_urandom)
@@ -231,7 +288,8 @@ def _patch_random(r, real_urandom):
 
     def seed(self, a=None, version=2):
         if a is None:
-            a = r.draw("random.seed", lambda: int.from_bytes(real_urandom(32), "big"), str, int, _is_int)
+            a = r.draw("random.seed", lambda: int.from_bytes(real_urandom(32), "big"), str, int, _is_int,
+                       (32, lambda b: int.from_bytes(b, "big"), "null"))
         return real_seed(self, a, version)
 
     random.Random.seed = seed
@@ -245,7 +303,8 @@ def _patch_uuid(r):
     real1, real4 = uuid.uuid1, uuid.uuid4
     uuid.uuid1 = lambda node=None, clock_seq=None: r.draw(
         "uuid.uuid1", lambda: real1(node, clock_seq), lambda u: _quoted(u), uuid.UUID, _is_str)
-    uuid.uuid4 = lambda: r.draw("uuid.uuid4", real4, lambda u: _quoted(u), uuid.UUID, _is_str)
+    uuid.uuid4 = lambda: r.draw("uuid.uuid4", real4, lambda u: _quoted(u), uuid.UUID, _is_str,
+                                (16, lambda b: uuid.UUID(bytes=b, version=4), "null"))
 
 
 def _patch_datetime(r, real_time_ns):
