@@ -36,6 +36,8 @@ from git_pf.layers.world.attrs import DEFAULT_DIR_MODE, DEFAULT_EXEC_MODE, DEFAU
 from git_pf.layers.world.names import from_tree
 from git_pf.layers.world.restore import LINK_MAX
 
+from .rawchunks import Spans, mapped
+
 CHUNK_CACHE_BYTES = 64 * 1024 * 1024
 BLOB_CACHE_BYTES = 32 * 1024 * 1024
 BLOB_CACHE_ITEM = 64 * 1024
@@ -96,8 +98,8 @@ class ChunkCache:
                     self.pending[c.oid] = self.pool.submit(self._decode, c)
 
     def get(self, chunk: Chunk):
-        """The bytes of ``chunk`` (a read-only view), refused before they are decoded when its
-        frame does not decode to the chunk's size."""
+        """The bytes of ``chunk``: a read-only view, or the ``Spans`` of a chunk stored raw;
+        refused before they are decoded when its frame does not decode to the chunk's size."""
         oid = chunk.oid
         with self.lock:
             item = self.items.get(oid)
@@ -121,13 +123,15 @@ class ChunkCache:
         return data
 
     def _decode(self, chunk: Chunk):
-        """Decode ``chunk`` and keep it; its waiters are answered by the caller's future."""
-        buf = self._buffer(chunk.size)
+        """Decode ``chunk`` (or map it, when its frame stores it raw: ``rawchunks``) and keep
+        it; its waiters are answered by the caller's future."""
+        buf = None
         try:
-            if buf is None:
-                data = self.store.get(chunk.oid, size=chunk.size)
-            else:
-                data = self.store.get(chunk.oid, size=chunk.size, into=buf).toreadonly()
+            data = mapped(self.store, chunk)
+            if data is None:
+                buf = self._buffer(chunk.size)
+                data = self.store.get(chunk.oid, size=chunk.size) if buf is None else \
+                    self.store.get(chunk.oid, size=chunk.size, into=buf).toreadonly()
         except BaseException:
             with self.lock:
                 self.pending.pop(chunk.oid, None)
@@ -194,8 +198,11 @@ class PointerReader:
         end = off + size
         while 0 <= i < len(self.chunks) and self.starts[i] < end:
             data = self.cache.get(self.chunks[i])
-            lo = max(off - self.starts[i], 0)
-            out.append(memoryview(data)[lo : end - self.starts[i]] if lo or end - self.starts[i] < len(data) else data)
+            lo, hi = max(off - self.starts[i], 0), end - self.starts[i]
+            if type(data) is Spans:  # a chunk stored raw: views of its blocks in the store's file
+                out += data.cut(lo, hi)
+            else:
+                out.append(memoryview(data)[lo:hi] if lo or hi < len(data) else data)
             i += 1
         return out
 
