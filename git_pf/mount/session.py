@@ -160,8 +160,8 @@ class Session:
                 continue
             if self.idle is not None:
                 self._idle()
-            caught = spin and not any(helper.working() for helper in self.helpers) and not self._crowded() \
-                and self._spin()
+            caught = spin and not self._unsent and not any(helper.working() for helper in self.helpers) \
+                and not self._crowded() and self._spin()
             try:
                 self._waiting = True
                 n = os.readv(fd, [buf])
@@ -217,6 +217,8 @@ class Session:
         requests, or a machine too busy to run it at once, would only lose the core to
         the spin), and not while a helper works: storing files ahead of a reader saves it
         more than the spin would, and the spin would take the core and the GIL from it, nor
+        while a reply thread still computes an answer (a large file's reads come queued: the
+        spin would only take a core and the GIL from the threads copying the answers), nor
         while more threads are ready to run than there are cores (``_crowded``): on a busy
         machine a process woken on the device costs no more than a switch, and the spin
         would take the core from the very program that sends the requests."""
