@@ -1,7 +1,8 @@
 """Packed tapes (docs/format.md §8.1): a recorded run longer than one chunk of 256 entries is
-packed as it grows into column chunks (tape layout 3), replays bit-exact and forks across the
-chunk boundary; any tape written whole comes back byte for byte; tapes of layout 1 (every entry
-loose) and layout 2 (plain chunks) still read, replay and diff; a hostile chunk is one clear error.
+packed as it grows into column chunks (tape layout 4), replays bit-exact and forks across the
+chunk boundary; any tape written whole comes back byte for byte; draws and clocks take columns of
+their own; tapes of layout 1 (every entry loose), layout 2 (plain chunks) and layout 3 (column
+chunks without those) still read, replay and diff; a hostile chunk is one clear error.
 On real repositories, the real git-pf command and a real child process."""
 from __future__ import annotations
 
@@ -170,6 +171,51 @@ def test_a_tape_of_layout_2_still_reads_replays_and_diffs(recorded):
     assert _pf(root, "fsck").returncode == 0
 
 
+def _layout_3(repo: Repo, rev: str) -> list[tuple[bytes, bytes]]:
+    """The tape of ``rev`` as tape layout 3 wrote it: column chunks without layout 4's draw and clock
+    columns, each after the first compressed against the first's columns."""
+    entries = [data for _, data, _ in tape.stored(repo.git, repo.resolve(rev).tree)]
+    out, seq, base = [], 0, None
+    for group in tapechunk.groups(entries):
+        columns = tapecols.encode(group, layout=3)
+        digest = tape.entry_name(0, b"".join(group))[9:25]
+        if base is None:
+            out.append((b"%08d+%04d-%s.col.zst" % (seq, len(group), digest), _frame(columns, write_checksum=True)))
+            base = tapechunk.Base(columns)
+        else:
+            out.append((b"%08d+%04d-%s-%s.col.zst" % (seq, len(group), digest, base.digest), base.compress(columns)))
+        seq += len(group)
+    return out
+
+
+def test_a_tape_of_layout_3_still_reads_replays_and_diffs(recorded):
+    root, child = recorded
+    repo = Repo.open(root)
+    old = _layout_3(repo, "run")
+    assert zstandard.ZstdDecompressor().decompress(old[0][1]).startswith(b'["pf-tape-columns",3]\n')
+    _relayout(repo, "run", "cols3", old)
+    assert {n for n, _ in old} != {n.encode() for n in _tape_names(root, "refs/pf/heads/run")}  # other bases
+    assert tape.read(repo.git, repo.resolve("cols3").tree) == tape.read(repo.git, repo.resolve("run").tree)
+    assert "tape" not in _pf(root, "diff", "cols3", "run").stdout
+    proc = _pf(root, "replay", "cols3", "--json", "--", *child)
+    assert json.loads(proc.stdout[proc.stdout.index("{"):])["bit_exact"]
+    assert _pf(root, "fsck").returncode == 0
+
+
+def test_draws_and_clocks_take_columns_of_their_own(repo, tmp_path):
+    clock, entries = 1795805236.1516116, []
+    for i in range(256):
+        clock += 0.0043 + (i % 7) * 1e-6
+        entries.append({"v": 2, "ms": 1.5 + i % 3, "draws": [{"fn": "time.time", "v": clock}, {"fn": "time.time_ns",
+                        "v": int(clock * 1e9) + i}, {"fn": "uuid.uuid4", "v": None}, {"fn": "os.urandom", "v": 4}]})
+    data = [data for _, data in tape.encode(entries)]
+    payload = tapecols.encode(data)
+    assert b'[".draws[].v@time.time#d",' in payload and b'[".draws[].v@time.time_ns#i",' in payload
+    assert b'[".ms#f",' in payload  # short floats that are no clock keep their digits
+    assert tapecols.decode(payload, 256, 1 << 24) == b"".join(data)
+    assert len(_frame(payload)) < 0.6 * len(_frame(tapecols.encode(data, layout=3)))
+
+
 def test_a_column_chunk_is_smaller_than_a_plain_one(recorded):
     root, _ = recorded
     repo = Repo.open(root)
@@ -237,12 +283,22 @@ HOSTILE = {  # case -> (chunk name, blob) made from the good chunk's name and en
                      "would be over 8388608 bytes"),
     "long-integer": (lambda name, e: (name, _columns([{"n": [1] * 10}] + [{}] * 255, [".n[]#i", [10**4299] * 10])),
                      "integer too long to write"),
+    # layout 4: a float column as its bits' differences; a draw's function in its shape
+    "float-bits-not-finite": (lambda name, e: (name, _columns([{"f": 2}] * 256, [".f#d", [0x7FF0000000000000] + [0] * 255])),
+                              "not a finite double"),
+    "float-bits-past-64": (lambda name, e: (name, _columns([{"f": 2}] * 256, [".f#d", [1 << 62] * 256])),
+                           "not a finite double"),
+    "floats-twice": (lambda name, e: (name, _columns([{"f": 2}] * 256, [".f#d", [0] * 128], [".f#f", [0.0] * 128])),
+                     "floats of .f#f twice"),
+    "string-in-a-shape": (lambda name, e: (name, _columns([{"fn": "x"}] * 256)), "malformed shape"),
+    "layout-3-draw": (lambda name, e: (name, _columns([{"fn": "x", "v": 1}] * 256, [".v@x#i", [0] * 256], layout=3)),
+                      "malformed shape"),
 }
 
 
-def _columns(shapes: list, *columns: list) -> bytes:
+def _columns(shapes: list, *columns: list, layout: int = 4) -> bytes:
     """A column chunk's blob holding ``shapes`` and ``columns`` as they are, well-formed or not."""
-    return _frame(tapecols.MAGIC + b"".join(json.dumps(x, separators=(",", ":")).encode() + b"\n"
+    return _frame(b'["pf-tape-columns",%d]\n' % layout + b"".join(json.dumps(x, separators=(",", ":")).encode() + b"\n"
                                            for x in (*shapes, *columns)))
 
 

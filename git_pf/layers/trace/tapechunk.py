@@ -4,7 +4,8 @@
 A chunk holds up to ``CHUNK_ENTRIES`` entries (fewer when the next one would take its content
 past ``CHUNK_BYTES``, or when the tape ends). Its content is the entries' canonical bytes one
 after another (canonical JSONL: each ends in its one newline). It is stored as one zstd frame
-declaring its decoded size, of the content's columns (``tapecols``, tape layout 3: named
+declaring its decoded size, of the content's columns (``tapecols``, tape layouts 3 and 4, which
+the columns' first line tells apart: named
 ``<first seq:08d>+<count:04d>-<first 16 hex of the content's sha256>.col.zst``) or, when the
 entries do not come back from columns byte for byte, of the content itself (layout 2: the same
 name ending in ``.zst``). A tape's first column chunk is its ``Base``: each later column chunk
@@ -29,7 +30,7 @@ CHUNK_ENTRIES = 256
 CHUNK_BYTES = 8 << 20
 LEVEL = 9  # zstd's level for a chunk: written once per 256 entries, so a slower, smaller one
 NAME = re.compile(rb"\A([0-9]{8})\+([0-9]{4})-([0-9a-f]{16})(?:-([0-9a-f]{16}))?(\.col)?\.zst\Z")
-_BASE, _COLUMNS = 4, 5  # NAME's groups: the base a chunk is compressed against; layout 3
+_BASE, _COLUMNS = 4, 5  # NAME's groups: the base a chunk is compressed against; column chunks (layouts 3, 4)
 _MAX_SEQ = 10**8
 
 
