@@ -84,19 +84,24 @@ class Run:
         self.urandom = os.urandom  # the OS's, taken before the hook wraps it: the seed's source
         self.key = None  # the stream's seed: drawn before the first streamed draw, or served
         self.taken = 0  # streamed draws since the seed
+        self.keyed_hash = None
 
     def take(self, size):
         """The next ``size`` bytes of the run's stream (under the lock): SHAKE-256 of the seed and the
         draw's number; a live run with no seed yet draws one from the OS and records it first."""
-        import hashlib
         if self.key is None:
-            self.key = self.urandom(_SEED_BYTES)
-            self.taken = 0
+            self.keyed(self.urandom(_SEED_BYTES))
             self.write('{"t":"draw","fn":"%s","v":"%s"}\n' % (SEED_FN, self.key.hex()))
             self.recorded += 1
-        data = hashlib.shake_256(_DOMAIN + self.key + self.taken.to_bytes(8, "big")).digest(size)
+        h = self.keyed_hash.copy()
+        h.update(self.taken.to_bytes(8, "big"))
         self.taken += 1
-        return data
+        return h.digest(size)
+
+    def keyed(self, key):
+        """Start the stream of seed ``key`` (the hash of its fixed prefix is kept, and copied per draw)."""
+        import hashlib
+        self.key, self.taken, self.keyed_hash = key, 0, hashlib.shake_256(_DOMAIN + key)
 
     def write(self, line):
         """Append to the channel; what a full disk keeps back goes first at the next write (the
@@ -183,7 +188,7 @@ class Run:
             key = b""
         if len(key) != _SEED_BYTES:
             self.diverge("draw", i, self.draws[i], None, f"draw {i + 1}: the recorded seed is malformed")
-        self.key, self.taken = key, 0
+        self.keyed(key)
         self.served += 1
 
     def diverge(self, what, index, expected, got, detail):
