@@ -28,7 +28,7 @@ from .. import executors
 from ..image import refs
 from ..core.errors import EXIT_NEGATIVE, PfError, UsageError
 from ..runs import child
-from ..runs.replaying import fresh_world, plan_of, recorded_place, remove_world
+from ..runs.replaying import fresh_world, isolation, plan_of, remove_world
 from ..runs.runon import RunWorld
 from ..executors import node
 from ..transport import gitcmd, remotes
@@ -122,8 +122,7 @@ def blame(repo, rev: str, agent_cmd: list[str], opts: BlameOptions, *,
     first, end = _steps(opts, entries[-1]["step"])
     run = store.check_run(opts.name) if opts.name else store.default_run(git, rev)
     child.start_check(agent_cmd, os.environ)
-    if opts.how.isolate:  # refused here, before anything is written, when it cannot be had
-        child.check_isolation(recorded_place(git, plan.first)[0])
+    isolation(git, plan.first, plan.first, opts.how.isolate)  # refused here, before anything is written
     settings = {"rev": tip, "k": opts.k, "steps": [first, end], "perturb": opts.perturb, "grade": grader.spec(),
                 "null_rate": opts.null_rate, "alpha": opts.alpha, "seed": opts.seed, "min_valid": opts.min_valid}
     if opts.how.resume_world:  # trials from the fork step's world are other trials: a setting (absent: False)

@@ -7,8 +7,10 @@ watcher on a divergence); when it is set the child gets SIGTERM, then
 SIGKILL after a grace period. A child killed by signal S exits 128 + S, as a
 shell reports it. ``isolated`` wraps CMD so that it runs in a private mount
 namespace (util-linux ``unshare``, then ``mount --bind``) where the path a run
-was recorded in shows the replay's world, in the recorded cwd; where
-namespaces are not available it refuses, unless told not to isolate.
+was recorded in shows the replay's world, in the recorded cwd, and where each
+git directory outside the world that the world links to (``gitlinks``) is an
+overlay whose upper layer is a tmpfs of that namespace, thrown away with it;
+where namespaces are not available it refuses, unless told not to isolate.
 Touches no repository.
 """
 from __future__ import annotations
@@ -21,11 +23,17 @@ from pathlib import Path
 from typing import Callable
 
 from ..core.errors import PfError
+from . import gitlinks
 
 GRACE_S = 3.0
 POLL_S = 0.02
-# In the new namespace: the world over the recorded path, the recorded cwd, then the agent (same pid).
-_ENTER = ('mount --bind -- "$1" "$2" || exit 125; [ -z "$3" ] || cd -- "$3" || exit 125; shift 3; exec "$@"')
+# In the new namespace: a tmpfs for the overlays' upper layers, each linked git directory overlaid, the
+# world over the recorded path, the recorded cwd, then the agent (same pid).
+_ENTER = ('w=$1 r=$2 c=$3 t=$4 n=$5; shift 5; i=0; if [ "$n" -gt 0 ]; then '
+          'mount -t tmpfs -o mode=700 pf-git "$t" || exit 125; fi; while [ "$i" -lt "$n" ]; do i=$((i+1)); '
+          'mkdir -- "$t/u$i" "$t/w$i" && mount -t overlay -o "lowerdir=$1,upperdir=$t/u$i,workdir=$t/w$i" '
+          'pf-git "$1" || exit 125; shift; done; [ -z "$r" ] || mount --bind -- "$w" "$r" || exit 125; '
+          '[ -z "$c" ] || cd -- "$c" || exit 125; exec "$@"')
 _namespaces: dict[str, bool] = {}
 
 
@@ -106,25 +114,80 @@ def namespaces_available() -> bool:
     return _namespaces["ok"]
 
 
-def check_isolation(root: str | None, isolate: bool = True) -> None:
+def overlays_available(scratch: str) -> bool:
+    """Whether an overlay can be mounted in such a namespace (Linux 5.11 or later lets a user
+    namespace do it), tried once under ``scratch``, an empty directory of the caller's."""
+    if "overlay" not in _namespaces:
+        probe = ('mount -t tmpfs pf-git "$1" && mkdir "$1/l" "$1/u" "$1/w" && '
+                 'mount -t overlay -o "lowerdir=$1/l,upperdir=$1/u,workdir=$1/w" pf-git "$1/l"')
+        try:
+            _namespaces["overlay"] = subprocess.run(
+                [*_unshare(), "sh", "-c", probe, "sh", scratch], stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, timeout=10).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            _namespaces["overlay"] = False
+    return _namespaces["overlay"]
+
+
+def check_isolation(root: str | None, isolate: bool = True, links=()) -> None:
     """Refuse (PfError, exit 2) before anything is written when the recorded path ``root`` exists
-    here, must be hidden, and no mount namespace can be made."""
-    if root and isolate and os.path.isdir(root) and not namespaces_available():
+    here, must be hidden, and no mount namespace can be made; the same when one of the world's
+    git ``links`` may name a git directory outside it (``gitlinks.outside_maybe``)."""
+    if not isolate or namespaces_available():
+        return
+    if root and os.path.isdir(root):
         raise PfError(f"the run was recorded in '{root}', outside this world, and no private mount namespace can "
                       f"be made here to show the world there (give --no-isolate to run anyway: writes by that "
                       f"path would reach it)", 2)
+    link = gitlinks.outside_maybe(tuple(links), root)
+    if link is not None:
+        raise PfError(f"the world's git link '{link.path}' may name a git directory outside it, and no private "
+                      f"mount namespace can be made here to keep it from the agent's git commands (give "
+                      f"--no-isolate to run anyway: they would change it)", 2)
 
 
-def isolated(cmd: list[str], world: Path, root: str | None, cwd: str | None, isolate: bool = True) -> list[str]:
+def shown_at(world: Path, root: str | None) -> bool:
+    """Whether an isolated child sees ``world`` at the recorded path ``root`` (a bind mount): a
+    recorded path that is here and is not the world itself."""
+    return bool(root) and os.path.isdir(root) and os.path.realpath(root) != os.path.realpath(world)
+
+
+def isolated(cmd: list[str], world: Path, root: str | None, cwd: str | None, links=(), *, isolate: bool = True,
+             scratch: Path | None = None) -> list[str]:
     """CMD as it must start so that the recorded sandbox path ``root`` shows ``world`` (and its cwd
-    is the recorded one): wrapped in a mount namespace, or as it is when there is nothing to hide
-    (no recorded path, the same path, a recorded path that is gone, ``isolate`` False). Raises
-    PfError (exit 2) when the path must be hidden and no namespace can be had."""
-    if not root or not isolate or not os.path.isdir(root):
+    is the recorded one) and the git directories outside the world that its git ``links`` name
+    are private overlays (their upper layers on a tmpfs mounted at ``scratch``/gitdirs, an empty
+    directory of the caller's): wrapped in a mount namespace, or as it is when there is nothing to
+    hide (no recorded path, the same path, a recorded path that is gone, and no git directory
+    outside the world; ``isolate`` False). Raises PfError (exit 2) when something must be hidden
+    and no namespace can be had, or a link names something odd (``gitlinks.private_dirs``)."""
+    if not isolate:
         return list(cmd)
-    if os.path.realpath(root) == os.path.realpath(world):
+    bind = shown_at(world, root)
+    shown = os.path.realpath(root) if bind else os.path.realpath(world)
+    dirs = gitlinks.private_dirs(tuple(links), str(world), shown) if links else []
+    if not bind and not dirs:
         return list(cmd)
-    check_isolation(root, isolate)
+    if not namespaces_available():
+        if bind:
+            check_isolation(root)  # its line
+        raise PfError(f"the world's git links name '{dirs[0]}', outside it, and no private mount namespace can be "
+                      f"made here to keep it from the agent's git commands (give --no-isolate to run anyway: they "
+                      f"would change it)", 2)
     start_check(cmd, os.environ)
-    here = cwd if cwd and os.path.isdir(cwd) else ""
-    return [*_unshare(), "sh", "-c", _ENTER, "sh", str(world), os.path.realpath(root), here, *cmd]
+    here = cwd if bind and cwd and os.path.isdir(cwd) else ""
+    upper = ""
+    if dirs:
+        if scratch is None:
+            raise ValueError("isolated: a scratch directory is needed for the overlays")
+        upper = os.path.join(os.path.realpath(scratch), "gitdirs")
+        if any(ch in upper for ch in gitlinks.UNSAFE_CHARS):
+            raise PfError(f"the temporary directory '{upper}' holds ',', ':', '\\' or a newline, which an overlay "
+                          f"cannot take (set TMPDIR elsewhere)", 2)
+        os.makedirs(upper, exist_ok=True)
+        if not overlays_available(upper):
+            raise PfError(f"the world's git links name '{dirs[0]}', outside it, and no overlay can be mounted here "
+                          f"to keep it from the agent's git commands (Linux 5.11 or later; give --no-isolate to "
+                          f"run anyway: they would change it)", 2)
+    return [*_unshare(), "sh", "-c", _ENTER, "sh", str(world), shown if bind else "", here, upper,
+            str(len(dirs)), *dirs, *cmd]

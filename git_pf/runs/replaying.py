@@ -165,13 +165,30 @@ def recorded_place(git, first: str) -> tuple[str | None, str | None]:
     return place(git, first)
 
 
-def isolated_cmd(cmd: list[str], world: Path, place: tuple, env: dict) -> list[str]:
-    """CMD wrapped to see ``world`` at the recorded path (``child.isolated``); when it is,
+def isolation(git, first: str, start: str, isolate: bool = True) -> tuple:
+    """Where the child of a run whose step 0 is ``first`` must see its world, starting from
+    ``start``'s: (recorded sandbox path, cwd, the world's git links); refused here (PfError, exit
+    2), before anything is written, when that needs a mount namespace and none can be made.
+    ``(None, None, ())`` when not isolating."""
+    from . import child, gitlinks
+
+    if not isolate:
+        return None, None, ()
+    root, cwd = recorded_place(git, first)
+    links = gitlinks.links(git, start)
+    child.check_isolation(root, links=links)
+    return root, cwd, links
+
+
+def isolated_cmd(cmd: list[str], world: Path, place: tuple, env: dict, scratch: Path) -> list[str]:
+    """CMD wrapped to see ``world`` at the recorded path, the git directories its links name
+    private (``child.isolated``, ``place`` from ``isolation``; ``scratch``: an empty directory
+    that lasts as long as the child); when the world is shown at the recorded path,
     ``GIT_PF_WORLD`` in ``env`` names that path, as it did when the run was recorded."""
     from . import child
 
-    wrapped = child.isolated(cmd, world, *place)
-    if wrapped != list(cmd) and "GIT_PF_WORLD" in env:
+    wrapped = child.isolated(cmd, world, *place, scratch=scratch)
+    if wrapped != list(cmd) and "GIT_PF_WORLD" in env and child.shown_at(world, place[0]):
         env["GIT_PF_WORLD"] = place[0]
     return wrapped
 
@@ -210,20 +227,21 @@ def replay(repo, rev: str, cmd: list[str], *, realtime: bool = False, ignore: tu
     directory, removed when the replay ends, whatever its outcome, unless ``keep_world``) unless
     ``world`` is given: a directory that already holds step 0's world (a mount). ``world_check``:
     the world must be each step's as recorded (``--no-world-check`` turns it off). ``isolate``: the
-    child sees the world at the path the run was recorded in (``child.isolated``)."""
+    child sees the world at the path the run was recorded in, and the git directories the world
+    links to as private overlays (``child.isolated``)."""
     from . import child
 
     plan = plan_of(repo, rev)
     child.start_check(cmd, os.environ)
-    if isolate:  # refused here, before anything is checked out, when it cannot be had
-        child.check_isolation(recorded_place(repo.git, plan.first)[0])
+    # refused here, before anything is checked out, when it cannot be had
+    place = isolation(repo.git, plan.first, plan.first, isolate)
     if world is not None or fs_root is not None:
         world = Path(world).resolve() if world is not None else fresh_world(repo, plan.first, fs_root)
-        return _replay(repo, plan, rev, cmd, world, realtime, ignore, allow_effects, world_check, isolate)
+        return _replay(repo, plan, rev, cmd, world, realtime, ignore, allow_effects, world_check, place)
     temp = Path(tempfile.mkdtemp(prefix="pf-world-"))
     try:
         report = _replay(repo, plan, rev, cmd, fresh_world(repo, plan.first, temp), realtime, ignore,
-                         allow_effects, world_check, isolate)
+                         allow_effects, world_check, place)
     finally:
         if not keep_world:
             remove_world(repo, temp, temp)
@@ -267,7 +285,7 @@ def remove_tree(path: Path) -> None:
 
 
 def _replay(repo, plan, rev: str, cmd: list[str], world: Path, realtime: bool, ignore: tuple,
-            allow_effects: bool, world_check: bool, isolate: bool = True) -> ReplayReport:
+            allow_effects: bool, world_check: bool, place: tuple) -> ReplayReport:
     from .stepworld import WorldCheck, world_tree
 
     stop = threading.Event()
@@ -275,7 +293,7 @@ def _replay(repo, plan, rev: str, cmd: list[str], world: Path, realtime: bool, i
     replayer = Replayer(plan.entries, ignore, realtime, stop, checker)
     try:
         code, watcher = _drive(plan, cmd, world, replayer, stop, allow_effects, ledger_blobs(repo.git, plan.ledger),
-                               recorded_place(repo.git, plan.first) if isolate else (None, None))
+                               place)
         if checker is not None and plan.end is not None and replayer.world is None and replayer.mismatch is None \
                 and watcher.diverged is None and replayer.served == replayer.total:
             last = plan.end.get("step", 0)
@@ -308,9 +326,9 @@ def _replay(repo, plan, rev: str, cmd: list[str], world: Path, realtime: bool, i
 
 def _drive(plan, cmd: list[str], world: Path, replayer: Replayer, stop: threading.Event,
            allow_effects: bool, blobs: dict[str, str], place: tuple) -> tuple[int, Watcher]:
-    """Run the child against ``replayer`` (seeing the world at the recorded ``place``, (root, cwd));
+    """Run the child against ``replayer`` (seeing the world at the recorded ``place``, ``isolation``'s);
     its exit code and the channel's watcher."""
-    from . import child, inject
+    from . import inject
     from .channel import write_replay_file
     from .proxy import Proxy
     from .record import drive, world_env
@@ -324,6 +342,6 @@ def _drive(plan, cmd: list[str], world: Path, replayer: Replayer, stop: threadin
         with Proxy(replayer) as proxy:
             env = inject.child_env(world_env(dict(os.environ), proxy, world), mode="replay", channel=channel,
                                    replay_file=replay_file)
-            code = drive(isolated_cmd(cmd, world, place, env), env, None, stop, watcher.tick)
+            code = drive(isolated_cmd(cmd, world, place, env, Path(tmp)), env, None, stop, watcher.tick)
         watcher.tick()
     return code, watcher

@@ -51,7 +51,8 @@ def prefix_where(step: int, fork_step: int) -> str:
 class RunWorld:
     """How a run goes on from a fork (``run``'s flags, and each blame trial's): in step 0's world
     (the default) or, with ``resume_world``, the fork step's; each prefix step's world checked
-    (``world_check``); the world shown at the path it was recorded in (``isolate``)."""
+    (``world_check``); the world shown at the path it was recorded in, and the git directories it
+    links to private (``isolate``)."""
 
     resume_world: bool = False
     world_check: bool = True
@@ -79,7 +80,7 @@ def run(repo, branch: str, cmd: list[str], *, upstreams: list[str] = (), fs_root
     from .channel import write_replay_file
     from .forward import Upstreams
     from ..layers.trace import messages as trace
-    from .replaying import fresh_world, isolated_cmd, ledger_blobs, plan_of, recorded_place
+    from .replaying import fresh_world, isolated_cmd, isolation, ledger_blobs, plan_of
     from .steps import StepWriter, check_target, target_tip
     from .stepworld import WorldCheck
 
@@ -90,9 +91,8 @@ def run(repo, branch: str, cmd: list[str], *, upstreams: list[str] = (), fs_root
     plan = plan_of(repo, branch)
     ups = Upstreams.from_repo(git, list(upstreams))
     child.start_check(cmd, os.environ)
-    place = recorded_place(git, plan.first) if isolate else (None, None)
-    child.check_isolation(place[0])  # refused here, before anything is written, when it cannot be had
     start = plan.start_image if resume_world else plan.first
+    place = isolation(git, plan.first, start, isolate)  # refused here, before anything is written
     world = Path(world).resolve() if world is not None else fresh_world(repo, start, fs_root)
     last = max(plan.entries, key=lambda e: e["step"])
     stop = stop or threading.Event()
@@ -113,7 +113,7 @@ def run(repo, branch: str, cmd: list[str], *, upstreams: list[str] = (), fs_root
             with Proxy(RunOn(replayer, recorder)) as proxy:
                 env = inject_mod.child_env(world_env(dict(os.environ), proxy, world), mode="run",
                                            channel=writer.channel, replay_file=replay_file, inject=inject)
-                code = drive(isolated_cmd(cmd, world, place, env), env, recorder, stop, output=output)
+                code = drive(isolated_cmd(cmd, world, place, env, Path(tmp)), env, recorder, stop, output=output)
         failed = (replayer.mismatch is not None or replayer.world is not None) and recorder.steps == 0
         tip = plan.tip if failed else writer.finish(code).id  # a run that never went on writes nothing
     finally:

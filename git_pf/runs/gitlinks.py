@@ -1,0 +1,193 @@
+"""Git directories a world links to outside itself, made private for an isolated run.
+
+A world may hold a ``.git`` file (a linked work tree's or a submodule's ``gitdir:`` link), a
+``.git`` symlink, or a git directory whose ``commondir`` file names another one: git commands
+the agent runs there act on the directory named, outside the world. ``links`` lists them from
+the image's world tree, before anything is written; ``outside_maybe`` says from that alone
+which may name a directory outside the world (a run then needs a mount namespace);
+``private_dirs`` resolves them as the agent will see them (the world shown at the recorded
+path, symlinks followed through it) and returns the git directories to overlay. In the run's
+mount namespace each becomes an overlay whose upper layer lies on a tmpfs private to that
+namespace (``child.isolated``), so the agent's commits, index and ref updates succeed there and
+vanish with it. A named path that is not there is left alone (git finds no repository there, as
+it would anywhere); one that is there but is not a git directory of this user (another user's,
+``/etc``, a plain directory) is refused in one line. The text of a link comes from the image,
+possibly fetched: it is only read, never followed to write. Writes nothing.
+"""
+from __future__ import annotations
+
+import os
+import posixpath
+import stat
+from dataclasses import dataclass
+
+from ..core.errors import DataError, PfError
+from ..image.safepath import from_tree
+from ..image.tree import MODE_LINK, MODE_TREE, read_blob, read_tree
+
+MAX_LINK = 4096  # a link's text, read from the image
+MAX_HOPS = 40  # symlinks followed resolving one path, as the kernel allows
+# overlayfs takes its directories in one option string, where these separate or escape
+UNSAFE_CHARS = (",", ":", "\\", "\n")
+
+
+@dataclass(frozen=True)
+class Link:
+    """One link in the world: ``path`` (world-relative, ``/``-separated), ``kind`` (``gitdir``: a
+    ``.git`` file; ``symlink``: a ``.git`` symlink; ``commondir``: a git directory's
+    ``commondir`` file) and the path it names (``target``, as written; relative to the link's
+    directory, or to its git directory for ``commondir``)."""
+
+    path: str
+    kind: str
+    target: str
+
+
+def links(git, image: str) -> tuple[Link, ...]:
+    """The git links in ``image``'s world (reading trees and only the links' own blobs)."""
+    from .stepworld import world_tree
+
+    out: list[Link] = []
+    todo: list[tuple[str, bytes]] = [("", bytes.fromhex(world_tree(git, image)))]
+    while todo:
+        rel, oid = todo.pop()
+        entries = [(from_tree(tname), mode, child) for tname, mode, child in read_tree(git, oid)]
+        gitdir = any(name == b"HEAD" for name, _, _ in entries)  # a commondir file counts only in a git directory
+        for name, mode, child in entries:
+            path = posixpath.join(rel, os.fsdecode(name))
+            if mode == MODE_TREE:
+                todo.append((path, child))
+            elif name == b".git" or (name == b"commondir" and gitdir and mode != MODE_LINK):
+                kind = "symlink" if mode == MODE_LINK else "gitdir" if name == b".git" else "commondir"
+                link = _link(git, path, kind, child)
+                if link is not None:
+                    out.append(link)
+    return tuple(sorted(out, key=lambda l: l.path))
+
+
+def _link(git, path: str, kind: str, oid: bytes) -> Link | None:
+    try:
+        data = read_blob(git, oid, MAX_LINK, "a git link's length")
+    except DataError:
+        raise PfError(f"the world's git link '{path}' is longer than {MAX_LINK} bytes: refusing to run "
+                      f"where git could follow it", 2) from None
+    text = os.fsdecode(data) if kind == "symlink" else os.fsdecode(data.split(b"\n", 1)[0]).strip()
+    if kind == "gitdir":
+        if not text.startswith("gitdir:"):
+            return None  # not a link: git refuses such a .git file
+        text = text[len("gitdir:"):].strip()
+    return Link(path, kind, text) if text else None
+
+
+def _named(link: Link, shown: str) -> str:
+    """The path ``link`` names, in the agent's view where the world is at ``shown``."""
+    where = posixpath.join(shown, link.path)
+    base = posixpath.dirname(where) if link.kind != "symlink" else where
+    return where if link.kind == "symlink" else posixpath.normpath(posixpath.join(base, link.target))
+
+
+def outside_maybe(found: tuple[Link, ...], root: str | None) -> Link | None:
+    """The first of ``found`` that may name a directory outside the world, read from the links
+    alone (an absolute path not under the recorded ``root``, or a relative one that climbs out);
+    None when none may."""
+    shown = "/pf-world"
+    for link in found:
+        if link.kind == "symlink" and not link.target.startswith("/"):
+            named = posixpath.normpath(posixpath.join(shown, posixpath.dirname(link.path), link.target))
+        else:
+            named = _named(link, shown)
+        if not (_under(named, shown) or (root and _under(named, root))):
+            return link
+    return None
+
+
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def resolve(path: str, shown: str, world: str) -> str:
+    """``path`` (absolute) with every symlink followed as the agent sees the file system: the
+    world at ``shown``. A path of that view; PfError after ``MAX_HOPS`` symlinks."""
+    todo = [c for c in path.split("/") if c]
+    done, hops = "/", 0
+    while todo:
+        c = todo.pop(0)
+        if c == ".":
+            continue
+        if c == "..":
+            done = posixpath.dirname(done)
+            continue
+        nxt = posixpath.join(done, c)
+        real = world + nxt[len(shown):] if _under(nxt, shown) else nxt
+        if not os.path.islink(real):
+            done = nxt
+            continue
+        hops += 1
+        if hops > MAX_HOPS:
+            raise PfError(f"too many symbolic links resolving '{path}'", 2)
+        target = os.readlink(real)
+        todo = [x for x in target.split("/") if x] + todo
+        if target.startswith("/"):
+            done = "/"
+    return done
+
+
+def private_dirs(found: tuple[Link, ...], world: str, shown: str) -> list[str]:
+    """The directories outside the world that git commands in it would write, to overlay in the
+    run's namespace (none inside another); the world is at ``shown`` in the agent's view. PfError
+    (exit 2) for a link naming something there that is not a git directory of this user."""
+    world, dirs = os.path.realpath(world), set()
+
+    def inside(p: str) -> bool:
+        return _under(p, shown) or _under(p, world)
+
+    for link in found:
+        named = resolve(_named(link, shown), shown, world)
+        if inside(named) or not os.path.lexists(named):
+            continue  # the world is private already; git finds no repository where nothing is
+        if link.kind == "commondir":
+            dirs.add(_git_dir(link, named, common=True))
+            continue
+        gitdir = _git_dir(link, named)
+        dirs.add(gitdir)
+        try:
+            with open(os.path.join(gitdir, "commondir")) as f:
+                common = f.read().strip()
+        except FileNotFoundError:
+            continue
+        except (OSError, UnicodeDecodeError):
+            raise _odd(link, os.path.join(gitdir, "commondir"), "an unreadable commondir") from None
+        if common:
+            common = resolve(posixpath.join(gitdir, common), shown, world)
+            if not inside(common):
+                dirs.add(_git_dir(link, common, common=True))
+    top = sorted(dirs)
+    out = [d for d in top if not any(d != o and _under(d, o) for o in top)]
+    for d in out:
+        if inside(d) or _under(world, d) or _under(shown, d):
+            raise _odd(found[0], d, "a directory that holds the world")
+        if any(ch in d for ch in UNSAFE_CHARS):
+            raise _odd(found[0], d, "a path holding ',', ':', '\\' or a newline, which an overlay cannot take")
+    return out
+
+
+def _git_dir(link: Link, path: str, common: bool = False) -> str:
+    """``path`` when it is a git directory of this user (HEAD, and for a common directory
+    ``objects`` and ``refs``); else PfError naming the link."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        raise _odd(link, path, "a path that cannot be read") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise _odd(link, path, "not a directory")
+    if st.st_uid != os.geteuid():
+        raise _odd(link, path, "another user's directory")
+    need = ("objects", "refs") if common else ("HEAD",)
+    if not all(os.path.exists(os.path.join(path, n)) for n in need):
+        raise _odd(link, path, "not a git directory")
+    return path
+
+
+def _odd(link: Link, path: str, what: str) -> PfError:
+    return PfError(f"the world's git link '{link.path}' names '{path}', outside the world: {what}; refusing to "
+                   f"run where git there could change it (give --no-isolate to run anyway)", 2)
