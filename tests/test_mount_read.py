@@ -252,6 +252,31 @@ def _wait_for_fifo_reader(pid: int) -> None:
     raise AssertionError("the mount's daemon never opened the chunk")
 
 
+def test_a_large_file_stored_raw_is_served_in_place_and_still_checked(pf):
+    """Random content, which zstd stores in raw blocks, is served from the side store's files
+    without decoding, exactly; a byte changed in one chunk's file gives EIO, never wrong bytes."""
+    sb = make_sandbox(pf.root)
+    image = snapshot(pf, sb)
+    want = (sb / "data.bin").read_bytes()
+    mnt = pf.mount(image, pf.root / "mnt")
+    assert (mnt / "data.bin").read_bytes() == want
+    chunks = daemon_stats(pf, mnt)["chunks"]
+    assert chunks["mapped"] > 1 and chunks["decoded"] == 0
+    victim = max((pf.repo / ".git" / "pf" / "objects").glob("??/*"), key=lambda p: p.stat().st_size)
+    os.chmod(victim, 0o644)
+    with open(victim, "r+b") as f:
+        f.seek(victim.stat().st_size // 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0x20]))
+    again = pf.mount(image, pf.root / "mnt2")  # a fresh daemon, and no page cached yet
+    with pytest.raises(OSError) as info:
+        (again / "data.bin").read_bytes()
+    assert info.value.errno == errno.EIO
+    log = "".join(p.read_text() for p in (pf.repo / ".git" / "pf" / "mounts").glob("*/daemon.log"))
+    assert "checksum does not match" in log
+
+
 def test_readonly_mount_refuses_writes(pf):
     sb = make_sandbox(pf.root)
     mnt = pf.mount(snapshot(pf, sb), pf.root / "mnt")

@@ -82,8 +82,10 @@ class Daemon:
                         self._frozen(f)
                 elif req.get("op") == "stats":
                     stored = self.ops.prefill.stored if self.ops.prefill is not None else 0
+                    chunks = self.ops.view.lower.chunks
                     _reply(f, {"ok": True, "requests": dict(self.session.counts), "prefilled": stored,
-                               "listed_ahead": self.ops.listed_ahead})
+                               "listed_ahead": self.ops.listed_ahead,
+                               "chunks": {"mapped": chunks.mapped, "decoded": chunks.decoded}})
                 else:
                     _reply(f, {"ok": req.get("op") == "ping", "pid": os.getpid(), "error": "unknown request"})
             except Exception as e:  # a broken client never takes the mount down

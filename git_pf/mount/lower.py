@@ -88,6 +88,7 @@ class ChunkCache:
         self.pool: ThreadPoolExecutor | None = None
         self.free: list[bytearray] = []  # buffers nothing views any more, ready to decode into
         self.lock = threading.Lock()
+        self.mapped = self.decoded = 0  # chunks served in place (stored raw), and decoded
 
     def prefetch(self, chunks: list[Chunk]) -> None:
         with self.lock:
@@ -138,6 +139,10 @@ class ChunkCache:
             raise
         with self.lock:
             self.pending.pop(chunk.oid, None)
+            if buf is None and isinstance(data, Spans):
+                self.mapped += 1
+            else:
+                self.decoded += 1
             if chunk.oid not in self.items:
                 self.items[chunk.oid] = (data, buf)
                 self.used += len(data) if buf is None else len(buf)
