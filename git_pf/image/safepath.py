@@ -37,7 +37,7 @@ import pygit2
 
 from . import manifest as img
 from ..core.errors import DataError, UsageError
-from .tree import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, read_tree
+from .tree import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, decode_tree, read_tree, tree_oid
 from ..core.markfile import MarkFile
 
 DIR, FILE, LINK = "dir", "file", "symlink"
@@ -140,7 +140,7 @@ def _directory(git, oid: bytes, rel_dir: bytes):
     bad entry."""
     seen: set[bytes] = set()
     last = b""
-    for tname, mode, child in read_tree(git, oid):
+    for tname, mode, child in _read_entries(git, oid):
         if tname[:1] == b"." or not tname or b"/" in tname or b"\0" in tname:  # most names are none of these
             problem = tree_name_problem(tname)
             if problem:
@@ -237,18 +237,24 @@ class _Shape:
 
     def same_entries(self, data: bytes) -> bool:
         """Whether ``data`` differs from this tree's bytes only inside object ids."""
+        return self.differing(data) is not None
+
+    def differing(self, data: bytes) -> list[int] | None:
+        """The entries whose object ids differ in ``data``, in order, when ``data`` differs from
+        this tree's bytes only inside object ids; None when it differs anywhere else."""
         if len(data) != len(self.data):
-            return False
+            return None
         x = int.from_bytes(data, "little") ^ int.from_bytes(self.data, "little")
-        base, ends = 0, self.ends
+        base, ends, out = 0, self.ends, []
         while x:  # one step per differing entry: the lowest differing byte must lie in an id
             j = base + (((x & -x).bit_length() - 1) >> 3)
             k = bisect_right(ends, j)
             if j < ends[k] - 20:
-                return False
+                return None
+            out.append(k)
             x >>= 8 * (ends[k] - base)
             base = ends[k]
-        return True
+        return out
 
 
 def _plain_shape(data: bytes) -> _Shape | None:
@@ -281,12 +287,61 @@ _SHAPE_BYTES = [0]
 _SHAPE_LIMIT = 32 << 20
 
 
+# Tree bytes a caller foresaw (a merge's forecast of git's merged world: ``learn_tree``), by the
+# id computed here from them: a check meeting that id reads them from here, not from git.
+_KNOWN: dict[bytes, bytes] = {}
+_KNOWN_BYTES = [0]
+
+
+def learn_tree(data: bytes) -> bytes:
+    """The id of the tree whose raw bytes are ``data``; a check that meets a tree of that id
+    reads these bytes instead of the object (the same bytes: an id is the hash of its bytes).
+    Vouches for nothing: the tree is checked as any other."""
+    oid = tree_oid(data)
+    if _KNOWN_BYTES[0] > _SHAPE_LIMIT:
+        _KNOWN.clear()
+        _KNOWN_BYTES[0] = 0
+    if oid not in _KNOWN:
+        _KNOWN[oid] = data
+        _KNOWN_BYTES[0] += len(data)
+    return oid
+
+
+def _read_entries(git, oid: bytes) -> list:
+    """``read_tree`` of tree ``oid``, from the bytes learnt for it if any."""
+    data = _KNOWN.get(oid)
+    if data is None:
+        return read_tree(git, oid)
+    try:
+        return decode_tree(data)
+    except ValueError as e:
+        raise DataError(f"tree {oid.hex()}: {e}") from None
+
+
+def _tree_bytes(git, oid: bytes) -> bytes | None:
+    """The raw bytes of tree ``oid`` (None: the object is no tree)."""
+    data = _KNOWN.get(oid)
+    if data is None:
+        kind, data = git.odb.read(pygit2.Oid(raw=oid))
+        if kind != pygit2.enums.ObjectType.TREE:
+            return None
+    return data
+
+
+def tree_shape(git, oid: bytes, data: bytes | None = None) -> _Shape | None:
+    """The shape of world tree ``oid`` (its bytes ``data`` when the caller has them) when the
+    tree alone passes the fast check (``_plain_shape``), remembered for the checks to come (a
+    tree of another world at the same path is then compared with it, not parsed); None when it
+    does not (the full check decides). Says nothing of its subtrees."""
+    return _shape_of(git, oid, data)
+
+
 def _shape_of(git, oid: bytes, data: bytes | None = None) -> _Shape | None:
     found = _SHAPES.get(oid)
     if found is None:
         if data is None:
-            kind, data = git.odb.read(pygit2.Oid(raw=oid))
-            if kind != pygit2.enums.ObjectType.TREE:
+            data = _tree_bytes(git, oid)
+            if data is None:
                 return None
         found = _plain_shape(data)
         if found is not None:
@@ -309,8 +364,8 @@ def _subtrees(git, oid: bytes, rel_dir: bytes,
     (DataError naming the first bad entry). ``likes`` are the sound trees at the same path of
     other worlds (ours', theirs'): a subtree one of them holds under the same name is sound,
     and those they hold under a name still to check are its counterparts."""
-    kind, data = git.odb.read(pygit2.Oid(raw=oid))
-    if kind != pygit2.enums.ObjectType.TREE:
+    data = _tree_bytes(git, oid)
+    if data is None:
         return [(rel, child, ()) for rel, kind, _, child in _directory(git, oid, rel_dir) if kind == DIR]
     shape = None
     for like in likes:
@@ -382,6 +437,8 @@ def forget_sound_trees() -> None:
     _SOUND_TREES.clear()
     _SHAPES.clear()
     _SHAPE_BYTES[0] = 0
+    _KNOWN.clear()
+    _KNOWN_BYTES[0] = 0
 
 
 def prune_sound_trees(git, keep=None) -> None:

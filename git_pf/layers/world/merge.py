@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import os
 
-import pygit2
-
 from ...image import manifest as img
-from ...image.tree import MODE_EXEC, MODE_FILE, MODE_TREE, TreeWriter, blob_size, lookup, read_pointer
+from ...image.tree import MODE_EXEC, MODE_FILE, MODE_TREE, blob_size, lookup, read_pointer
 from . import attrs as attrs_mod
 from .names import real_path, tree_path
 from . import merge_attrs as fsattrs
@@ -22,6 +20,8 @@ from . import gitmerge
 from ...merge.layer import LayerResult, MergeContext, check_merged_tree
 from . import SUMMARY_FIELDS
 from ...merge.tree3 import AMBIGUOUS, blob, entry, pick
+from ...merge import treeplan
+from ...core.errors import MissingObject
 
 
 
@@ -74,7 +74,13 @@ class WorldMerger:
             summary = _fields(ctx.theirs.manifest.get("layers", {}).get("world"))
             return LayerResult("world", True, {img.WORLD_FS: theirs[0], img.WORLD_ATTRS: theirs[1]}, summary,
                                {"resolution": "theirs"}, trailer="world theirs")
-        return _three_way(ctx, stand, gitmerge.finish(proc))
+        try:
+            prepared = _prepare(ctx)  # what needs no answer from git, while git merges
+        except BaseException:
+            proc.kill()
+            proc.communicate()
+            raise
+        return _three_way(ctx, stand, gitmerge.finish(proc), prepared)
 
 
 def _fields(summary: dict | None) -> dict | None:
@@ -97,20 +103,37 @@ def _pointer_oids(git, image, attrs: dict) -> set[bytes]:
     return out
 
 
-def _three_way(ctx: MergeContext, stand: tuple[str, str], tm: gitmerge.TreeMerge) -> LayerResult:
+def _prepare(ctx: MergeContext) -> tuple[list[dict], set[bytes], "_Sizes", treeplan.Forecast | None]:
+    """What the three-way merge reads that git's answer does not change: each side's attrs and
+    pointers, and, with one merge base, git's merged world as foreseen (``treeplan``) with the
+    sizes of the blobs it changes; done while git merges."""
     git = ctx.repo.git
-    ours_c, theirs_c = stand
     sides = [ctx.ours, ctx.theirs, *ctx.bases]
     attrs = [_attrs(git, s) for s in sides]
     pointer_oids = set().union(*(_pointer_oids(git, s, a) for s, a in zip(sides, attrs)))
+    sizes, forecast = _Sizes(git, pointer_oids), None
+    worlds = [entry(git, s, img.WORLD_FS) for s in (*ctx.bases, ctx.ours, ctx.theirs)]
+    if len(ctx.bases) == 1 and all(w is not None and w[0] == MODE_TREE for w in worlds):
+        forecast = treeplan.forecast(git, *(w[1] for w in worlds))
+        for oid in (oid for pair in (forecast.expected() if forecast else ()) for oid in pair):
+            sizes.ahead(oid)
+    return attrs, pointer_oids, sizes, forecast
+
+
+def _three_way(ctx: MergeContext, stand: tuple[str, str], tm: gitmerge.TreeMerge, prepared) -> LayerResult:
+    git = ctx.repo.git
+    ours_c, theirs_c = stand
+    attrs, pointer_oids, sizes, forecast = prepared
     if tm.clean:  # first, so that the diff below finds git's new trees in libgit2's cache
         check_merged_tree(ctx, tm.tree)
-    ours_world = entry(git, ctx.ours, img.WORLD_FS)
-    changed = _diff(git, ours_world[1] if ours_world else None, bytes.fromhex(tm.tree))
+    changed = forecast.changes(bytes.fromhex(tm.tree)) if forecast is not None else None
+    if changed is None:  # not the merge foreseen: git's result diffed against ours'
+        ours_world = entry(git, ctx.ours, img.WORLD_FS)
+        changed = _diff(git, ours_world[1] if ours_world else None, bytes.fromhex(tm.tree))
     conflicts = _git_conflicts(tm, attrs, pointer_oids)
     pointers = {p for p, e in attrs[0].items() if e.pointer}
     flagged = {p for a in attrs for p, e in a.items() if e.pointer}
-    touched, sizes = set(), _Sizes(git, pointer_oids)
+    touched = set()
     for path, old, new in changed:
         real = real_path(path)
         touched.add(real)
@@ -144,15 +167,7 @@ def _at(git, image, path: bytes):
 
 def _diff(git, a: bytes | None, b: bytes) -> list[tuple[bytes, tuple | None, tuple | None]]:
     """Changed paths from tree ``a`` (None: empty) to ``b`` by libgit2's tree diff (no renames)."""
-    a = a or TreeWriter(git).write([])
-    out = []
-    for d in git[pygit2.Oid(raw=a)].diff_to_tree(git[pygit2.Oid(raw=b)]).deltas:
-        old, new = d.old_file, d.new_file
-        o_mode, n_mode = old.mode, new.mode  # each read makes an enum member: read once
-        o = (o_mode, old.id.raw) if o_mode else None
-        n = (n_mode, new.id.raw) if n_mode else None
-        out.append((new.raw_path if n else old.raw_path, o, n))
-    return out
+    return treeplan.diff(git, a, b)
 
 
 class _Sizes:
@@ -165,6 +180,13 @@ class _Sizes:
         if oid not in self.cache:
             self.cache[oid] = blob_size(self.git, oid)
         return self.cache[oid]
+
+    def ahead(self, oid: bytes) -> None:
+        """Read the size of a blob that will likely be asked for (a missing one is left for then)."""
+        try:
+            self.raw(oid)
+        except MissingObject:
+            pass
 
     def file(self, oid: bytes) -> int:
         if oid in self.pointer_oids:

@@ -1,0 +1,138 @@
+"""The merge foresees git's merged world while git runs (``merge.treeplan``): where git's answer
+is the one foreseen, the world's changes and summary are what a diff of git's result gives; where
+it is not (renames, names added or removed, modes changed), the merge diffs git's result as
+before; and trees foreseen vouch for nothing in the safety check of git's result."""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pygit2
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from git_pf import Repo
+from git_pf.core.errors import DataError
+from git_pf.image import manifest as img, safepath
+from git_pf.image.tree import encode_tree, read_tree
+from git_pf.layers.world import gitmerge
+from git_pf.merge import treeplan
+from merge_helpers import snap, write_world
+from test_merge_property import _no_clash, triples
+
+BODY = "".join(f"line {i}\n" for i in range(12))
+
+
+def _edit(text: str, line: int, new: str) -> str:
+    lines = text.splitlines(keepends=True)
+    lines[line] = new + "\n"
+    return "".join(lines)
+
+
+def _raw_world(repo: Repo, image) -> bytes:
+    return bytes.fromhex(img.subtree(repo.git, image.tree, img.WORLD_FS))
+
+
+def _git_merge(repo: Repo, base, ours, theirs) -> str:
+    stand = gitmerge.stand_ins(repo.git, ours.id, theirs.id, [base.id])
+    return gitmerge.merge_tree(repo.git_dir, *stand, unrelated=False).tree
+
+
+def _three(tmp_path: Path):
+    base = {f"pkg/m{i}.py": BODY for i in range(6)} | {f"lib/sub/s{i}.py": BODY for i in range(4)}
+    base |= {f"only/t{i}.py": BODY for i in range(3)} | {"top.txt": BODY}
+    ours = dict(base, **{"pkg/m0.py": _edit(BODY, 0, "ours"), "pkg/m1.py": _edit(BODY, 0, "ours both"),
+                         "lib/sub/s0.py": _edit(BODY, 1, "ours")})
+    theirs = dict(base, **{"pkg/m2.py": _edit(BODY, 11, "theirs"), "pkg/m1.py": _edit(BODY, 11, "theirs both"),
+                           "lib/sub/s3.py": _edit(BODY, 2, "theirs"), "only/t1.py": "theirs alone\n",
+                           "top.txt": _edit(BODY, 5, "theirs")})
+    repo, _ = Repo.init(tmp_path / "repo")
+    b = snap(repo, "main", base)
+    repo.create_branch("side", b.id)
+    return repo, b, snap(repo, "main", ours), snap(repo, "side", theirs)
+
+
+def test_a_merge_git_answers_as_foreseen_lists_the_changes_a_diff_of_its_result_lists(tmp_path):
+    repo, b, o, t = _three(tmp_path)
+    git = repo.git
+    forecast = treeplan.forecast(git, *(_raw_world(repo, i) for i in (b, o, t)))
+    assert forecast is not None
+    merged = bytes.fromhex(_git_merge(repo, b, o, t))
+    found = forecast.changes(merged)
+    assert found is not None  # every directory here is plain: git's answer is the one foreseen
+    assert found == treeplan.diff(git, _raw_world(repo, o), merged)
+    assert {p for p, _, _ in found} == {b"pkg/m1.py", b"pkg/m2.py", b"lib/sub/s3.py", b"only/t1.py", b"top.txt"}
+    # lib/sub (both sides changed other files there) was foreseen whole: its bytes come from memory
+    sub = pygit2.Oid(raw=merged)
+    sub = git[sub] / "lib" / "sub"
+    assert sub.id.raw in safepath._KNOWN
+
+
+def test_the_merged_summary_is_a_snapshot_s(tmp_path):
+    """The world summary a foreseen merge writes (files, bytes) is what a snapshot of the same
+    world counts."""
+    repo, b, o, t = _three(tmp_path)
+    result = repo.merge("side", into="main")
+    assert result.status == "merged"
+    merged = result.image.manifest["layers"]["world"]
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "out"
+        repo.checkout(result.image.id, out)
+        again = Repo.init(Path(d) / "again")[0].snapshot(out, name="main").image
+    counted = again.manifest["layers"]["world"]
+    assert (merged["files"], merged["bytes"]) == (counted["files"], counted["bytes"])
+    world_layer = next(r for r in result.layers if r.layer == "world")
+    assert world_layer.report["changed"] == 5
+
+
+def test_a_rename_or_a_new_name_is_not_foreseen_and_merges_as_git_does(tmp_path):
+    repo, b, o, _ = _three(tmp_path)
+    base_files = {f"pkg/m{i}.py": BODY for i in range(6)}
+    theirs = snap(repo, "side", dict(base_files, **{"pkg/renamed.py": _edit(BODY, 11, "theirs")}) | {
+        f"lib/sub/s{i}.py": BODY for i in range(4)} | {f"only/t{i}.py": BODY for i in range(3)} | {"top.txt": BODY})
+    git = repo.git
+    forecast = treeplan.forecast(git, *(_raw_world(repo, i) for i in (b, o, theirs)))
+    merged = bytes.fromhex(_git_merge(repo, b, o, theirs))
+    assert forecast is None or forecast.changes(merged) is None
+    result = repo.merge("side", into="main")
+    assert result.status == "merged"
+    assert img.subtree(git, result.image.tree, img.WORLD_FS) == merged.hex()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(triples())
+def test_what_is_foreseen_is_never_other_than_git_s_answer(three):
+    """Whatever the three worlds, the changes the forecast lists are either None (not foreseen)
+    or exactly those of a diff of git's merged world."""
+    if not all(_no_clash(w) for w in three):
+        return
+    with tempfile.TemporaryDirectory() as d:
+        repo, _ = Repo.init(Path(d) / "repo")
+        b = snap(repo, "main", three[0])
+        repo.create_branch("side", b.id)
+        o, t = snap(repo, "main", three[1]), snap(repo, "side", three[2])
+        worlds = [_raw_world(repo, i) for i in (b, o, t)]
+        forecast = treeplan.forecast(repo.git, *worlds)
+        merged = bytes.fromhex(_git_merge(repo, b, o, t))
+        found = forecast.changes(merged) if forecast is not None else None
+        assert found is None or found == treeplan.diff(repo.git, worlds[1], merged)
+
+
+def test_bytes_learnt_vouch_for_nothing(tmp_path):
+    """A tree whose bytes the merge learnt (foreseen) is checked as any tree: one holding '..' is
+    refused though its bytes came from memory."""
+    sb = tmp_path / "sb"
+    write_world(sb, {"d/a.py": "a\n", "d/b.py": "b\n"})
+    repo, _ = Repo.init(tmp_path / "repo")
+    image = repo.snapshot(sb, name="main").image
+    git = repo.git
+    root = _raw_world(repo, image)
+    (name, mode, d), = read_tree(git, root)
+    (_, fm, fo), second = read_tree(git, d)
+    evil_d = encode_tree([(b"..", fm, fo), second])
+    evil_oid = safepath.learn_tree(evil_d)
+    assert evil_oid in safepath._KNOWN
+    evil_root = git.odb.write(pygit2.enums.ObjectType.TREE, encode_tree([(name, mode, evil_oid)])).raw
+    with pytest.raises(DataError) as e:
+        safepath.check_tree(git, evil_root.hex(), likes=(root.hex(),))
+    assert "d/.." in e.value.message
