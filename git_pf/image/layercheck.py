@@ -46,12 +46,24 @@ def load(git, image: img.ImageInfo, path: bytes, default=None):
         raise DataError(f"image {image.short}: {e.message}", e.code) from None
 
 
-def problems(git, tree: str) -> dict[bytes, str]:
-    """Each malformed layer file of an image tree: path -> one line (the path is named in it).
-    The registered trees are not read here: fsck reports their entries through the layer's
-    own check (``Layer.fsck``)."""
+def parses(git, path: bytes, found: tuple[int, bytes]) -> bool:
+    """Whether the layer file ``path`` whose tree entry is ``found`` (mode, raw oid) parses."""
+    try:
+        PARSERS[path](img._layer_blob(git, found, path))  # within its limit, as read_file reads it
+    except DataError:
+        return False
+    return True
+
+
+def problems(git, tree: str, skip=frozenset()) -> dict[bytes, str]:
+    """Each malformed layer file of an image tree: path -> one line (the path is named in it);
+    the paths of ``skip`` are not read (the caller parsed the blob they hold). The registered
+    trees are not read here: fsck reports their entries through the layer's own check
+    (``Layer.fsck``)."""
     out = {}
     for path in PARSERS:
+        if path in skip:
+            continue
         try:
             _parse(git, tree, path)
         except DataError as e:

@@ -158,7 +158,9 @@ def run_layers(ctx: MergeContext, prefer: dict[str, str], skip: tuple[str, ...] 
     done: dict[str, LayerResult] = {}
     try:
         ctx.check_sides()  # done already when the world's merge started git (it checks them while git runs)
-        for name in order:
+        for i, name in enumerate(order):
+            if name in started and not ctx.parsed:  # while git merges: what no layer left can change
+                parse_ahead(ctx, done, order[i:])
             if name in prefer:
                 result = take_side(ctx, name, prefer[name])
             else:
@@ -174,6 +176,23 @@ def run_layers(ctx: MergeContext, prefer: dict[str, str], skip: tuple[str, ...] 
     if other is not None:
         results.append(other)
     return results
+
+
+def parse_ahead(ctx: MergeContext, done: dict[str, LayerResult], pending: list[str]) -> None:
+    """Parse the layer files the merge result will hold that no layer in ``pending`` can change
+    (as the layers merged so far left them, or ours'), into ``ctx.parsed``; ``_check_parses``
+    skips a path still holding the blob parsed here. One that does not parse is left to it."""
+    git = ctx.repo.git
+    changes: dict[bytes, object] = {}
+    for r in done.values():
+        changes.update(r.changes)
+    held = [c for n in pending for c in claims(n)] + [img.MANIFEST] + [p for p in changes if p not in layercheck.PARSERS]
+    for path in layercheck.PARSERS:
+        if any(path == c or path.startswith(c + b"/") for c in held):
+            continue  # a layer still merging, or a change of a directory above it, decides it
+        found = changes[path] if path in changes else lookup(git, bytes.fromhex(ctx.ours.tree), path)
+        if found is not None and layercheck.parses(git, path, found):
+            ctx.parsed[path] = found[1]
 
 
 def _present(ctx: MergeContext, name: str) -> bool:
@@ -234,15 +253,19 @@ def build_tree(ctx: MergeContext, results: list[LayerResult]) -> str:
     with packed(git):  # the merged tree in one pack, read back below: no loose object (docs/format.md)
         edit.put_file(img.MANIFEST, canonjson.encode(manifest))
         tree = edit.write()
-    _check_parses(ctx, tree)
+    skip = {p for p, oid in ctx.parsed.items()  # parsed while git merged, and still the blob there
+            if (edit.changes[p][1] if p in edit.changes and edit.changes[p] else None) == oid
+            or (p not in edit.changes and not any(p.startswith(c + b"/") for c in edit.changes))}
+    _check_parses(ctx, tree, skip)
     return tree
 
 
-def _check_parses(ctx: MergeContext, tree: str) -> None:
+def _check_parses(ctx: MergeContext, tree: str, skip=frozenset()) -> None:
     """Every layer file of the merged tree parses, whichever side it came from, so a merge
-    never writes an image holding a layer it could not parse; a DataError names the side."""
+    never writes an image holding a layer it could not parse; a DataError names the side.
+    ``skip``: paths whose blob was parsed already (``parse_ahead``)."""
     git = ctx.repo.git
-    for path, line in layercheck.problems(git, tree).items():
+    for path, line in layercheck.problems(git, tree, skip).items():
         found = lookup(git, bytes.fromhex(tree), path)
         side = next((i for i in (ctx.theirs, ctx.ours) if entry(git, i, path) == found), None)
         raise DataError(f"{f'image {side.short}' if side else 'the merge result'}: {line}")

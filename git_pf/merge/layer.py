@@ -35,6 +35,8 @@ class MergeContext:
     dry_run: bool = False  # report only: nothing is written and no external summariser runs
     unchecked: list[tuple[str, str]] = field(default_factory=list)  # (image tree, its name): worlds not yet
     # checked (``check_sides``)
+    parsed: dict[bytes, bytes] = field(default_factory=dict)  # layer file path -> the blob (raw id) parsed
+    # there while git merged (``engine.parse_ahead``): the result's check skips it when it holds that blob
 
     def check_sides(self) -> None:
         """Check the worlds still ``unchecked`` (both sides', left by the engine so that they are
