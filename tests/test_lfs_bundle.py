@@ -109,3 +109,51 @@ def test_a_member_decoded_into_a_reused_buffer_is_checked_as_a_plain_read_is(tmp
         path.write_bytes(bytes(broken))
         with pytest.raises(CorruptObject, match="is corrupt"):
             store.get(oid, size=len(data), into=buf)
+
+
+def test_a_body_cut_as_it_arrives_keeps_what_cut_out_keeps_and_holds_little():
+    """Bundles are cut as their body arrives (``Cutter``): the same members as ``cut_out`` of
+    the whole body, from a range too, however the pieces fall, and never the body at once."""
+    rng = random.Random(7)
+    parts = [rng.randbytes(rng.randint(1, 3000)) for _ in range(60)]
+    oids = [hashlib.sha256(p).hexdigest() for p in parts]
+    unit = lfsbundle.Unit(tuple(oids), tuple(map(len, parts)))
+    body = b"".join(parts)
+    members = list(zip(oids, unit.offsets(), unit.sizes))
+    for start in (0, unit.offsets()[7] + 5):
+        expected = [(o, bytes(d)) for o, d in lfsbundle.cut_out(body[start:], start, members, set(), "b" * 64, "h")]
+        for seed in range(3):
+            kept, calls = [], []
+            cut = lfsbundle.Cutter(members, set(), "b" * 64, "h", lambda run: (kept.extend(run), calls.append(run)),
+                                   flush=10_000)
+            cut.begin(start)
+            at, held = start, 0
+            pick = random.Random(seed)
+            while at < len(body):
+                n = pick.randint(1, 5000)
+                cut.feed(body[at:at + n])
+                held = max(held, len(cut.pending))
+                at += n
+            cut.end()
+            assert kept == expected and len(calls) > 1
+            assert held <= 3000 + 5000  # one member and one piece at most
+    # a wanted member that does not hash to its name stops the cut
+    spoilt = bytearray(body)
+    spoilt[unit.offsets()[3]] ^= 1
+    cut = lfsbundle.Cutter(members, {oids[3]}, "b" * 64, "host", lambda run: None)
+    with pytest.raises(CorruptObject, match="in bundle b+ from the lfs server at host is corrupt"):
+        cut.feed(bytes(spoilt))
+
+
+def test_a_whole_file_goes_as_one_unit_named_by_its_hash_only_when_all_its_chunks_go():
+    oids, sizes = _objects(40, 4)
+    whole, other = "f" * 64, "e" * 64
+    file_chunks = tuple(oids[5:25])
+    units = lfsbundle.plan(oids, sizes, 4 * MiB, [(whole, file_chunks), (other, tuple(oids[20:30]))])
+    assert units[0] == lfsbundle.Unit(file_chunks, tuple(sizes[o] for o in file_chunks), whole)
+    assert sorted(o for u in units for o in u.members) == sorted(oids)  # each once: the second file's
+    assert all(u.name is None for u in units[1:])  # chunks went with the first, so it is not whole
+    # a file one of whose chunks the remote has goes in bundles (what it lacks only)
+    assert all(u.name is None for u in lfsbundle.plan(oids[6:], sizes, 4 * MiB, [(whole, file_chunks)]))
+    # and one under half the target is bundled with the rest
+    assert all(u.name is None for u in lfsbundle.plan(oids, sizes, 64 * MiB, [(whole, file_chunks)]))

@@ -4,8 +4,8 @@ Large content is split into FastCDC chunks (``chunking``), one object per
 chunk, plus a chunk-index object (one ``<oid> <size>`` line per chunk) when
 there is more than one chunk (docs/sidestore.md). ``LargeContent`` is the part
 of ``SideStore`` that stores, lists and reads such content through the
-store's single-object calls (``put``, ``get``, ``ensure``, ``frame``); it
-touches no file itself, and knows nothing of pointers, images or transport.
+store's single-object calls (``put``, ``get``, ``ensure``, ``frame``,
+``record_hashed``); it touches no file itself, and knows nothing of pointers, images or transport.
 """
 from __future__ import annotations
 
@@ -81,6 +81,8 @@ class LargeContent:
                 chunks = tuple(f.result() for f in futures)
             size = len(view)
         index_oid = self.put(encode_chunk_index(chunks)) if len(chunks) > 1 else None
+        if index_oid is not None:  # hashed here: a transport may name the chunks' bytes by it
+            self.record_hashed(index_oid, whole.hexdigest(), size)
         return LargeObject(whole.hexdigest(), size, chunks, index_oid)
 
     def chunks_of(self, oid: str, size: int, index_oid: str | None) -> tuple[Chunk, ...]:

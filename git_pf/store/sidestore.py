@@ -9,7 +9,8 @@ held elsewhere are re-hashed the first time they are read from where they
 are held (a mark the holder keeps, across processes).
 Large content is chunked by ``LargeContent`` (``large``, docs/sidestore.md);
 frames are made and checked in ``frames``, object files read and written in
-``objectio``.
+``objectio``; the whole-content hashes ``put_large`` computed are kept in
+``hashed``.
 This module knows nothing of images, refs or transport; a transport plugs in
 through ``SideStore.fetcher`` (fetch missing objects) and ``SideStore.held``
 (objects it keeps elsewhere, looked up before the directory).
@@ -27,7 +28,7 @@ from typing import Callable, Hashable, Iterable, Iterator, Protocol
 import zstandard
 
 from ..core import limits, writeback
-from . import directio
+from . import directio, hashed
 from .frames import (OID_RE, ZSTD_LEVEL, compress_into_buffer, compressor, decode_into, decoded_size, decompressor,
                      stored_bound, has_checksum, sha256_hex, verify_frame, zstd_problem)
 from .large import LargeContent
@@ -305,6 +306,15 @@ class SideStore(LargeContent):
             return memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
         finally:
             os.close(fd)
+
+    def record_hashed(self, index_oid: str, whole: str, size: int) -> None:
+        """Note that the chunks listed by ``index_oid`` are ``size`` bytes hashing to ``whole``,
+        hashed here (``hashed``): only ``put_large`` calls it."""
+        hashed.write(self.root, index_oid, whole, size)
+
+    def hashed(self, index_oids) -> dict[str, tuple[str, int]]:
+        """``{chunk index oid: (whole oid, size)}`` this store hashed itself (``hashed``)."""
+        return hashed.read(self.root, index_oids)
 
     def frame_size(self, oid: str) -> int | None:
         """Bytes of the stored frame of ``oid``; None when it is not here."""

@@ -132,7 +132,8 @@ class Session:
         if same and not any(k.lower() == "authorization" for k in headers):
             headers.update(self._auth_header())
         path = urlunsplit(("", "", parts.path or "/", parts.query, ""))
-        replayable = body is None or isinstance(body, (bytes, bytearray, memoryview))
+        replayable = body is None or isinstance(body, (bytes, bytearray, memoryview)) or \
+            getattr(body, "replayable", False)  # an iterable body that starts afresh each time
         took = False
         for attempt in range(2):
             conn = self._conn(parts.scheme, parts.hostname, parts.port)
@@ -147,6 +148,9 @@ class Session:
                 if attempt or not replayable:
                     raise TransferFailed(f"the lfs server at {self.host} is unreachable: {clean(str(e))}") from None
                 continue
+            except BaseException:  # the body's source failed half way: the request must not go on
+                conn.close()
+                raise
             sock = conn.sock  # the body is read from it even after http.client lets go of it
             try:
                 resp = conn.getresponse()

@@ -28,7 +28,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 from ...core import config, limits
-from ...core.errors import CorruptObject, TransferFailed
+from ...core.errors import CorruptObject, DataError, TransferFailed
 from ...store.frames import OID_RE, decoded_size
 from ...store.sidestore import SideStore
 from .. import lfsauth, lfsbundle, pacing, storerecord
@@ -75,6 +75,61 @@ class _Buffers:
         elif isinstance(data, bytearray):
             with self.lock:
                 self.free.append(data)
+
+
+class _Stream:
+    """The body of a unit whose name is known (``lfsbundle.Unit.name``): its members decoded in
+    order, a run of them of about ``PIECE`` bytes at a time into one of a few buffers used in
+    turn, ``_DEPTH`` runs ahead of the socket on worker threads (each member checked against
+    its name by its frame's checksum as it is decoded), so a file of any size goes out
+    without being held or hashed again, in few hand-offs between threads. Iterated afresh
+    for each try of the PUT."""
+
+    PIECE = 8 << 20
+    _DEPTH = 2
+    replayable = True  # lfsauth: each iteration starts from the first byte
+
+    def __init__(self, store: SideStore, unit: lfsbundle.Unit):
+        self.store, self.unit = store, unit
+        self.runs: list[tuple[int, int]] = []  # (first member, end) of each run, by offset
+        first = 0
+        at = 0
+        for i, n in enumerate(unit.sizes):
+            if i > first and at + n > self.PIECE:
+                self.runs.append((first, i))
+                first, at = i, 0
+            at += n
+        self.runs.append((first, len(unit.sizes)))
+
+    def __iter__(self):
+        unit, store = self.unit, self.store
+        ring = [bytearray(max(sum(unit.sizes[a:b]) for a, b in self.runs)) for _ in range(self._DEPTH + 2)]
+
+        def load(k: int) -> memoryview:
+            a, b = self.runs[k]
+            view, at = memoryview(ring[k % len(ring)]), 0
+            for oid, size in zip(unit.members[a:b], unit.sizes[a:b]):
+                store.get(oid, size=size, into=view[at:at + size])
+                at += size
+            return view[:at]
+
+        # run k + _DEPTH is decoded while run k goes out: _DEPTH + 2 buffers in turn never
+        # hand a worker one still being sent
+        with ThreadPoolExecutor(self._DEPTH) as pool:
+            ahead = deque(pool.submit(load, k) for k in range(min(self._DEPTH, len(self.runs))))
+            nxt = len(ahead)
+            try:
+                while ahead:
+                    view = ahead.popleft().result()
+                    if nxt < len(self.runs):
+                        ahead.append(pool.submit(load, nxt))
+                        nxt += 1
+                    yield view
+            finally:
+                for f in ahead:
+                    f.cancel()
+
+
 _CONTENT_RANGE = re.compile(r"^bytes ([0-9]{1,16})-([0-9]{1,16})/([0-9]{1,16}|\*)$")
 
 
@@ -180,8 +235,9 @@ class LfsAdapter(ObjectStore):
         (read and hash them) ahead, the ones ready are asked about in one batch request, and
         the transfer threads PUT them meanwhile; the bytes sent."""
         store.ensure(oids)
-        sizes = {o: decoded_size(store.frame(o), o) for o in oids}
-        units = iter(lfsbundle.plan(oids, sizes, self.bundle_target))
+        wholes, sizes = self._wholes(store, oids)
+        sizes.update((o, decoded_size(store.frame(o), o)) for o in oids if o not in sizes)
+        units = iter(lfsbundle.plan(oids, sizes, self.bundle_target, wholes))
         sent = 0
         ahead: deque = deque()  # units being built, in order
         in_flight: deque = deque()  # (unit, its PUT)
@@ -212,11 +268,32 @@ class LfsAdapter(ObjectStore):
                     advance(len(unit_done.members))
         return sent
 
+    def _wholes(self, store: SideStore, oids: list[str]) -> tuple[list[tuple[str, tuple[str, ...]]], dict]:
+        """``([(whole oid, chunks)], {chunk: size})`` of the large files among ``oids`` (by their
+        chunk index) whose whole content this store hashed itself (``SideStore.hashed``): the
+        index, checked against its name, gives the chunks and their sizes, which add up to the
+        recorded size (each chunk is refused later unless its frame decodes to that size). A
+        record that does not fit is not used: those bytes are hashed as any bundle's."""
+        wholes, sizes = [], {}
+        wanted = set(oids)
+        for index_oid, (whole, size) in store.hashed(oids).items():
+            if whole in wanted or whole in self.sizes:
+                continue
+            try:
+                chunks = store.chunks_of(whole, size, index_oid)
+            except DataError:
+                continue
+            wholes.append((whole, tuple(c.oid for c in chunks)))
+            sizes.update((c.oid, c.size) for c in chunks if c.oid in wanted)
+        return wholes, sizes
+
     def _build(self, store: SideStore, unit: lfsbundle.Unit) -> Built:
         """``(unit, its LFS oid, its bytes)``: one object, or a bundle of its members' bytes. A
         bundle's members are decoded one after the other into a buffer used again for later
         bundles (``_Buffers``), each hashed into the bundle's sha256 as soon as it is there,
         while it is still in the processor's cache (no second pass over the bundle)."""
+        if unit.name is not None:  # a whole file, hashed when it was chunked: read as it goes out
+            return unit, unit.name, _Stream(store, unit)
         if not unit.bundled:
             return unit, unit.members[0], store.get(unit.members[0], size=unit.sizes[0])
         buf = self.buffers.take(unit.size)
@@ -306,33 +383,58 @@ class LfsAdapter(ObjectStore):
 
                 pacing.paced(get, todo, pace, advance, lambda item: len(items[item[0]][1]))
 
-    def _get(self, oid: str, size: int, action: dict, span: tuple[int, int] | None = None
-             ) -> tuple[int, bytearray]:
+    def _get(self, oid: str, size: int, action: dict, span: tuple[int, int] | None = None,
+             cut: lfsbundle.Cutter | None = None) -> tuple[int, bytearray]:
         """GET LFS object ``oid`` of ``size`` bytes, or the bytes ``span`` of it, asked with
         ``Range``: ``(start, body)``, ``start`` being where the body begins in the object, or
-        -1 when the whole object came (a server may ignore ``Range``)."""
+        -1 when the whole object came (a server may ignore ``Range``). With ``cut`` the body
+        goes to it as it arrives (checked to be the range asked before any of it), and is not
+        kept: ``body`` is then empty."""
         data = bytearray()
+        got = 0
         head: dict = {}
         headers = self._headers(action)
         if span is not None:
             headers["Range"] = f"bytes={span[0]}-{span[1] - 1}"
 
+        def ranged() -> bool:
+            """Whether the answer is the range asked; TransferFailed when it is another."""
+            if span is None or "content-range" not in head:
+                return False
+            m = _CONTENT_RANGE.match(head["content-range"])
+            if not m or (int(m.group(1)), int(m.group(2)) + 1) != span:
+                raise TransferFailed(f"the lfs server at {self.http.host} sent a part of {oid} it was not asked for")
+            return True
+
         def sink(chunk: bytes) -> None:
-            if len(data) + len(chunk) > size:
+            nonlocal got
+            if got + len(chunk) > size:
                 raise CorruptObject(f"side-store object {oid} from the lfs server at {self.http.host} is corrupt "
                                     f"(more than the {size} bytes recorded); nothing was stored")
-            data.extend(chunk)
+            if cut is None:
+                data.extend(chunk)
+            else:
+                if not got:
+                    cut.begin(span[0] if ranged() else 0)
+                cut.feed(chunk)
+            got += len(chunk)
 
-        status, body = self._retrying("GET", action["href"], None, headers, sink=sink,
-                                      reset=lambda: data.clear(), head=head,  # a retry starts over
+        def reset() -> None:  # a retry starts over
+            nonlocal got
+            data.clear()
+            got = 0
+
+        status, body = self._retrying("GET", action["href"], None, headers, sink=sink, reset=reset, head=head,
                                       expect=size if span is None else span[1] - span[0])
         if not 200 <= status < 300:
             raise TransferFailed(f"downloading {oid} from the lfs server at {self.http.host} failed: "
                                  f"HTTP {status} {lfsauth._message(body)}")
         if status != 206 or span is None:
+            if cut is not None and got != size:
+                raise CorruptObject(f"side-store bundle {oid} from the lfs server at {self.http.host} is corrupt "
+                                    f"({got} bytes, not the {size} recorded)")
             return -1, data
-        m = _CONTENT_RANGE.match(head.get("content-range", ""))
-        if not m or (int(m.group(1)), int(m.group(2)) + 1) != span or len(data) != span[1] - span[0]:
+        if not ranged() or got != span[1] - span[0]:
             raise TransferFailed(f"the lfs server at {self.http.host} sent a part of {oid} it was not asked for")
         return span[0], data
 
@@ -351,19 +453,15 @@ class LfsAdapter(ObjectStore):
     def _fetch_bundle(self, store: SideStore, bundle: str, size: int, members: list[tuple[str, int]],
                       asked: list[str], action: dict) -> int:
         """GET the part of ``bundle`` holding ``asked`` (all of it when that is most of it) and
-        store every member that came, each re-hashed (so neither a corrupt bundle nor a record
-        that lies about one gets in); the bytes it took."""
+        store every member that came, each re-hashed as soon as it is in (so neither a corrupt
+        bundle nor a record that lies about one gets in, and a bundle of any size is never held
+        whole: ``lfsbundle.Cutter``); the bytes it took."""
         wanted = set(asked)
         lo = min(off for m, off in members if m in wanted)
         hi = max(off + self.sizes[m] for m, off in members if m in wanted)
-        start, data = self._get(bundle, size, action, (lo, hi) if lo < hi and 2 * (hi - lo) < size else None)
-        if start < 0:
-            if len(data) != size:
-                raise CorruptObject(f"side-store bundle {bundle} from the lfs server at {self.http.host} is corrupt "
-                                    f"({len(data)} bytes, not the {size} recorded); nothing of it was stored")
-            start = 0
-        pieces = lfsbundle.cut_out(data, start, [(m, off, self.sizes[m]) for m, off in members
-                                                 if m in wanted or not store.has(m)], wanted, bundle, self.http.host)
-        store.put_many(pieces)
-        return len(data)
-
+        span = (lo, hi) if lo < hi and 2 * (hi - lo) < size else None
+        cut = lfsbundle.Cutter([(m, off, self.sizes[m]) for m, off in members if m in wanted or not store.has(m)],
+                               wanted, bundle, self.http.host, store.put_many)
+        start, _ = self._get(bundle, size, action, span, cut)
+        cut.end()
+        return size - max(start, 0) if start < 0 or span is None else span[1] - span[0]
