@@ -136,3 +136,29 @@ def test_bytes_learnt_vouch_for_nothing(tmp_path):
     with pytest.raises(DataError) as e:
         safepath.check_tree(git, evil_root.hex(), likes=(root.hex(),))
     assert "d/.." in e.value.message
+
+
+def test_a_tree_read_as_it_is_vouches_for_nothing(tmp_path):
+    """The merge reads ours' trees as they are while git merges (``counterpart_shape``); a tree read
+    so that holds '..' (a crafted one) is still refused wherever a world holds it, or holds a tree
+    of the same entries with other ids."""
+    sb = tmp_path / "sb"
+    write_world(sb, {"d/a.py": "a\n", "d/b.py": "b\n"})
+    repo, _ = Repo.init(tmp_path / "repo")
+    image = repo.snapshot(sb, name="main").image
+    git = repo.git
+    root = _raw_world(repo, image)
+    (name, mode, d), = read_tree(git, root)
+    (_, fm, fo), (sn, sm, so) = read_tree(git, d)
+
+    def tree(entries):
+        return git.odb.write(pygit2.enums.ObjectType.TREE, encode_tree(entries)).raw
+
+    evil = tree([(b"..", fm, fo), (sn, sm, so)])
+    assert safepath.counterpart_shape(git, evil) is not None
+    alike = tree([(b"..", fm, so), (sn, sm, fo)])  # the same entries, other ids
+    for inner in (evil, alike):
+        world = tree([(name, mode, inner)])
+        with pytest.raises(DataError) as e:
+            safepath.check_tree(git, world.hex(), likes=(root.hex(),))
+        assert "d/.." in e.value.message

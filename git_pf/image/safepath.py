@@ -328,12 +328,31 @@ def _tree_bytes(git, oid: bytes) -> bytes | None:
     return data
 
 
-def tree_shape(git, oid: bytes, data: bytes | None = None) -> _Shape | None:
-    """The shape of world tree ``oid`` (its bytes ``data`` when the caller has them) when the
-    tree alone passes the fast check (``_plain_shape``), remembered for the checks to come (a
-    tree of another world at the same path is then compared with it, not parsed); None when it
-    does not (the full check decides). Says nothing of its subtrees."""
-    return _shape_of(git, oid, data)
+# Shapes read from trees as they are, with no check (``counterpart_shape``): the check uses one
+# only for a counterpart, a tree it found at the same path of a world found sound or marked.
+_ANY_ENTRY = re.compile(rb"[^\0]*\0.{20}", re.S)
+_READ_AS_IS: dict[bytes, _Shape] = {}
+
+
+def counterpart_shape(git, oid: bytes) -> _Shape | None:
+    """The shape (where each entry ends, which are subtrees) of tree ``oid`` as git holds it,
+    remembered; None when it is no tree or its bytes do not tile into entries. Checks nothing:
+    a check takes it only where ``oid`` is a counterpart, a tree at the same path of a world
+    found sound or marked, whose entries a tree of another world is compared with (a merge
+    reads ours' trees so while git merges). Cheaper than the fast check's parse."""
+    found = _SHAPES.get(oid) or _READ_AS_IS.get(oid)
+    if found is None:
+        data = _tree_bytes(git, oid)
+        if data is None:
+            return None
+        entries = _ANY_ENTRY.findall(data)
+        ends = array("I", accumulate(map(len, entries)))
+        if (ends[-1] if ends else 0) != len(data):
+            return None
+        trees = [(k, e[6:-21]) for k, e in enumerate(entries) if e[:6] == b"40000 "] if b"40000 " in data else []
+        found = _READ_AS_IS[oid] = _Shape(data, ends, trees)
+        _SHAPE_BYTES[0] += len(data)
+    return found
 
 
 def _shape_of(git, oid: bytes, data: bytes | None = None) -> _Shape | None:
@@ -352,6 +371,7 @@ def _shape_of(git, oid: bytes, data: bytes | None = None) -> _Shape | None:
 def _remember(oid: bytes, shape: _Shape) -> None:
     if _SHAPE_BYTES[0] > _SHAPE_LIMIT:
         _SHAPES.clear()
+        _READ_AS_IS.clear()
         _SHAPE_BYTES[0] = 0
     _SHAPES[oid] = shape
     _SHAPE_BYTES[0] += len(shape.data)
@@ -369,7 +389,7 @@ def _subtrees(git, oid: bytes, rel_dir: bytes,
         return [(rel, child, ()) for rel, kind, _, child in _directory(git, oid, rel_dir) if kind == DIR]
     shape = None
     for like in likes:
-        other = _SHAPES.get(like)  # a counterpart parsed already
+        other = _SHAPES.get(like) or _READ_AS_IS.get(like)  # a counterpart parsed already
         if other is not None and other.same_entries(data):
             shape = _Shape(data, other.ends, other.trees)  # the entries of ``like``, with other ids
             _remember(oid, shape)
@@ -384,7 +404,7 @@ def _subtrees(git, oid: bytes, rel_dir: bytes,
     for like in likes:  # read one after the other, and only while a subtree is left to match
         if not pending:
             break
-        other = _shape_of(git, like)
+        other = _READ_AS_IS.get(like) or _shape_of(git, like)
         if other is None:
             continue
         held = {name: other.oid(other.data, k) for k, name in other.trees}
@@ -436,6 +456,7 @@ def forget_sound_trees() -> None:
     a fresh process's checks; the persistent marks stay, ``prune_sound_trees`` drops them)."""
     _SOUND_TREES.clear()
     _SHAPES.clear()
+    _READ_AS_IS.clear()
     _SHAPE_BYTES[0] = 0
     _KNOWN.clear()
     _KNOWN_BYTES[0] = 0

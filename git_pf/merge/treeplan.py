@@ -146,12 +146,11 @@ def _read(git, oid: bytes) -> bytes | None:
 
 
 def _dir(git, path: bytes, b: bytes, o: bytes, t: bytes) -> _Dir | None:
-    data_o, data_b, data_t = _read(git, o), _read(git, b), _read(git, t)
-    if data_o is None or data_b is None or data_t is None:
+    shape = safepath.counterpart_shape(git, o)  # remembered: git's result is compared with it
+    data_b, data_t = _read(git, b), _read(git, t)
+    if shape is None or data_b is None or data_t is None:
         return None
-    shape = safepath.tree_shape(git, o, data_o)  # remembered: git's result is compared with it
-    if shape is None:
-        return None
+    data_o = shape.data
     from_b, from_t = shape.differing(data_b), shape.differing(data_t)
     if from_b is None or from_t is None:
         return None
