@@ -25,6 +25,9 @@ from .ops.snapshot import SnapshotResult, take
 
 _ATTACHED = ("fetcher", "held")
 _ATTACH_LOCK = threading.RLock()
+# The repository the command server's spare opened before its command came (cli.server): ``open``
+# takes it where opening ``path`` gives that repository (refs and config are read through it afresh).
+AHEAD: pygit2.Repository | None = None
 
 
 class _Unattached:
@@ -42,6 +45,21 @@ class _Unattached:
         if name.startswith("__") or name in _Unattached.__slots__:
             raise AttributeError(name)
         return getattr(self._repo._attach_transport(self._attr), name)
+
+
+def _opens(git: pygit2.Repository, path, found: str) -> bool:
+    """Whether opening ``path`` (whose git directory is ``found``) gives ``git``: the same git
+    directory, bare, or with ``path`` inside the work tree whose ``.git`` directory it is (not a
+    work tree whose ``.git`` file names it, nor one ``core.worktree`` names)."""
+    real = os.path.realpath(found)
+    if real != os.path.realpath(git.path):
+        return False
+    if git.workdir is None:
+        return True
+    work = os.path.realpath(git.workdir)
+    inside = os.path.realpath(path)
+    return os.path.realpath(os.path.join(work, ".git")) == real and os.path.isdir(os.path.join(work, ".git")) \
+        and (inside == work or inside.startswith(work.rstrip(os.sep) + os.sep))
 
 
 class Repo:
@@ -81,6 +99,8 @@ class Repo:
             found = None
         if found is None:
             raise NotARepository(f"not a git repository: '{path}' (run 'git pf init')")
+        if AHEAD is not None and _opens(AHEAD, path, found):
+            return cls(AHEAD)
         try:  # opened from ``path``, not from ``found``: a ``.git`` file (``--separate-git-dir``)
             return cls(pygit2.Repository(str(path)))  # then gives the right work tree
         except pygit2.GitError as e:

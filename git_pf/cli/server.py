@@ -4,7 +4,9 @@ each ``git pf`` command a client hands it in a forked child.
 The parent imports the CLI, pygit2 and the command implementations once and
 never runs a command itself. It keeps one child forked ahead of the next
 command, the spare: past the fork, the pages that commands write already
-copied (``warm``), it waits on the listening socket itself, so a command costs
+copied (``warm``) and the repository opened with the current branch's newest
+images read (``_open_ahead``: kept by object id only), it waits on the
+listening socket itself, so a command costs
 neither a fork nor a hop through the parent. The spare that takes a command
 becomes its child: it changes to the client's directory, environment and
 umask, takes its stdin/stdout/stderr, resets its signal handlers and runs the
@@ -47,6 +49,7 @@ MAX_SERVERS = 8  # per user: a new server stops the one idle longest beyond this
 SPARE_FAILURES = 3  # spares that end this often in a row without a command: the parent forks per command
 LEARN_PER_KIND = 2  # the first commands of each kind report the pages they wrote: spares warm those
 MAX_WARM_PAGES = 1 << 14  # at most 64 MiB warmed per spare
+AHEAD_IMAGES = 20  # a spare reads this many of the current branch's images before it waits (``_open_ahead``)
 HELP_COLUMNS = 80  # top-level help is answered from the text made at start-up for a width of this or more
 HELP_ARGS = (["-h"], ["--help"])
 # What the parent loads before it forks: the CLI and what the served commands run.
@@ -833,6 +836,7 @@ class Identity:
         self.spaces = [_stat_id(f"/proc/self/{p}") for p in _NAMESPACES]
         self.cgroup = _read("/proc/self/cgroup")
         self.ids = _ids(_read("/proc/self/status"))
+        self.ahead: Ahead | None = None  # the repository a spare opened before its command came
 
 
 def _become_peer(peer: int, me: Identity | None) -> None:
@@ -879,6 +883,65 @@ def _detach(server: Server, keep: tuple = ()) -> None:
     server.watches.close_fds()
     for job in server.jobs.values():
         job.conn.close()
+
+
+class Ahead:
+    """The server's repository as a spare opened it before its command came (``_open_ahead``),
+    with the config search paths it was opened under (its config files are those)."""
+
+    def __init__(self, git, paths: tuple):
+        self.git, self.paths = git, paths
+
+    def usable(self) -> bool:
+        """Whether the command may use it: its ``$HOME`` and ``$XDG_CONFIG_HOME`` name the same
+        global and XDG config files (called after ``_fresh_git_search_path``)."""
+        return _search_paths() == self.paths
+
+
+def _search_paths() -> tuple:
+    import pygit2
+    from pygit2.enums import ConfigLevel
+
+    try:
+        return tuple(pygit2.settings.search_path[level] for level in (ConfigLevel.GLOBAL, ConfigLevel.XDG,
+                                                                      ConfigLevel.SYSTEM))
+    except Exception:
+        return (None,)  # never equal to another such answer: nothing is used ahead
+
+
+def _open_ahead(git_dir: str) -> Ahead | None:
+    """In a spare, before it waits: the server's repository opened, every pack index read, and
+    the current branch's newest ``AHEAD_IMAGES`` images read once along first parents (commit,
+    root tree, manifest). What that leaves is keyed by object id, which never goes stale: the
+    mapped packs, libgit2's objects and the parsed manifests (``image.manifest.AHEAD``); and the
+    pages that reading writes are this process's already, not copied on the command's time. The
+    command reads refs and config afresh through it (libgit2 reads a ref's file on each lookup,
+    and a config file again once it changed) and looks packs up again on a miss (a pack written
+    since, or repacked). None when it cannot be opened."""
+    import pygit2
+
+    from ..image import manifest as img, refs
+
+    try:
+        git = pygit2.Repository(git_dir)
+        ahead = Ahead(git, _search_paths())
+        git.odb.exists(pygit2.Oid(raw=bytes(20)))  # a miss: every pack's index is opened
+    except Exception:
+        return None
+    try:
+        branch = refs.current_branch(git)
+        oid = refs.branch_tip(git, branch) if branch else None
+        for _ in range(AHEAD_IMAGES if oid else 0):
+            commit = git.get(oid)
+            if not isinstance(commit, pygit2.Commit):
+                break
+            img.read_ahead(git, commit.tree_id.raw)
+            if not commit.parent_ids:
+                break
+            oid = commit.parent_ids[0]
+    except Exception:
+        pass  # an image that does not parse: the command says so
+    return ahead
 
 
 def _warm(ranges: list[tuple[int, int]]) -> None:
@@ -954,6 +1017,7 @@ def _spare(server: Server, sock, report_w: int) -> None:
         _warm(server.warm_ranges)
         me = Identity()
         learned = server.learned
+        me.ahead = _open_ahead(server.git_dir)
         while True:
             conn = _next_client(server, ctl)
             if conn is None:
@@ -1100,14 +1164,20 @@ def _command(server: Server, conn, fds, request: Request, report_w: int, hint, p
         _fresh_git_search_path()
         import pygit2
 
+        from .. import repo as repo_mod
+
+        ahead = me.ahead.git if me is not None and me.ahead is not None and me.ahead.usable() else None
         try:
-            if not enabled(pygit2.Repository(pygit2.discover_repository(os.environ.get("GIT_PF_REPO") or "."))):
+            found = pygit2.discover_repository(os.environ.get("GIT_PF_REPO") or ".")
+            same = ahead is not None and found is not None and os.path.realpath(found) == os.path.realpath(ahead.path)
+            if not enabled(ahead if same else pygit2.Repository(found)):
                 os.write(report_w, b"refuse\n")
                 _send(conn, [b"refuse", b"pf.server is off"])
                 os._exit(0)
         except Exception:
             pass  # not a repository here, or its config is bad: the command says so
         del pygit2
+        repo_mod.AHEAD = ahead  # ``Repo.open`` takes it where it opens that repository
         cmdwatch.HINT = hint
         known = set(sys.modules)
         from .. import cli

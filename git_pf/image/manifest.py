@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pygit2
 
 from ..core import jsonl, limits
-from ..core.errors import DataError, UsageError
+from ..core.errors import DataError, PfError, UsageError
 from .tree import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, TreeWriter, blob_size, edit, lookup, over_limit
 
 SCHEMA = 1
@@ -139,9 +139,31 @@ def image_of(repo: pygit2.Repository, commit: pygit2.Commit) -> ImageInfo:
     )
 
 
+# Manifests read ahead of a command by the command server's spare (cli.server): by root tree id
+# (which never names other bytes), the pf.json's size and its parse. ``read_manifest`` hands each
+# out once (no two images share a dict), where its size is within this command's pf.maxJsonLine.
+AHEAD: dict[bytes, tuple[int, dict]] = {}
+
+
+def read_ahead(repo: pygit2.Repository, tree: bytes) -> None:
+    """Read and parse the manifest of image tree ``tree`` now, for ``read_manifest`` later in this
+    process; nothing is kept when it has none or it does not parse (the command then says why)."""
+    found = lookup(repo, tree, MANIFEST)
+    if found is None or found[0] == MODE_TREE:
+        return
+    try:
+        data = _layer_blob(repo, found, MANIFEST)
+        AHEAD[tree] = (len(data), parse_manifest(data))
+    except PfError:
+        pass
+
+
 def read_manifest(repo: pygit2.Repository, tree: bytes) -> dict | None:
     """The parsed ``pf.json`` of image tree ``tree``; None when there is none (the root tree
     is read once: ``pf.json`` is one of its entries)."""
+    ahead = AHEAD.pop(tree, None) if AHEAD else None
+    if ahead is not None and ahead[0] <= limits.active().max_json_line:
+        return ahead[1]
     found = lookup(repo, tree, MANIFEST)
     if found is None or found[0] == MODE_TREE:
         return None
