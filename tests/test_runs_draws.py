@@ -151,6 +151,15 @@ def test_a_run_going_live_does_not_draw_the_recorded_stream_again(tmp_path):
     assert live[0]["fn"] == "git_pf.seed" and live[0]["v"] != recorded[0]["v"]
 
 
+def test_a_streamed_draw_without_its_seed_diverges_and_a_bad_size_stays_an_error(tmp_path):
+    code = "import os\ntry:\n    os.urandom(-1)\nexcept ValueError:\n    print('refused')\nprint(os.urandom(2).hex())\n"
+    first, recorded = record(tmp_path, code)
+    assert first.stdout.startswith("refused\n") and [d["fn"] for d in recorded][-1] == "os.urandom"
+    assert spawn(tmp_path, code, "replay", replay=replay_file(tmp_path, recorded)).stdout == first.stdout
+    proc = spawn(tmp_path, code, "replay", replay=replay_file(tmp_path, recorded[1:]))
+    assert proc.returncode == 86 and "the recorded random.seed draw has no seed before it" in proc.stderr
+
+
 def test_draws_recorded_with_their_values_still_replay(tmp_path):
     old = [{"fn": "random.seed", "v": 12345}, {"fn": "uuid.uuid4", "v": "6f1c1d9e-0c1a-4d63-9a43-8d1b0e0f5b2c"},
            {"fn": "os.urandom", "v": "00ff10"}, {"fn": "random.seed", "v": 7}]

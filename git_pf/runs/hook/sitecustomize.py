@@ -56,7 +56,6 @@ def _quoted(value):
 
 
 SEED_FN = "git_pf.seed"  # the draw that keys the run's stream: 32 bytes from the OS, as hex
-STREAM_FNS = ("os.urandom", "uuid.uuid4", "random.seed")  # their bytes come from the stream
 _SEED_BYTES = 32
 _DOMAIN = b"git-pf draw stream\0"
 
@@ -95,8 +94,9 @@ class Run:
             self.recorded += 1
         h = self.keyed_hash.copy()
         h.update(self.taken.to_bytes(8, "big"))
+        data = h.digest(size)
         self.taken += 1
-        return h.digest(size)
+        return data
 
     def keyed(self, key):
         """Start the stream of seed ``key`` (the hash of its fixed prefix is kept, and copied per draw)."""
@@ -164,14 +164,16 @@ class Run:
         same = isinstance(want, dict) and want.get("fn") == fn
         v = want.get("v") if same else None
         streamed = same and stream is not None and (v is None if stream[2] == "null" else _is_int(v))
-        if not same or not (v == stream[0] or v is None if streamed else check(v)) or streamed and self.key is None:
+        fits = v in (None, stream[0]) if streamed else same and check(v)  # a streamed os.urandom: its size
+        if not fits or streamed and self.key is None:
             if self.mode == "run":
                 return self._live()
             had = want.get("fn") if isinstance(want, dict) else want
-            self.diverge("draw", i, want, {"fn": fn},
-                         f"draw {i + 1}: the recorded {fn} draw has no seed before it" if same and streamed
-                         and self.key is None else f"draw {i + 1}: the child called {fn} where the recording has {had}"
-                         + (f" of {v} bytes" if same and streamed else ""))
+            if fits:
+                detail = f"the recorded {fn} draw has no seed before it"
+            else:
+                detail = f"the child called {fn} where the recording has {had}" + (f" of {v} bytes" if streamed else "")
+            self.diverge("draw", i, want, {"fn": fn}, f"draw {i + 1}: {detail}")
         try:
             value = stream[1](self.take(stream[0])) if streamed else dec(v)
         except (TypeError, ValueError) as e:
@@ -278,6 +280,10 @@ def _patch(r):
     time.time_ns = lambda: r.draw("time.time_ns", real_time_ns, str, int, _is_int)
 
     def urandom(size):
+        n = size.__index__() if hasattr(size, "__index__") else -1
+        if n < 0:
+            return real_urandom(size)  # the error Python gives (a negative size, or none), and no draw
+        size = n
         return r.draw("os.urandom", lambda: real_urandom(size), lambda b: _quoted(b.hex()), bytes.fromhex,
                       lambda v: isinstance(v, str) and len(v) == 2 * size, (size, bytes, str(size)))
 
