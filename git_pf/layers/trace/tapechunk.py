@@ -131,7 +131,7 @@ def unpack(name: bytes, blob: bytes, where: str, base: Base | None = None) -> tu
     gives (a column chunk from seq 0); ``base`` is the one its name refers to, if any (the caller
     finds it by ``base_of``). A DataError ``where: ...`` when the blob is not one zstd frame
     declaring a content size within ``cap`` (``columns_cap`` for columns), ``base`` is not the
-    one named, its columns (layout 3) are malformed or would decode past ``cap``, or its
+    one named, its columns (layouts 3, 4) are malformed or would decode past ``cap``, or its
     content's hash, entry count or line ends are not what the name says."""
     first, count = span(name)
     m = NAME.match(name)
