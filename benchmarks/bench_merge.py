@@ -211,6 +211,8 @@ def main(argv: list[str]) -> int:
         ("git pf merge (command): wall", cli_row, "process start included"),
         ("  Python start + imports alone", f"{t_start * 1000:.1f} ms", ""),
         ("merged world == git's tree", str(merged_world == git_tree), verdict(merged_world == git_tree)),
+        ("load average (1, 5, 15 min) at the end", " ".join(f"{x:.1f}" for x in os.getloadavg()),
+         "other work on the machine"),
     ])
     return 0
 

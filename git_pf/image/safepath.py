@@ -226,10 +226,10 @@ class _Shape:
     (index, name) of each subtree. A tree of the same length whose bytes differ only inside
     object ids has the same entries (modes, names, order), so it passes the checks of one tree."""
 
-    __slots__ = ("data", "ends", "trees")
+    __slots__ = ("data", "ends", "trees", "_num")
 
     def __init__(self, data: bytes, ends: array, trees: list[tuple[int, bytes]]):
-        self.data, self.ends, self.trees = data, ends, trees
+        self.data, self.ends, self.trees, self._num = data, ends, trees, None
 
     def oid(self, data: bytes, k: int) -> bytes:
         """The object id of entry ``k`` in ``data`` (this tree's bytes or a like-shaped tree's)."""
@@ -244,7 +244,9 @@ class _Shape:
         this tree's bytes only inside object ids; None when it differs anywhere else."""
         if len(data) != len(self.data):
             return None
-        x = int.from_bytes(data, "little") ^ int.from_bytes(self.data, "little")
+        if self._num is None:  # this tree's bytes as one integer, made once: it is compared again and again
+            self._num = int.from_bytes(self.data, "little")
+        x = int.from_bytes(data, "little") ^ self._num
         base, ends, out = 0, self.ends, []
         while x:  # one step per differing entry: the lowest differing byte must lie in an id
             j = base + (((x & -x).bit_length() - 1) >> 3)
