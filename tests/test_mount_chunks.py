@@ -51,7 +51,8 @@ def test_a_view_still_held_keeps_its_bytes_while_later_chunks_are_decoded(tmp_pa
 def test_chunks_read_by_threads_at_once_through_a_small_cache_are_exact(tmp_path, raw):
     from concurrent.futures import ThreadPoolExecutor
 
-    store, chunks, datas = stored_chunks(tmp_path, [random.Random(n).randrange(100_000, 1_200_000) for n in range(8)], raw)
+    sizes = [random.Random(n).randrange(100_000, 1_200_000) for n in range(8)]
+    store, chunks, datas = stored_chunks(tmp_path, sizes, raw)
     cache = ChunkCache(store, limit=3 * 1024 * 1024)
 
     def reader(seed: int) -> int:

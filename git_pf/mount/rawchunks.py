@@ -110,9 +110,9 @@ def mapped(store: SideStore, chunk: Chunk) -> Spans | None:
     blocks' bytes do not match the checksum, or the size is refused (``pf.maxFrameSize``)."""
     if store.rehash_reads or chunk.size < MAP_MIN:
         return None
-    try:
+    try:  # missing, unreadable or not mappable: the decoder's read fetches it or says why
         fd = os.open(store.path_for(chunk.oid), os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
+    except OSError:
         return None
     try:
         n = os.fstat(fd).st_size
@@ -120,6 +120,8 @@ def mapped(store: SideStore, chunk: Chunk) -> Spans | None:
             return None  # compressed (or not this chunk's): the decoder says which
         # mapped with every page at once (one call instead of a fault per 16 pages)
         frame = mmap.mmap(fd, n, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), prot=mmap.PROT_READ)
+    except OSError:
+        return None
     finally:
         os.close(fd)
     found = raw_blocks(frame, chunk.size)
