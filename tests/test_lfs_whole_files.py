@@ -125,3 +125,39 @@ def test_a_corrupt_chunk_of_a_whole_file_stops_its_upload_before_the_server_take
     assert whole not in lfs.uploads()  # the server took no PUT of it (the small objects may have gone)
     refs = sh("git", "for-each-ref", "--format=%(refname)", cwd=remote).stdout.split()
     assert "refs/pf/heads/main" not in refs
+
+
+def test_a_file_written_to_while_it_is_chunked_gets_no_record(tmp_path):
+    """The record must name the bytes the chunks hold: a file that changes while the snapshot
+    reads it (here: written to as its first chunk is stored) gets none; one that does not, does."""
+    import mmap
+    import os
+    import random
+
+    from git_pf.store.sidestore import SideStore
+
+    class Written(SideStore):
+        def put(self, data, *args, **kwargs):
+            if self.writer is not None:
+                os.pwrite(self.writer, b"changed", 0)  # in place (its times change), and
+                os.pwrite(self.writer, b"more", 3 * MiB)  # longer, where timestamps are coarse
+                self.writer = None
+            return super().put(data, *args, **kwargs)
+
+    path = tmp_path / "big.bin"
+    for change in (False, True):
+        path.write_bytes(random.Random(3).randbytes(3 * MiB))
+        store = Written(tmp_path / f"objects-{change}")
+        with open(path, "r+b") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            store.writer = f.fileno() if change else None
+            large = store.put_large(mm, f.fileno())
+        assert large.index_oid is not None
+        assert store.hashed([large.index_oid]) == ({} if change else {large.index_oid: (large.oid, large.size)})
+    # bytes cannot change; a mapping without its file is not trusted
+    data = random.Random(4).randbytes(3 * MiB)
+    store = SideStore(tmp_path / "objects-bytes")
+    large = store.put_large(data)
+    assert store.hashed([large.index_oid]) == {large.index_oid: (hashlib.sha256(data).hexdigest(), len(data))}
+    store = SideStore(tmp_path / "objects-view")
+    large = store.put_large(memoryview(bytearray(data)))
+    assert store.hashed([large.index_oid]) == {}

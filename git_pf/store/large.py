@@ -10,6 +10,7 @@ store's single-object calls (``put``, ``get``, ``ensure``, ``frame``,
 from __future__ import annotations
 
 import hashlib
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterable, Iterator
@@ -61,11 +62,25 @@ def index_bound(size: int) -> int:
     return (size // MIN_CHUNK + 1) * (64 + 1 + len(str(size)) + 1)
 
 
+def _identity(fd: int | None) -> tuple | None:
+    """What a write to the file ``fd`` changes (times, size, inode); None without one."""
+    if fd is None:
+        return None
+    st = os.fstat(fd)
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
 class LargeContent:
     """Chunked storage of large content, mixed into ``SideStore``."""
 
-    def put_large(self, buf) -> LargeObject:
-        """Chunk ``buf`` (bytes, memoryview or mmap), store every chunk, return the layout."""
+    def put_large(self, buf, source_fd: int | None = None) -> LargeObject:
+        """Chunk ``buf`` (bytes, memoryview or mmap), store every chunk, return the layout.
+
+        The whole content's hash is recorded for a transport (``record_hashed``) when ``buf``
+        cannot have changed while it was read: it is ``bytes``, or the file ``source_fd`` it
+        maps kept its size, times and inode meanwhile (a file written to while it is read
+        could give chunks other bytes than the hash saw)."""
+        before = _identity(source_fd)
         with memoryview(buf) as view:
             spans = list(chunk_spans(view))
 
@@ -81,8 +96,9 @@ class LargeContent:
                 chunks = tuple(f.result() for f in futures)
             size = len(view)
         index_oid = self.put(encode_chunk_index(chunks)) if len(chunks) > 1 else None
-        if index_oid is not None:  # hashed here: a transport may name the chunks' bytes by it
-            self.record_hashed(index_oid, whole.hexdigest(), size)
+        unchanged = isinstance(buf, bytes) or (before is not None and _identity(source_fd) == before)
+        if index_oid is not None and unchanged:
+            self.record_hashed(index_oid, whole.hexdigest(), size)  # a transport may name the chunks' bytes by it
         return LargeObject(whole.hexdigest(), size, chunks, index_oid)
 
     def chunks_of(self, oid: str, size: int, index_oid: str | None) -> tuple[Chunk, ...]:

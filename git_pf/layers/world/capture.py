@@ -111,7 +111,7 @@ class _Reader:
                 if size < self.threshold or size == 0:
                     return self.writer.write_blob(f.read()), False
                 with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                    large = self.store.put_large(mm)
+                    large = self.store.put_large(mm, f.fileno())
         except PermissionError:
             raise UsageError(f"cannot read '{_display(rel)}': permission denied") from None
         except OSError as e:
