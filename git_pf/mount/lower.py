@@ -79,7 +79,9 @@ class ChunkCache:
     buffer whose chunk is dropped goes back to a small pool once nothing holds
     a view of it any more (a reply still being written keeps it out), so a long
     read decodes into memory that is already mapped instead of faulting in
-    fresh pages for every chunk. The cache counts each buffer's whole size."""
+    fresh pages for every chunk. The cache counts each buffer's whole size. A chunk stored
+    raw is not decoded but kept as views of its mapped store file (``rawchunks``), counted
+    at its size."""
 
     def __init__(self, store: SideStore, limit: int = CHUNK_CACHE_BYTES):
         self.store, self.limit, self.used = store, limit, 0
@@ -139,7 +141,7 @@ class ChunkCache:
             raise
         with self.lock:
             self.pending.pop(chunk.oid, None)
-            if buf is None and isinstance(data, Spans):
+            if isinstance(data, Spans):
                 self.mapped += 1
             else:
                 self.decoded += 1
