@@ -4,7 +4,8 @@ Entries are decoded from git trees on first lookup; modes, xattrs, empty
 directories and pointer flags come from ``world/fs.attrs.jsonl``. File
 content comes from git blobs, or, for pointer files, from the side store one
 chunk at a time: a read maps to the chunks covering it, only those are
-decoded (and verified), and decoded chunks sit in a small LRU. A git blob over
+decoded (and verified; a chunk stored raw is only verified and served from the
+store's file in place: ``rawchunks``), and they sit in a small LRU. A git blob over
 ``STREAM_ABOVE`` is never read whole: it is streamed, as far as reads reach,
 into an unlinked temporary file that serves every range. A tree name
 or attrs path that ``safepath`` refuses is left out (logged once), never
