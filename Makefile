@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-SYSPKGS := fuse3 libfuse3-dev pkg-config git gpg
+SYSPKGS := fuse3 libfuse3-dev pkg-config git gpg gpgsm
 BROWSERPKGS := chromium chromium-driver
 # the Claude Code tests (tests/test_integrations_claude_code.py) drive the real CLI, pinned, from npm, kept in the project
 CLAUDE_CODE_VERSION := 2.1.332

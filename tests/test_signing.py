@@ -1,9 +1,9 @@
 """Signed images and pf.verify (docs/security.md, "Signed images"): keys made here with ssh-keygen,
-commits checked with git's own verify-commit, remotes as real bare repositories."""
+gpg and gpgsm (tests/signing_keys.py), commits checked with git's own verify-commit, remotes as real
+bare repositories."""
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -14,6 +14,7 @@ from git_pf.testing.fakellm import FakeLLM
 
 from conftest import git_fsck_clean
 from runs_helpers import SCRIPT, record, report, step_ids
+from signing_keys import PROGRAMS, available, make_home
 from test_integrations_claude_code import claude, project  # noqa: F401  (fixtures)
 from transport_helpers import bare, pf, sh
 
@@ -26,27 +27,40 @@ def keypair(tmp: Path, name: str) -> tuple[Path, str]:
     return key, f"{kind} {blob}"
 
 
-def user(tmp: Path, name: str, key: Path, allowed: Path, sign: bool = True) -> Path:
-    """A git-pf repository at tmp/name signing with ``key`` and trusting ``allowed``."""
+def user(tmp: Path, name: str, key: Path | str | None, allowed: Path | None = None, sign: bool = True,
+         fmt: str = "ssh") -> Path:
+    """A git-pf repository at tmp/name signing in ``fmt`` with ``key`` (None: the committer's
+    identity) and, for ssh, trusting ``allowed``."""
     root = tmp / name
     pf("init", root, cwd=tmp)
-    for k, v in (("user.name", name), ("user.email", f"{name}@example.org"), ("gpg.format", "ssh"),
-                 ("user.signingKey", str(key)), ("gpg.ssh.allowedSignersFile", str(allowed)),
+    for k, v in (("user.name", name), ("user.email", f"{name}@example.org"), ("gpg.format", fmt),
+                 ("user.signingKey", key), ("gpg.ssh.allowedSignersFile", allowed),
                  ("pf.sign", "true" if sign else "false")):
-        sh("git", "config", k, v, cwd=root)
+        if v is not None:
+            sh("git", "config", k, str(v), cwd=root)
     return root
 
 
-def snap(root: Path, files: dict, *extra: str, name: str = "main") -> str:
+def snap(root: Path, files: dict, *extra: str, name: str = "main", env: dict | None = None) -> str:
     box = root.parent / f"{root.name}-box"
     box.mkdir(exist_ok=True)
     for rel, text in files.items():
         (box / rel).write_text(text)
-    return pf("snapshot", "--fs-root", box, "--name", name, *extra, cwd=root).stdout.strip()
+    return pf("snapshot", "--fs-root", box, "--name", name, *extra, cwd=root, env=env).stdout.strip()
 
 
-def signed(root: Path, rev: str) -> bool:
-    return sh("git", "verify-commit", rev, cwd=root, check=False).returncode == 0
+def signed(root: Path, rev: str, env: dict | None = None) -> bool:
+    return sh("git", "verify-commit", rev, cwd=root, env=env, check=False).returncode == 0
+
+
+def forge(root: Path, signed_oid: str, tree_of: str, ref: str = "forged") -> str:
+    """``signed_oid``'s commit, signature and all, over ``tree_of``'s tree, at refs/pf/heads/``ref``."""
+    raw = sh("git", "cat-file", "commit", signed_oid, cwd=root).stdout
+    other_tree = sh("git", "rev-parse", f"{tree_of}^{{tree}}", cwd=root).stdout.strip()
+    forged_raw = raw.replace(raw.split("\n", 1)[0], f"tree {other_tree}", 1)
+    forged = sh("git", "hash-object", "-t", "commit", "-w", "--stdin", cwd=root, input=forged_raw).stdout.strip()
+    sh("git", "update-ref", f"refs/pf/heads/{ref}", forged, cwd=root)
+    return forged
 
 
 @pytest.fixture
@@ -137,11 +151,7 @@ def test_a_signature_copied_onto_a_changed_tree_is_a_bad_signature(tmp_path, key
     root = user(tmp_path, "alice", keys["alice"], keys["allowed"])
     first = snap(root, {"a.txt": "1"})
     good = snap(root, {"a.txt": "2"})
-    raw = sh("git", "cat-file", "commit", good, cwd=root).stdout
-    other_tree = sh("git", "rev-parse", f"{first}^{{tree}}", cwd=root).stdout.strip()
-    forged_raw = raw.replace(raw.split("\n", 1)[0], f"tree {other_tree}", 1)
-    forged = sh("git", "hash-object", "-t", "commit", "-w", "--stdin", cwd=root, input=forged_raw).stdout.strip()
-    sh("git", "update-ref", "refs/pf/heads/forged", forged, cwd=root)
+    forged = forge(root, good, first)
     assert not signed(root, forged)
     out = pf("verify", "forged", cwd=root, check=False)
     assert out.returncode == 1 and "untrusted: bad signature by alice@example.org" in out.stdout
@@ -248,49 +258,82 @@ def test_verified_images_are_cached_under_the_trust_settings(tmp_path, keys):
 
 
 @pytest.fixture
-def gpg_home(tmp_path):
-    """Makes GnuPG homes with one key each (batch mode, no passphrase); their agents end with the test."""
+def gpg_homes(tmp_path):
+    """Makes GnuPG homes with one key each (tests/signing_keys.py); their agents end with the test."""
     homes = []
 
-    def make(name: str) -> tuple[dict, str]:
-        home = tmp_path / f"gnupg-{name}"
-        home.mkdir(mode=0o700)
-        env = {"GNUPGHOME": str(home)}
-        homes.append(env)
-        sh("gpgconf", "--launch", "gpg-agent", env=env)  # started here, not on first use by a busy machine
-        sh("gpg", "--batch", "--pinentry-mode", "loopback", "--passphrase", "", "--quick-gen-key",
-           f"{name} <{name}@example.org>", "ed25519", "sign", "never", env=env)
-        return env, f"{name}@example.org"
+    def make(name: str, fmt: str, valid: tuple[str, str] | None = None):
+        if not available(fmt):
+            pytest.skip(f"{PROGRAMS[fmt]} is not installed (make sysdeps)")
+        homes.append(make_home(tmp_path, name, fmt, valid))
+        return homes[-1]
 
     yield make
-    for env in homes:
-        sh("gpgconf", "--kill", "gpg-agent", env=env, check=False)
+    for home in homes:
+        home.close()
 
 
-@pytest.mark.skipif(shutil.which("gpg") is None, reason="gpg is not installed (make sysdeps)")
-def test_openpgp_signatures_are_made_and_checked_with_gpg(tmp_path, gpg_home):
-    alice_env, alice = gpg_home("alice")
-    mallory_env, mallory = gpg_home("mallory")
-    root = tmp_path / "repo"
-    pf("init", root, cwd=tmp_path)
-    for k, v in (("user.name", "alice"), ("user.email", alice), ("pf.sign", "true")):
-        sh("git", "config", k, v, cwd=root)
-    box = tmp_path / "box"
-    box.mkdir()
-    (box / "a.txt").write_text("1")
-    mine = pf("snapshot", "--fs-root", box, cwd=root, env=alice_env).stdout.strip()
-    assert sh("git", "verify-commit", mine, cwd=root, env=alice_env, check=False).returncode == 0
-    out = pf("verify", mine, cwd=root, env=alice_env)
-    assert "trusted: good signature by alice <alice@example.org> (openpgp)" in out.stdout
-    (box / "a.txt").write_text("2")
-    sh("git", "config", "user.signingKey", mallory, cwd=root)
-    theirs = pf("snapshot", "--fs-root", box, "--name", "other", cwd=root, env=mallory_env).stdout.strip()
-    out = pf("verify", theirs, cwd=root, env=alice_env, check=False)
-    assert out.returncode == 1 and "untrusted: unknown key" in out.stdout
+@pytest.mark.parametrize("fmt", ["openpgp", "x509"])
+def test_gpg_and_gpgsm_signatures_are_made_checked_and_trusted_as_git_does(tmp_path, gpg_homes, fmt):
+    alice, mallory = gpg_homes("alice", fmt), gpg_homes("mallory", fmt)
+    # mallory pushes an unsigned image and one signed with her own key
+    remote = bare(tmp_path / "shared.git")
+    theirs_repo = user(tmp_path, "mallory", mallory.email, sign=False, fmt=fmt)
+    sh("git", "remote", "add", "origin", remote, cwd=theirs_repo)
+    snap(theirs_repo, {"a.txt": "plain"}, name="plain", env=mallory.env)
+    theirs = snap(theirs_repo, {"a.txt": "evil"}, "-S", env=mallory.env)
+    pf("push", "origin", "--all", "-q", cwd=theirs_repo, env=mallory.env)
+
+    root = user(tmp_path, "alice", None, fmt=fmt)
+    sh("git", "remote", "add", "origin", remote, cwd=root)
+    if fmt == "x509":  # as for git commit -S, the committer's "name <email>" names no certificate
+        out = pf("snapshot", "--fs-root", tmp_path, "--name", "none", cwd=root, env=alice.env, check=False)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1 and "set user.signingKey" in lines[0], out.stderr
+        assert sh("git", "rev-parse", "-q", "--verify", "refs/pf/heads/none", cwd=root, check=False).returncode == 1
+        sh("git", "config", "user.signingKey", alice.email, cwd=root)
+    mine = snap(root, {"a.txt": "1"}, env=alice.env)
+    assert signed(root, mine, alice.env) and not signed(root, mine, mallory.env)
+    shown = sh("git", "log", "--show-signature", "-1", mine, cwd=root, env=alice.env).stdout
+    assert f'Good signature from "{alice.signer}"' in shown
+    out = pf("verify", mine, cwd=root, env=alice.env)
+    assert out.stdout.startswith(f"{mine[:12]} trusted: good signature by {alice.signer} ({fmt})")
+    # a signature copied onto another tree is bad, for git and for git pf
+    forged = forge(root, mine, snap(root, {"a.txt": "2"}, name="two", env=alice.env))
+    assert not signed(root, forged, alice.env)
+    out = pf("verify", forged, cwd=root, env=alice.env, check=False)
+    assert out.returncode == 1 and out.stdout == f"{forged[:12]} untrusted: bad signature by {alice.signer}\n"
+    # what was fetched: unsigned, and signed by a key alice does not have, then has but does not trust
     sh("git", "config", "pf.verify", "require", cwd=root)
-    out = pf("checkout", theirs, "--into", tmp_path / "x", cwd=root, env=alice_env, check=False)
-    assert out.returncode == 3 and "unknown key" in out.stderr and not (tmp_path / "x").exists()
-    pf("checkout", mine, "--into", tmp_path / "y", cwd=root, env=alice_env)
+    pf("fetch", "origin", cwd=root, env=alice.env)
+    before = sh("git", "for-each-ref", "refs/pf", cwd=root).stdout
+    for rev, status in (("remotes/origin/heads/plain", "unsigned"), ("remotes/origin/heads/main", "unknown key"),
+                        ("forged", "bad signature")):
+        out = pf("checkout", rev, "--into", tmp_path / "x", cwd=root, env=alice.env, check=False)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 3 and len(lines) == 1 and f"is not trusted: {status}" in lines[0], out.stderr
+    alice.import_key(mallory.export())
+    out = pf("checkout", theirs, "--into", tmp_path / "x", cwd=root, env=alice.env, check=False)
+    assert out.returncode == 3 and f"is not trusted: untrusted key by {mallory.signer}" in out.stderr, out.stderr
+    assert not (tmp_path / "x").exists() and sh("git", "for-each-ref", "refs/pf", cwd=root).stdout == before
+    pf("checkout", mine, "--into", tmp_path / "mine", cwd=root, env=alice.env)
+    # alice's own key loses its trust: the verdict cached under the old trust does not outlive it
+    alice.distrust()
+    out = pf("checkout", mine, "--into", tmp_path / "again", cwd=root, env=alice.env, check=False)
+    assert out.returncode == 3 and "is not trusted: untrusted key" in out.stderr, out.stderr
+
+
+def test_an_image_signed_while_its_x509_certificate_was_valid_is_expired_after(tmp_path, gpg_homes):
+    old = gpg_homes("old", "x509", valid=("2020-01-01", "2021-01-01"))
+    root = user(tmp_path, "old", old.email, fmt="x509")
+    then = tmp_path / "gpgsm-in-2020"  # signs as the certificate's owner did while it was valid
+    then.write_text('#!/bin/sh\nexec gpgsm --faked-system-time 20200601T000000 "$@"\n')
+    then.chmod(0o755)
+    sh("git", "config", "gpg.x509.program", then, cwd=root)
+    oid = snap(root, {"a.txt": "1"}, env=old.env)
+    sh("git", "config", "--unset", "gpg.x509.program", cwd=root)
+    out = pf("verify", oid, cwd=root, env=old.env, check=False)
+    assert out.returncode == 1 and out.stdout == f"{oid[:12]} untrusted: expired by {old.signer}\n", out.stdout
 
 
 def test_a_step_that_cannot_be_signed_mid_run_is_lost_and_the_agent_goes_on(tmp_path, keys):

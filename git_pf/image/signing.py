@@ -150,7 +150,11 @@ def run_program(argv: list[str], payload: bytes, role: str, program: str, error:
 def _run(argv: list[str], payload: bytes, s: Signer) -> subprocess.CompletedProcess:
     out = run_program(argv, payload, "signing", s.program, SigningFailed, f" (gpg.format={s.format})")
     if out.returncode != 0:
-        raise SigningFailed(f"signing with {s.format} key '{s.key or 'of the committer'}' failed: {_line(out.stderr)}")
+        # gpgsm finds a certificate by e-mail or fingerprint, seldom by the committer's "name <email>"
+        hint = "; set user.signingKey to the certificate's e-mail or fingerprint" if s.format == "x509" and not s.key \
+            else ""
+        raise SigningFailed(f"signing with {s.format} key '{s.key or 'of the committer'}' failed: "
+                            f"{_line(out.stderr)}{hint}")
     return out
 
 

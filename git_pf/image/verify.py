@@ -12,7 +12,8 @@ default marginal), or, when it is unsigned or signed by a key not trusted,
 when a descendant on the same first-parent line is (a commit id covers its
 ancestors). A bad signature is never covered. Trusted commit ids are cached
 in ``$GIT_DIR/pf/verified/`` under a key of the trust settings (the allowed
-signers file's bytes, the keyrings' times), so changing them re-checks.
+signers file's bytes, the keyrings' and gpgsm's trustlist.txt's times), so
+changing them re-checks.
 """
 from __future__ import annotations
 
@@ -255,7 +256,8 @@ class Verifier:
             except OSError:
                 h.update(b"-")
         home = Path(os.environ.get("GNUPGHOME") or os.path.expanduser("~/.gnupg"))
-        for name in ("pubring.kbx", "pubring.gpg", "trustdb.gpg"):
+        # the keyrings, gpg's trust database and gpgsm's trusted roots
+        for name in ("pubring.kbx", "pubring.gpg", "trustdb.gpg", "trustlist.txt"):
             try:
                 h.update(b"%s %d" % (name.encode(), (home / name).stat().st_mtime_ns))
             except OSError:
@@ -372,6 +374,8 @@ class Verifier:
                 status = {"GOODSIG": GOOD, "BADSIG": BAD, "REVKEYSIG": REVOKED}.get(tag, EXPIRED)
             elif tag == "ERRSIG" or tag == "NO_PUBKEY":
                 status, signer = UNKNOWN, signer or (words[2] if len(words) > 2 else None)
+            elif tag == "ERROR" and words[2:3] == ["verify.findkey"]:  # gpgsm: the signer's certificate is not known
+                status = UNKNOWN
             elif tag.startswith("TRUST_") and tag[6:].lower() in _TRUST:
                 trust = _TRUST.index(tag[6:].lower())
         if status == GOOD and (out.returncode != 0 or trust < self.min_trust):

@@ -1,0 +1,89 @@
+"""Throwaway GnuPG homes for the signing tests: one key per home, OpenPGP (``gpg``) or X.509
+(``gpgsm``: a self-signed certificate, its root marked trusted in the home's trustlist.txt, CRL
+checks off), each home made under the test's temporary directory (never the user's ~/.gnupg)."""
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from transport_helpers import sh
+
+PROGRAMS = {"openpgp": "gpg", "x509": "gpgsm"}
+
+
+@dataclass
+class GpgHome:
+    """One GnuPG home holding ``name``'s key in format ``fmt``; ``env`` points the programs at it."""
+
+    home: Path
+    name: str
+    fmt: str
+
+    @property
+    def env(self) -> dict:
+        return {"GNUPGHOME": str(self.home)}
+
+    @property
+    def program(self) -> str:
+        return PROGRAMS[self.fmt]
+
+    @property
+    def email(self) -> str:
+        return f"{self.name}@example.org"
+
+    @property
+    def signer(self) -> str:
+        """How the program names the signer in its GOODSIG line (what ``git pf verify`` prints)."""
+        return f"{self.name} <{self.email}>" if self.fmt == "openpgp" else f"/CN={self.name}/O=Example"
+
+    def fingerprint(self) -> str:
+        out = sh(self.program, "--with-colons", "--list-keys", self.email, env=self.env).stdout
+        return next(line.split(":")[9] for line in out.splitlines() if line.startswith("fpr:"))
+
+    def export(self) -> str:
+        """The public key (OpenPGP) or certificate (X.509), armored."""
+        return sh(self.program, "--armor", "--export", self.email, env=self.env).stdout
+
+    def import_key(self, armored: str) -> None:
+        """Know another's key or certificate without trusting it."""
+        sh(self.program, "--batch", "--import", env=self.env, input=armored)
+
+    def distrust(self) -> None:
+        """Take the trust in this home's own key away (X.509: its root leaves trustlist.txt)."""
+        if self.fmt == "x509":
+            (self.home / "trustlist.txt").write_text("")
+            sh("gpgconf", "--reload", "gpg-agent", env=self.env)  # the agent reads trustlist.txt
+        else:
+            sh("gpg", "--batch", "--import-ownertrust", env=self.env, input=f"{self.fingerprint()}:3:\n")
+
+    def close(self) -> None:
+        sh("gpgconf", "--kill", "gpg-agent", env=self.env, check=False)
+
+
+def available(fmt: str) -> bool:
+    return shutil.which(PROGRAMS[fmt]) is not None
+
+
+def make_home(tmp: Path, name: str, fmt: str, valid: tuple[str, str] | None = None) -> GpgHome:
+    """A fresh home under ``tmp`` with a new key for ``name``, no passphrase, batch mode;
+    ``valid``: an X.509 certificate's first and last day (YYYY-MM-DD)."""
+    h = GpgHome(tmp / f"gnupg-{fmt}-{name}", name, fmt)
+    h.home.mkdir(mode=0o700)
+    sh("gpgconf", "--launch", "gpg-agent", env=h.env)  # started here, not on first use by a busy machine
+    if fmt == "openpgp":
+        sh("gpg", "--batch", "--pinentry-mode", "loopback", "--passphrase", "", "--quick-gen-key",
+           f"{name} <{h.email}>", "ed25519", "sign", "never", env=h.env)
+        return h
+    (h.home / "gpgsm.conf").write_text("disable-crl-checks\n")  # a self-signed root publishes no CRL
+    params = h.home / "certificate.params"
+    params.write_text(f"Key-Type: RSA\nKey-Length: 2048\nKey-Usage: sign, cert\nName-DN: CN={name},O=Example\n"
+                      f"Name-Email: {h.email}\nSerial: random\n"  # a serial: self-signed, not a request
+                      + (f"Not-Before: {valid[0]}\nNot-After: {valid[1]}\n" if valid else ""))
+    cert = h.home / "certificate.pem"
+    sh("gpgsm", "--batch", "--pinentry-mode", "loopback", "--passphrase-fd", "0", "--armor", "--gen-key",
+       "-o", cert, params, env=h.env, input="")  # an empty passphrase: the key is left unprotected
+    sh("gpgsm", "--batch", "--import", cert, env=h.env)
+    (h.home / "trustlist.txt").write_text(f"{h.fingerprint()} S\n")
+    sh("gpgconf", "--reload", "gpg-agent", env=h.env)
+    return h
