@@ -162,3 +162,20 @@ def test_a_tree_read_as_it_is_vouches_for_nothing(tmp_path):
         with pytest.raises(DataError) as e:
             safepath.check_tree(git, world.hex(), likes=(root.hex(),))
         assert "d/.." in e.value.message
+
+
+def test_many_directories_only_theirs_changed_are_listed_by_one_diff(tmp_path):
+    """Past ``THEIRS_DIFFS`` directories that are theirs' as they are, the forecast leaves the
+    listing to one diff of git's result; the merge lists every change all the same."""
+    n = treeplan.Forecast.THEIRS_DIFFS + 2
+    base = {f"t{i}/a.py": BODY for i in range(n)} | {"both/x.py": BODY, "both/y.py": BODY}
+    repo, _ = Repo.init(tmp_path / "repo")
+    b = snap(repo, "main", base)
+    repo.create_branch("side", b.id)
+    o = snap(repo, "main", dict(base, **{"both/x.py": "ours\n"}))
+    t = snap(repo, "side", dict(base, **{"both/y.py": "theirs\n"}, **{f"t{i}/a.py": f"theirs {i}\n" for i in range(n)}))
+    forecast = treeplan.forecast(repo.git, *(_raw_world(repo, i) for i in (b, o, t)))
+    assert forecast is not None and forecast.changes(bytes.fromhex(_git_merge(repo, b, o, t))) is None
+    result = repo.merge("side", into="main")
+    world_layer = next(r for r in result.layers if r.layer == "world")
+    assert world_layer.report["changed"] == n + 1

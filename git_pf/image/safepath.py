@@ -443,6 +443,11 @@ def _check_tree(git, root: bytes, marks: MarkFile[str] | None, likes: tuple[byte
         marks.add(root.hex())
 
 
+def is_sound(git, tree_hex: str) -> bool:
+    """Whether world tree ``tree_hex`` was found sound in this process or is marked sound."""
+    return _is_sound(bytes.fromhex(tree_hex), sound_marks(git))
+
+
 def mark_sound(git, tree: bytes) -> None:
     """Mark the world tree ``tree`` sound without reading it: only for a tree its maker built
     itself from names it listed and escaped (``to_tree``), or reused from a world built so, as

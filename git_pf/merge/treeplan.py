@@ -1,18 +1,20 @@
-"""git's merge of two world trees foreseen, where it is plain, while git runs.
+"""git's merge of two world trees foreseen from the trees it merged, where that is plain.
 
-``git merge-tree`` merges the worlds (``layers.world.gitmerge``). From the base's, ours' and
-theirs' trees alone this module foresees git's merged world where that is plain: a directory
-one side changed is that side's; in a directory both sides changed whose entries (names, modes,
-order) are the base's on both sides, an entry one side changed is that side's, a subdirectory
-both changed is foreseen the same way, and a file both changed is left to git (a hole, read
-from git's result). Nothing foreseen is trusted: once git has answered, ``Forecast.changes``
-compares git's tree with the forecast (by id where the forecast is whole, else by reading the
-directory and comparing its bytes with ours') and lists the changes from ours' world only when
-every part matches; anything else (renames, names added or removed, a mode changed, a tree the
-fast check of ``safepath`` does not take) returns None and the caller diffs git's result as
-before. The trees foreseen whole are handed to ``safepath.learn_tree``, so that the safety
-check of git's result reads them from memory instead of from git's new loose objects; they are
-checked as any tree is. Reads trees only; writes nothing.
+``git merge-tree`` merges the worlds (``layers.world.gitmerge``) and writes the directories it
+merged as new loose trees; reading and checking them, then diffing them against ours', is most
+of what a first merge adds to git's own time. This module foresees git's merged world from the
+base's, ours' and theirs' trees (already read, or packed): a directory one side changed is that
+side's; in a directory both sides changed whose entries (names, modes, order) are the base's on
+both sides, an entry one side changed is that side's, a subdirectory both changed is foreseen
+the same way, and a file both changed is git's (a hole, read from git's result). Nothing
+foreseen is trusted: ``Forecast.changes`` compares git's tree with the forecast (by id where the
+forecast is whole, else by reading the directory and comparing its bytes with ours') and lists
+the changes from ours' world only when every part matches; anything else (renames, names added
+or removed, a mode changed) returns None and the caller diffs git's result as before. The trees
+foreseen whole are handed to ``safepath.learn_tree`` and ours' are read as they are
+(``safepath.counterpart_shape``), so the safety check of git's result reads the former from
+memory and compares them with the latter; they are checked as any tree is. Reads trees only;
+writes nothing.
 """
 from __future__ import annotations
 
@@ -41,12 +43,13 @@ def diff(git, a: bytes | None, b: bytes, prefix: bytes = b"") -> list[Change]:
 
 
 class _Theirs:
-    """A subtree only theirs changed: git's result holds theirs' tree there."""
+    """A subtree only theirs changed: git's result holds theirs' tree there (ours' is ``ours``,
+    at ``path``)."""
 
-    __slots__ = ("tree", "changes")
+    __slots__ = ("ours", "tree", "path")
 
-    def __init__(self, tree: bytes, changes: list[Change]):
-        self.tree, self.changes = tree, changes
+    def __init__(self, ours: bytes, tree: bytes, path: bytes):
+        self.ours, self.tree, self.path = ours, tree, path
 
 
 class _Dir:
@@ -63,36 +66,27 @@ class _Dir:
 class Forecast:
     """git's merged world as foreseen from the base's, ours' and theirs' world trees."""
 
+    THEIRS_DIFFS = 8  # subtrees only theirs changed that are diffed one by one; more: one diff of all
+
     def __init__(self, git, root):
         self.git, self.root = git, root
 
-    def expected(self) -> list[tuple[bytes, bytes]]:
-        """(old id, new id) of each file change foreseen (holes left out): sizes to read ahead."""
-        out: list[tuple[bytes, bytes]] = []
-        stack = [self.root]
-        while stack:
-            node = stack.pop()
-            if isinstance(node, _Theirs):
-                out += [(old[1], new[1]) for _, old, new in node.changes if old and new]
-            elif isinstance(node, _Dir):
-                for k, _, _, want in node.entries:
-                    if isinstance(want, bytes):
-                        out.append((node.shape.oid(node.data, k), want))
-                    elif want is not HOLE:
-                        stack.append(want)
-        return out
-
     def changes(self, merged: bytes) -> list[Change] | None:
         """The changes from ours' world to git's merged world ``merged`` (raw id) in tree order,
-        as libgit2's diff lists them, when git's result is the one foreseen; None otherwise."""
-        out: list[Change] = []
-        return out if self._match(self.root, merged, out) else None
+        as libgit2's diff lists them, when git's result is the one foreseen; None otherwise, and
+        where more than ``THEIRS_DIFFS`` subtrees are theirs' as they are (one diff of the whole
+        world, by the caller, lists them at less cost than a diff each)."""
+        out: list = []
+        if not self._match(self.root, merged, out) or sum(isinstance(c, _Theirs) for c in out) > self.THEIRS_DIFFS:
+            return None
+        return [c for x in out for c in (diff(self.git, x.ours, x.tree, x.path + b"/" if x.path else b"")
+                                         if isinstance(x, _Theirs) else (x,))]
 
-    def _match(self, node, tree: bytes, out: list[Change]) -> bool:
+    def _match(self, node, tree: bytes, out: list) -> bool:
         if isinstance(node, bytes):  # ours' tree, unchanged
             return tree == node
         if isinstance(node, _Theirs):
-            out += node.changes
+            out.append(node)  # its changes: theirs' tree diffed against ours'
             return tree == node.tree
         shape = node.shape
         if node.oid is not None:  # foreseen whole: the id says it all
@@ -136,7 +130,7 @@ def _node(git, path: bytes, b: bytes, o: bytes, t: bytes):
     if t in (o, b):
         return o
     if o == b:
-        return _Theirs(t, diff(git, o, t, path + b"/" if path else b""))
+        return _Theirs(o, t, path)
     return _dir(git, path, b, o, t)
 
 

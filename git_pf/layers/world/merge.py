@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from ...image import manifest as img
+from ...image import manifest as img, safepath
 from ...image.tree import MODE_EXEC, MODE_FILE, MODE_TREE, blob_size, lookup, read_pointer
 from . import attrs as attrs_mod
 from .names import real_path, tree_path
@@ -21,7 +21,6 @@ from ...merge.layer import LayerResult, MergeContext, check_merged_tree
 from . import SUMMARY_FIELDS
 from ...merge.tree3 import AMBIGUOUS, blob, entry, pick
 from ...merge import treeplan
-from ...core.errors import MissingObject
 
 
 
@@ -103,27 +102,33 @@ def _pointer_oids(git, image, attrs: dict) -> set[bytes]:
     return out
 
 
-def _prepare(ctx: MergeContext) -> tuple[list[dict], set[bytes], "_Sizes", treeplan.Forecast | None]:
-    """What the three-way merge reads that git's answer does not change: each side's attrs and
-    pointers, and, with one merge base, git's merged world as foreseen (``treeplan``) with the
-    sizes of the blobs it changes; done while git merges."""
+def _prepare(ctx: MergeContext) -> tuple[list[dict], set[bytes]]:
+    """What the three-way merge reads that git's answer does not change, read while git merges:
+    each side's attrs and the pointers among their blobs."""
     git = ctx.repo.git
     sides = [ctx.ours, ctx.theirs, *ctx.bases]
     attrs = [_attrs(git, s) for s in sides]
-    pointer_oids = set().union(*(_pointer_oids(git, s, a) for s, a in zip(sides, attrs)))
-    sizes, forecast = _Sizes(git, pointer_oids), None
+    return attrs, set().union(*(_pointer_oids(git, s, a) for s, a in zip(sides, attrs)))
+
+
+def _forecast(ctx: MergeContext, tm: gitmerge.TreeMerge) -> treeplan.Forecast | None:
+    """git's merged world as foreseen (``treeplan``) where that can spare reading it: a clean
+    result, with one merge base, not found sound yet (a sound one is not checked again, and
+    libgit2's diff of it costs less than foreseeing it)."""
+    git = ctx.repo.git
+    if not tm.clean or len(ctx.bases) != 1 or safepath.is_sound(git, tm.tree):
+        return None
     worlds = [entry(git, s, img.WORLD_FS) for s in (*ctx.bases, ctx.ours, ctx.theirs)]
-    if len(ctx.bases) == 1 and all(w is not None and w[0] == MODE_TREE for w in worlds):
-        forecast = treeplan.forecast(git, *(w[1] for w in worlds))
-        for oid in (oid for pair in (forecast.expected() if forecast else ()) for oid in pair):
-            sizes.ahead(oid)
-    return attrs, pointer_oids, sizes, forecast
+    if not all(w is not None and w[0] == MODE_TREE for w in worlds):
+        return None
+    return treeplan.forecast(git, *(w[1] for w in worlds))
 
 
 def _three_way(ctx: MergeContext, stand: tuple[str, str], tm: gitmerge.TreeMerge, prepared) -> LayerResult:
     git = ctx.repo.git
     ours_c, theirs_c = stand
-    attrs, pointer_oids, sizes, forecast = prepared
+    attrs, pointer_oids = prepared
+    forecast = _forecast(ctx, tm)  # before the check: it reads the trees foreseen from memory
     if tm.clean:  # first, so that the diff below finds git's new trees in libgit2's cache
         check_merged_tree(ctx, tm.tree)
     changed = forecast.changes(bytes.fromhex(tm.tree)) if forecast is not None else None
@@ -133,7 +138,7 @@ def _three_way(ctx: MergeContext, stand: tuple[str, str], tm: gitmerge.TreeMerge
     conflicts = _git_conflicts(tm, attrs, pointer_oids)
     pointers = {p for p, e in attrs[0].items() if e.pointer}
     flagged = {p for a in attrs for p, e in a.items() if e.pointer}
-    touched = set()
+    touched, sizes = set(), _Sizes(git, pointer_oids)
     for path, old, new in changed:
         real = real_path(path)
         touched.add(real)
@@ -180,13 +185,6 @@ class _Sizes:
         if oid not in self.cache:
             self.cache[oid] = blob_size(self.git, oid)
         return self.cache[oid]
-
-    def ahead(self, oid: bytes) -> None:
-        """Read the size of a blob that will likely be asked for (a missing one is left for then)."""
-        try:
-            self.raw(oid)
-        except MissingObject:
-            pass
 
     def file(self, oid: bytes) -> int:
         if oid in self.pointer_oids:
