@@ -11,6 +11,7 @@ import pytest
 
 from git_pf.store import hashed
 from lfs_helpers import credentials, giftless_server
+from test_transport_lfs import _recorded
 from transport_helpers import origin_of, pf, sh, source_repo, tree_files
 
 MiB = 1024 * 1024
@@ -25,7 +26,8 @@ def lfs(tmp_path):
 def _pushed(tmp_path, lfs, name: str, spoil=None):
     """Snapshot a 5 MiB file in a new repository, let ``spoil(records dir)`` change its hash
     record, push it through lfs (bundles of 512 KiB to 2 MiB, so the file is a whole-file
-    candidate), clone and check it out: ``(push result, sandbox, records dir)``."""
+    candidate), clone and check it out: ``(push result, sandbox, records dir)``; the result
+    also holds ``recorded``: the side-store objects the remote's store record lists, and sizes."""
     base = tmp_path / name
     base.mkdir()
     a, sb = source_repo(base, 5 * MiB)
@@ -38,6 +40,7 @@ def _pushed(tmp_path, lfs, name: str, spoil=None):
     if spoil is not None:
         spoil(records)
     result = json.loads(pf("push", "origin", "main", "--json", cwd=a).stdout)
+    result["recorded"] = _recorded(remote)[0]
     b = base / "b"
     pf("clone", remote, b, cwd=base)
     credentials(b, lfs)
@@ -62,6 +65,7 @@ def test_a_file_the_snapshot_hashed_goes_whole_under_its_sha256_and_clones_back(
     # without the record the same objects go, in bundles whose bytes the push hashed
     slow, _, _ = _pushed(tmp_path, lfs, "slow", spoil=lambda d: [p.unlink() for p in d.iterdir()])
     assert slow["objects"] == result["objects"] and slow["sent_bytes"] == result["sent_bytes"]
+    assert slow["recorded"] == result["recorded"] and len(result["recorded"]) == result["objects"]
     assert whole not in _stored(lfs, "slow")
 
 
