@@ -5,7 +5,9 @@ the way, so the server's own checks apply): ``POST <endpoint>/objects/batch``
 (operation upload, transfer basic), a PUT for each object the server lacks, and
 its ``verify`` action when offered. Small objects travel in bundles
 (``lfsbundle``: one LFS object of many, ``pf.lfs.bundleSize``), so a large file
-costs a few requests, not one per chunk. Downloads ask the same way (operation
+costs a few requests, not one per chunk; a large file whose whole content this
+store hashed when the snapshot chunked it (``SideStore.hashed``) goes as one
+bundle of its chunks under that hash, streamed with no second pass (``_Stream``). Downloads ask the same way (operation
 download, 100 objects a request); of a bundle only the byte range holding the
 wanted objects is asked for when that is under half of it (a server that
 ignores ``Range`` sends it whole, and then every member is kept); every object
