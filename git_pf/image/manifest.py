@@ -143,6 +143,7 @@ def image_of(repo: pygit2.Repository, commit: pygit2.Commit) -> ImageInfo:
 # (which never names other bytes), the pf.json's size and its parse. ``read_manifest`` hands each
 # out once (no two images share a dict), where its size is within this command's pf.maxJsonLine.
 AHEAD: dict[bytes, tuple[int, dict]] = {}
+AHEAD_MAX = 1 << 20  # the largest pf.json read ahead
 
 
 def read_ahead(repo: pygit2.Repository, tree: bytes) -> None:
@@ -152,6 +153,8 @@ def read_ahead(repo: pygit2.Repository, tree: bytes) -> None:
     if found is None or found[0] == MODE_TREE:
         return
     try:
+        if blob_size(repo, found[1]) > AHEAD_MAX:  # a spare waits on no huge manifest: the command reads it
+            return
         data = _layer_blob(repo, found, MANIFEST)
         AHEAD[tree] = (len(data), parse_manifest(data))
     except PfError:
