@@ -99,7 +99,8 @@ def test_a_rename_or_a_new_name_is_not_foreseen_and_merges_as_git_does(tmp_path)
     assert img.subtree(git, result.image.tree, img.WORLD_FS) == merged.hex()
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(triples())
 def test_what_is_foreseen_is_never_other_than_git_s_answer(three):
     """Whatever the three worlds, the changes the forecast lists are either None (not foreseen)

@@ -186,7 +186,8 @@ def parse_ahead(ctx: MergeContext, done: dict[str, LayerResult], pending: list[s
     changes: dict[bytes, object] = {}
     for r in done.values():
         changes.update(r.changes)
-    held = [c for n in pending for c in claims(n)] + [img.MANIFEST] + [p for p in changes if p not in layercheck.PARSERS]
+    held = [c for n in pending for c in claims(n)] + [img.MANIFEST]
+    held += [p for p in changes if p not in layercheck.PARSERS]  # a directory set whole
     for path in layercheck.PARSERS:
         if any(path == c or path.startswith(c + b"/") for c in held):
             continue  # a layer still merging, or a change of a directory above it, decides it
