@@ -141,8 +141,9 @@ def start(repo, req: MergeRequest) -> MergeResult | MergeContext:
     options = dict(req.options)
     for layer in registry.layers():
         options.update(layer.merge_options(req))
-    return MergeContext(repo, img.read_image(git, bases[0]) if bases else None, ours, theirs, options,
-                        bases=[img.read_image(git, b) for b in bases], ours_name=branch, theirs_name=req.theirs,
+    base_images = [img.read_image(git, b) for b in bases]  # each read once
+    return MergeContext(repo, base_images[0] if base_images else None, ours, theirs, options,
+                        bases=base_images, ours_name=branch, theirs_name=req.theirs,
                         dry_run=req.dry_run, unchecked=sides)
 
 
