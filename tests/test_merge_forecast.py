@@ -119,21 +119,30 @@ def test_what_is_foreseen_is_never_other_than_git_s_answer(three):
         assert found is None or found == treeplan.diff(repo.git, worlds[1], merged)
 
 
-def test_bytes_learnt_vouch_for_nothing(tmp_path):
-    """A tree whose bytes the merge learnt (foreseen) is checked as any tree: one holding '..' is
-    refused though its bytes came from memory."""
+def _one_directory(tmp_path: Path):
+    """A snapshotted world holding one directory ``d`` of two files: (repo's git, the world's raw
+    id, d's (name, mode), d's entries, a writer of a tree of given entries, its raw id)."""
     sb = tmp_path / "sb"
     write_world(sb, {"d/a.py": "a\n", "d/b.py": "b\n"})
     repo, _ = Repo.init(tmp_path / "repo")
-    image = repo.snapshot(sb, name="main").image
     git = repo.git
-    root = _raw_world(repo, image)
+    root = _raw_world(repo, repo.snapshot(sb, name="main").image)
     (name, mode, d), = read_tree(git, root)
-    (_, fm, fo), second = read_tree(git, d)
+
+    def tree(entries) -> bytes:
+        return git.odb.write(pygit2.enums.ObjectType.TREE, encode_tree(entries)).raw
+
+    return git, root, (name, mode), read_tree(git, d), tree
+
+
+def test_bytes_learnt_vouch_for_nothing(tmp_path):
+    """A tree whose bytes the merge learnt (foreseen) is checked as any tree: one holding '..' is
+    refused though its bytes came from memory."""
+    git, root, (name, mode), ((_, fm, fo), second), tree = _one_directory(tmp_path)
     evil_d = encode_tree([(b"..", fm, fo), second])
     evil_oid = safepath.learn_tree(evil_d)
     assert evil_oid in safepath._KNOWN
-    evil_root = git.odb.write(pygit2.enums.ObjectType.TREE, encode_tree([(name, mode, evil_oid)])).raw
+    evil_root = tree([(name, mode, evil_oid)])
     with pytest.raises(DataError) as e:
         safepath.check_tree(git, evil_root.hex(), likes=(root.hex(),))
     assert "d/.." in e.value.message
@@ -143,18 +152,7 @@ def test_a_tree_read_as_it_is_vouches_for_nothing(tmp_path):
     """The merge reads ours' trees as they are while git merges (``counterpart_shape``); a tree read
     so that holds '..' (a crafted one) is still refused wherever a world holds it, or holds a tree
     of the same entries with other ids."""
-    sb = tmp_path / "sb"
-    write_world(sb, {"d/a.py": "a\n", "d/b.py": "b\n"})
-    repo, _ = Repo.init(tmp_path / "repo")
-    image = repo.snapshot(sb, name="main").image
-    git = repo.git
-    root = _raw_world(repo, image)
-    (name, mode, d), = read_tree(git, root)
-    (_, fm, fo), (sn, sm, so) = read_tree(git, d)
-
-    def tree(entries):
-        return git.odb.write(pygit2.enums.ObjectType.TREE, encode_tree(entries)).raw
-
+    git, root, (name, mode), ((_, fm, fo), (sn, sm, so)), tree = _one_directory(tmp_path)
     evil = tree([(b"..", fm, fo), (sn, sm, so)])
     assert safepath.counterpart_shape(git, evil) is not None
     alike = tree([(b"..", fm, so), (sn, sm, fo)])  # the same entries, other ids
