@@ -354,3 +354,78 @@ def test_a_store_record_whose_bundles_do_not_add_up_is_refused(tmp_path):
         checkout = pf("checkout", "main", "--into", tmp_path / "c", cwd=b, check=False)
     assert checkout.returncode != 0 and len(checkout.stderr.strip().splitlines()) == 1
     assert lfs.gets == [] and _side_store_bytes(b) == 0
+
+
+def _remote_ref(remote, ref: str) -> str | None:
+    proc = sh("git", "rev-parse", "-q", "--verify", ref, cwd=remote, check=False)
+    return proc.stdout.strip() or None
+
+
+def test_a_refused_image_push_moves_neither_the_image_nor_the_store_record(tmp_path):
+    """The store record goes in the images' own push, all or nothing: a diverged branch (never
+    forced) is refused in one line, and the remote keeps both its branch and its record."""
+    a, sb, remote = _two_file_repo(tmp_path, MiB, 2 * MiB)
+    with hostile_lfs() as lfs:
+        pf("remote-store", "origin", "lfs:" + lfs.endpoint, cwd=a)
+        first = sh("git", "rev-parse", "refs/pf/heads/main", cwd=a).stdout.strip()
+        (sb / "small.bin").write_bytes(rand_bytes(MiB, 8))
+        pf("snapshot", "--fs-root", sb, "-m", "second", cwd=a)
+        pf("push", "origin", "main", cwd=a)
+        tip, record = _remote_ref(remote, "refs/pf/heads/main"), _remote_ref(remote, "refs/pf/meta/store")
+        sh("git", "update-ref", "refs/pf/heads/main", first, cwd=a)  # a diverging line, with new objects
+        (sb / "new.bin").write_bytes(rand_bytes(MiB, 7))
+        pf("snapshot", "--fs-root", sb, "-m", "diverged", cwd=a)
+        proc = pf("push", "origin", "main", cwd=a, check=False)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and "git push to 'origin' failed" in proc.stderr
+        assert _remote_ref(remote, "refs/pf/heads/main") == tip
+        assert _remote_ref(remote, "refs/pf/meta/store") == record
+        forced = pf("push", "-f", "origin", "main", cwd=a)  # forced when asked: both move
+        assert forced.returncode == 0
+        assert _remote_ref(remote, "refs/pf/heads/main") == sh("git", "rev-parse", "refs/pf/heads/main",
+                                                                cwd=a).stdout.strip()
+        assert _remote_ref(remote, "refs/pf/meta/store") != record
+
+
+def test_a_server_without_atomic_pushes_gets_the_record_before_the_images(tmp_path):
+    a, _, remote = _two_file_repo(tmp_path, MiB, 2 * MiB)
+    sh("git", "config", "receive.advertiseAtomic", "false", cwd=remote)
+    with hostile_lfs() as lfs:
+        pf("remote-store", "origin", "lfs:" + lfs.endpoint, cwd=a)
+        out = json.loads(pf("push", "--json", "origin", "main", cwd=a).stdout)
+    assert _remote_ref(remote, "refs/pf/heads/main") == sh("git", "rev-parse", "refs/pf/heads/main",
+                                                            cwd=a).stdout.strip()
+    sizes, _ = _recorded(remote)
+    assert len(sizes) == out["objects"] == out["sent_objects"]
+
+
+def test_a_store_record_moved_by_another_push_meanwhile_is_merged_not_overwritten(tmp_path):
+    """The push starts from the record it read first; when another push moved it before this
+    one's record lands (here: a pre-receive hook moves it, as a push that won the race), the
+    lease refuses, and the record is read again, merged and pushed with the images."""
+    for d in ("c", "a"):
+        (tmp_path / d).mkdir()
+    c, _, remote = _two_file_repo(tmp_path / "c", MiB, 2 * MiB)
+    a, _ = source_repo(tmp_path / "a", 3 * MiB)
+    sh("git", "remote", "add", "origin", remote, cwd=a)
+    with hostile_lfs() as lfs:
+        for repo in (c, a):
+            pf("remote-store", "origin", "lfs:" + lfs.endpoint, cwd=repo)
+        pf("push", "origin", "main", cwd=c)
+        theirs, _ = _recorded(remote)
+        sh("git", "update-ref", "refs/saved/store", "refs/pf/meta/store", cwd=remote)
+        for ref in ("refs/pf/meta/store", "refs/pf/heads/main"):
+            sh("git", "update-ref", "-d", ref, cwd=remote)
+        hook = remote / "hooks" / "pre-receive"
+        hook.write_text("#!/bin/sh\ncat >/dev/null\n"
+                        "if git rev-parse -q --verify refs/saved/store >/dev/null; then\n"
+                        "  unset GIT_QUARANTINE_PATH GIT_OBJECT_DIRECTORY GIT_ALTERNATE_OBJECT_DIRECTORIES\n"
+                        "  git update-ref refs/pf/meta/store refs/saved/store && git update-ref -d refs/saved/store\n"
+                        "fi\n")
+        hook.chmod(0o755)
+        out = json.loads(pf("push", "--json", "origin", "main", cwd=a).stdout)
+    assert _remote_ref(remote, "refs/saved/store") is None  # the race did happen
+    ours, _ = _recorded(remote)
+    assert set(theirs) < set(ours) and len(set(ours) - set(theirs)) == out["sent_objects"] > 0
+    assert _remote_ref(remote, "refs/pf/heads/main") == sh("git", "rev-parse", "refs/pf/heads/main",
+                                                            cwd=a).stdout.strip()

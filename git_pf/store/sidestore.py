@@ -142,7 +142,8 @@ class SideStore(LargeContent):
 
     def has(self, oid: str) -> bool:
         pending = self._pending
-        return (pending is not None and oid in pending) or self.path_for(oid).is_file() or \
+        # a string path, not ``path_for``'s Path: a push asks this of every chunk of a large file
+        return (pending is not None and oid in pending) or os.path.isfile(f"{self.root}/{oid[:2]}/{oid[2:]}") or \
             (self.held is not None and self.held.has(oid))
 
     def _readable_path(self, oid: str) -> Path:

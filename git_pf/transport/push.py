@@ -28,6 +28,7 @@ class UploadResult:
     sent_objects: int = 0
     sent_bytes: int = 0
     destination: str = ""  # where the objects went, in words (adapters.describe)
+    refs_pushed: bool = False  # the refspecs given went with the store record (not in the JSON)
 
     def to_json(self) -> dict:
         return {"images": self.images, "objects": self.objects, "sent_objects": self.sent_objects,
@@ -44,11 +45,14 @@ class PushResult:
         return {"remote": self.remote, "refs": self.refs, **self.upload.to_json()}
 
 
-def upload_objects(repo, remote: Remote, tips: list[str], progress: Progress) -> UploadResult:
+def upload_objects(repo, remote: Remote, tips: list[str], progress: Progress,
+                   refspecs: list[str] | None = None) -> UploadResult:
     """Send what the images of ``tips`` (and all their ancestors) need and the remote's index lacks.
 
     The remote's refs are not trusted to imply its objects (a push with
-    GIT_PF_SKIP_PUSH, or by plain git, sends refs alone): its index decides."""
+    GIT_PF_SKIP_PUSH, or by plain git, sends refs alone): its index decides. ``refspecs`` (the
+    image refs of a ``git pf push``) go in the store record's own push when it has one, all or
+    nothing (``storerecord.publish``): then ``refs_pushed``."""
     chosen = adapters.choice(repo, remote)  # the pin; never a store only the remote's record names
     adapter = adapters.make(repo, remote, chosen)
     images = reach.walk_images(repo.git, tips)
@@ -61,18 +65,25 @@ def upload_objects(repo, remote: Remote, tips: list[str], progress: Progress) ->
     sent = adapter.upload(repo.store, todo, progress) if todo else 0
     sizes = getattr(adapter, "record_sizes", None)  # lfs: servers want each object's size to serve it
     bundles = getattr(adapter, "record_bundles", None)  # lfs: where objects sent in bundles lie
+    pushed = False
     if chosen.kind in storerecord.RECORDED and (chosen.source == "config" or sizes):
-        storerecord.publish(repo, remote, chosen.kind, getattr(adapter, "record_url", chosen.url), sizes,
-                            bundles)  # before any image ref moves
-    return UploadResult(len(images), len(needed), len(todo), sent, adapters.describe(repo, remote, chosen))
+        pushed = storerecord.publish(repo, remote, chosen.kind, getattr(adapter, "record_url", chosen.url), sizes,
+                                     bundles, getattr(adapter, "record_tip", storerecord.UNASKED),
+                                     refspecs or ())  # before any image ref moves, or with them
+    return UploadResult(len(images), len(needed), len(todo), sent, adapters.describe(repo, remote, chosen), pushed)
 
 
 def _check_local(repo, todo: list[str], needed: dict) -> None:
+    """Every object of ``todo`` local (fetched from another remote where lazily held), or one
+    DataError line naming an image that needs the first one that is not."""
+    missing = [o for o in todo if not repo.store.has(o)]
+    if not missing:
+        return
     try:
-        repo.store.ensure(todo)
+        repo.store.ensure(missing)
     except DataError:
         pass
-    for oid in todo:
+    for oid in missing:
         if not repo.store.has(oid):
             need = needed.get(oid)
             where = f"image {need.image[:12]} path '{need.path}'" if need else "an image"
@@ -108,13 +119,14 @@ def push(repo, remote: Remote, revs: list[str], all_: bool = False, force: bool 
     result = PushResult(remote.arg, [r for r, _ in targets])
     if not targets:
         return result
-    result.upload = upload_objects(repo, remote, [o for _, o in targets], progress)
     specs = [f"{'+' if force else ''}{r}:{r}" for r, _ in targets]
-    proc = gitcmd.run(repo.git_dir, ["push", *progress.git_flag, remote.arg, *specs], check=False,
-                      quiet_stderr=True, env={"GIT_PF_SKIP_PUSH": "1"},
-                      cwd=repo.git.workdir or repo.git_dir)
-    if proc.returncode != 0:
-        raise TransferFailed(f"git push to '{remote.arg}' failed: {gitcmd.last_line(proc.stderr)}")
+    result.upload = upload_objects(repo, remote, [o for _, o in targets], progress, specs)
+    if not result.upload.refs_pushed:
+        proc = gitcmd.run(repo.git_dir, ["push", *progress.git_flag, remote.arg, *specs], check=False,
+                          quiet_stderr=True, env={"GIT_PF_SKIP_PUSH": "1"},
+                          cwd=repo.git.workdir or repo.git_dir)
+        if proc.returncode != 0:
+            raise TransferFailed(f"git push to '{remote.arg}' failed: {gitcmd.last_line(proc.stderr)}")
     for ref, oid in targets:
         if ref.startswith(refs_mod.HEADS):
             repo.git.references.create(remote.tracking("heads/" + ref[len(refs_mod.HEADS):]), oid, force=True)

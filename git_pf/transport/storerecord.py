@@ -274,14 +274,29 @@ def tracked(repo, remote: Remote) -> str | None:
     return str(ref.target) if ref is not None else None
 
 
+UNASKED = object()  # ``publish``'s ``known`` when this push has not read the remote's record yet
+
+
 def publish(repo, remote: Remote, kind: str, url: str | None, sizes: dict[str, int] | None = None,
-            bundles: dict[str, tuple[str, int, int]] | None = None) -> bool:
+            bundles: dict[str, tuple[str, int, int]] | None = None, known=UNASKED,
+            refs: list[str] | tuple[str, ...] = ()) -> bool:
     """Record ``kind``/``url`` (and ``sizes`` and ``bundles``, added to what the remote lists)
-    on ``remote``, before its image refs move; True when the remote's record changed."""
+    on ``remote``, before its image refs move. ``known`` is the record's tip as this push
+    already read it (``refresh``; None: no record), so it is not asked for again: the lease
+    still makes the push a compare-and-swap, and a lost race reads the record afresh.
+
+    With ``refs`` (image refspecs) the record goes in the same ``git push --atomic``: the server
+    moves all of them or none, so a remote still never shows an image whose store it does not
+    name. True when ``refs`` went so (the caller pushes them itself otherwise: the record did
+    not change, or the server cannot push atomically and got the record alone first). A ref of
+    ``refs`` that git refuses fails as the caller's own push would, in one line."""
     url = without_credentials(url) if url else None
     where = f"the store record of remote '{remote.arg}'"
+    theirs = known
+    atomic = bool(refs)
     for _ in range(_RETRIES):
-        theirs = refresh(repo, remote)
+        if theirs is UNASKED:
+            theirs = refresh(repo, remote)
         their_sizes, their_bundles = listings_for(repo, remote, theirs, lambda k, u: (k, u) == (kind, url), where) \
             if sizes is not None else ({}, {})
         merged_sizes = {**their_sizes, **(sizes or {})}
@@ -290,11 +305,31 @@ def publish(repo, remote: Remote, kind: str, url: str | None, sizes: dict[str, i
         if theirs == commit or (theirs is None and kind == "git"):
             return False  # no record reads as git
         lease = f"--force-with-lease={REF}:{theirs or ''}"
-        proc = gitcmd.run(repo.git_dir, ["push", "--no-verify", "--quiet", lease, remote.arg, f"{commit}:{REF}"],
+        how = ["--atomic", "--porcelain"] if atomic else ["--no-verify"]  # the user's hook sees image refs
+        proc = gitcmd.run(repo.git_dir, ["push", "--quiet", *how, lease, remote.arg, f"{commit}:{REF}",
+                                         *(refs if atomic else ())],
                           cwd=_cwd(repo), env={"GIT_PF_SKIP_PUSH": "1"}, check=False)
         if proc.returncode == 0:
             repo.git.references.create(remote.tracking(TRACKING), pygit2.Oid(hex=commit), force=True)
-            return True
-        if refresh(repo, remote) == theirs:  # not a lost race: a real failure
+            return atomic
+        if atomic and b"does not support --atomic" in proc.stderr:
+            atomic = False  # the record alone first, then the caller's push of the refs
+            continue
+        now = refresh(repo, remote)
+        if now == theirs:  # not a lost race: a real failure
+            if atomic and _refused_other_than(proc.stdout, REF):
+                raise TransferFailed(f"git push to '{remote.arg}' failed: {gitcmd.last_line(proc.stderr)}")
             raise TransferFailed(f"recording the object store on '{remote.arg}' failed: {gitcmd.last_line(proc.stderr)}")
+        theirs = now
     raise TransferFailed(f"recording the object store on '{remote.arg}' kept losing races with other pushes; try again")
+
+
+def _refused_other_than(porcelain: bytes, ref: str) -> bool:
+    """Whether ``git push --porcelain`` refused a ref other than ``ref`` for a reason of its own
+    (not only because the atomic push as a whole failed)."""
+    for line in porcelain.decode("utf-8", "replace").splitlines():
+        parts = line.split("\t")
+        if len(parts) == 3 and parts[0] == "!" and parts[1].rpartition(":")[2] != ref \
+                and "atomic push failed" not in parts[2]:
+            return True
+    return False

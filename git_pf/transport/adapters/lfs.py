@@ -144,6 +144,7 @@ class LfsAdapter(ObjectStore):
         self.bundles: dict[str, tuple[str, int, int]] = {}  # object -> (bundle, its bytes, offset)
         self._members: dict[str, list[tuple[str, int]]] | None = None
         self.fresh = False
+        self.record_tip = storerecord.UNASKED  # the record's tip as ``refresh`` read it
         # for the store record: objects this push found or sent, and where bundled ones lie
         self.record_sizes: dict[str, int] = {}
         self.record_bundles: dict[str, tuple[str, int, int]] = {}
@@ -162,8 +163,10 @@ class LfsAdapter(ObjectStore):
         return f"the store record of remote '{self.remote.arg}'"
 
     def refresh(self) -> None:
-        """Learn the remote's store record (one ls-remote; a fetch when it moved)."""
-        self._learn(storerecord.refresh(self.repo, self.remote))
+        """Learn the remote's store record (one ls-remote; a fetch when it moved); its tip is
+        kept (``record_tip``) so the push's own record starts from it without asking again."""
+        self.record_tip = storerecord.refresh(self.repo, self.remote)
+        self._learn(self.record_tip)
         self.fresh = True
 
     def load_local(self) -> None:
@@ -235,8 +238,8 @@ class LfsAdapter(ObjectStore):
     def upload(self, store: SideStore, oids: list[str], progress: Progress) -> int:
         """Send ``oids`` in the units ``lfsbundle.plan`` cuts: ``_BUILDERS`` threads build units
         (read and hash them) ahead, the ones ready are asked about in one batch request, and
-        the transfer threads PUT them meanwhile; the bytes sent."""
-        store.ensure(oids)
+        the transfer threads PUT them meanwhile; the bytes sent. Every oid is local (the push
+        checked that before)."""
         wholes, sizes = self._wholes(store, oids)
         sizes.update((o, decoded_size(store.frame(o), o)) for o in oids if o not in sizes)
         units = iter(lfsbundle.plan(oids, sizes, self.bundle_target, wholes))
