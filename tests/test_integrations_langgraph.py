@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import subprocess
 from pathlib import Path
+from typing import Annotated, TypedDict
 
+import pygit2
 import pytest
 
 pytest.importorskip("langgraph.checkpoint.conformance")
@@ -188,3 +190,33 @@ def test_thread_pushes_with_plain_git_and_resumes_in_a_clone(tmp_path, run_pf):
     assert len(list(graph.get_state_history(config))) == len(list(build(PfSaver(source), []).get_state_history(config))) + 1
     assert Repo.open(clone).fsck().ok
     assert "langgraph: input step -1" in run_pf("log", "lg/t2", cwd=clone).stdout
+
+
+class Session(TypedDict):
+    n: int
+    log: Annotated[list[str], lambda old, new: (old + new)[-10:]]
+
+
+def test_a_long_session_keeps_no_memory_or_packs_that_grow_with_it(tmp_path):
+    """The saver runs in the user's process for as long as the graph does: libgit2's object cache
+    (on by default, 256 MiB a process) kept every object each checkpoint read back, the saver kept
+    every checkpoint it wrote decoded, and each write left a pack of its own (an open file each)
+    (docs/integrations.md, "Memory")."""
+    g = StateGraph(Session)
+    g.add_node("agent", lambda s: {"n": s["n"] + 1, "log": [f"thought {s['n']}"]})
+    g.add_node("tool", lambda s: {"log": [f"result {s['n']}"]})
+    g.add_edge(START, "agent")
+    g.add_edge("agent", "tool")
+    g.add_edge("tool", END)
+    saver = PfSaver(tmp_path / "repo")
+    graph, config = g.compile(checkpointer=saver), {"configurable": {"thread_id": "long"}}
+    cached: dict[int, int] = {}
+    for turn in range(100):  # 4 checkpoints a turn
+        graph.invoke({"n": 0, "log": []} if turn == 0 else {"log": [f"user {turn}"]}, config, durability="sync")
+        cached[4 * turn + 4] = pygit2.settings.cached_memory[0]
+    early = max(v for k, v in cached.items() if k <= 100)
+    assert min(v for k, v in cached.items() if k >= 200) < early  # let go of, not kept for the session
+    assert len(saver._records) <= 256
+    assert len(list((tmp_path / "repo" / ".git" / "objects" / "pack").glob("*.pack"))) <= 16
+    assert graph.get_state(config).values["n"] == 100
+    assert len(list(graph.get_state_history(config))) == 400

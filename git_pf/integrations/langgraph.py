@@ -8,7 +8,11 @@ is a git fork. Values go through a serializer (``self.serde``) and are kept as i
 serializer (``langgraph_serde.StrictSerializer``) decodes only plain data, LangGraph's strict
 allow-list and the types given as ``allowed_types``; a value it refuses is a ``DataError`` naming
 the image, the thread and the value, and nothing named in it is imported or called. With ``fs_root``, the sandbox directory is
-captured into each checkpoint's image (the world layer). Needs the ``langgraph`` extra;
+captured into each checkpoint's image (the world layer). The saver runs in the user's process for
+as long as the graph does, so what it keeps is bounded: it works on a repository handle of its own
+(never the caller's ``pygit2.Repository``), whose libgit2 object cache and open packs it drops
+every ``_FRESH_AFTER`` writes, its packs merged as a recording's are; libgit2's process-wide
+settings are left as the user has them. Needs the ``langgraph`` extra;
 writes git objects, side-store objects (the world) and refs under ``refs/pf/heads/lg/`` only.
 """
 from __future__ import annotations
@@ -39,11 +43,16 @@ from ..image.tree import TreeWriter
 from ..layers import registry
 from ..repo import Repo
 from ..ops.snapshot import DirWorld, SnapshotRequest, SnapshotWrite
-from ..store.packfile import packing
+from ..store.packfile import RunPackWriter, packing
 from . import langgraph_serde, langgraph_store as st
 
 AGENT = img.Agent("langgraph")
 _RECORDS = 256  # records kept decoded per saver (an image never changes)
+# Writes (checkpoints and task writes) after which the saver's repository handle drops libgit2's
+# object cache of it and its open packs (``pygit2.Repository.free``): each write reads back the
+# objects of the one before, once, and libgit2 (caching on by default, up to 256 MiB a process)
+# kept every one of them (docs/integrations.md, "Memory").
+_FRESH_AFTER = 64
 
 
 def _configurable(config) -> dict:
@@ -79,8 +88,12 @@ class PfSaver(BaseCheckpointSaver[int]):
             except ValueError as e:
                 raise UsageError(str(e), param="allowed_types") from None
         super().__init__(serde=serde)
-        self.repo = repo if isinstance(repo, Repo) else Repo.init(repo)[0]
+        # a handle of its own, used under ``_lock`` only: freeing its caches and replacing its object
+        # database (the pack merges') never pulls anything from under the caller's own handle
+        self.repo = Repo(pygit2.Repository(repo.git.path)) if isinstance(repo, Repo) else Repo.init(repo)[0]
         self.git = self.repo.git
+        self._packs = RunPackWriter(self.git)  # a pack per write, merged geometrically (not one per write forever)
+        self._writes = 0
         self.fs_root = Path(fs_root) if fs_root is not None else None
         self._world = DirWorld(self.repo, self.fs_root, ()) if self.fs_root is not None else None
         self._lock = threading.RLock()
@@ -112,10 +125,16 @@ class PfSaver(BaseCheckpointSaver[int]):
         rec = self._records.get(oid)
         if rec is None:
             signing_verify.check_use(self.git, oid)  # pf.verify: an untrusted checkpoint is never decoded
-            rec = self._records[oid] = st.read_record(self.git, str(self.git[oid].tree_id))
-            if len(self._records) > _RECORDS:
-                self._records.popitem(last=False)
+            rec = st.read_record(self.git, str(self.git[oid].tree_id))
+        self._remember(oid, rec)
         return rec
+
+    def _remember(self, oid: str, rec: st.Record) -> None:
+        """Keep ``rec`` decoded, the least recently used beyond ``_RECORDS`` let go."""
+        self._records[oid] = rec
+        self._records.move_to_end(oid)
+        while len(self._records) > _RECORDS:
+            self._records.popitem(last=False)
 
     def _loads(self, typed, key: st.Key, image: st.Image, what: str) -> Any:
         """The value ``typed`` (``what``: which one, in ``image``) decoded by ``self.serde``; one
@@ -207,7 +226,7 @@ class PfSaver(BaseCheckpointSaver[int]):
                                        ([parent.oid] if parent is not None else []) + ([also] if also else []), pack)
             pack.flush()
         image = st.Image(oid, rec.checkpoint_id, rev)
-        self._records[oid] = rec
+        self._remember(oid, rec)
         wanted = st.desired_heads(thread, image, parent.oid if parent is not None else None)
         thread.add(image)
         if move:
@@ -252,12 +271,18 @@ class PfSaver(BaseCheckpointSaver[int]):
 
     def _stored(self, write, what: str) -> None:
         """Run ``write`` in one pack; storage trouble is one line on stderr, never the graph's failure
-        (the checkpoint is not kept: the graph goes on from the one before)."""
-        try:
-            with packing(self.git):
-                write()
-        except (WriteFailed, OSError, pygit2.GitError) as e:
-            sys.stderr.write(f"git pf: langgraph: {what} not written: {e} (the graph goes on)\n")
+        (the checkpoint is not kept: the graph goes on from the one before). Every ``_FRESH_AFTER``
+        writes the handle lets go of libgit2's cache and packs (reopened on the next read)."""
+        with self._lock:
+            try:
+                with packing(self.git, self._packs):
+                    write()
+            except (WriteFailed, OSError, pygit2.GitError) as e:
+                sys.stderr.write(f"git pf: langgraph: {what} not written: {e} (the graph goes on)\n")
+            self._writes += 1
+            if self._writes >= _FRESH_AFTER:
+                self._writes = 0
+                self.git.free()
 
     def _merged_writes(self, old: list, writes, task_id: str, task_path: str) -> list:
         """``old`` with ``writes`` added as LangGraph's savers do: a (task, index) already there is
