@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from transport_helpers import _serving, stop_server
+from transport_helpers import _serving, pf, sh, stop_server
 
 USER, PASSWORD = "pf", "secret"
 ORG, REPO = "team", "images"
@@ -79,6 +79,30 @@ def credentials(repo: Path, server: Giftless, password: str = PASSWORD, user: st
     store = repo / ".git" / "test-credentials" if (repo / ".git").is_dir() else repo / "test-credentials"
     store.write_text(f"http://{user}:{password}@127.0.0.1%3a{server.port}\n")
     subprocess.run(["git", "config", "credential.helper", f"store --file={store}"], cwd=repo, check=True)
+
+
+def push_with_a_corrupt_chunk(repo: Path, remote: Path, cached: bool = True) -> str:
+    """Flip one byte in the middle of the largest frame in ``repo``'s side store (a chunk of its
+    large file, stored raw: the byte is one of its content's), push ``main`` to ``origin``, and
+    check that the push stops in one line (exit 3) and moves no image ref on ``remote``; the
+    chunk's oid. ``cached=False`` drops the frame from the page cache first, so the push decodes
+    it (read past the cache) instead of checking its blocks in place."""
+    from git_pf.store.directio import evict
+
+    root = repo / ".git" / "pf" / "objects"
+    victim = max((p for p in root.glob("??/*") if p.is_file()), key=lambda p: p.stat().st_size)
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.chmod(0o644)
+    victim.write_bytes(bytes(data))
+    if not cached:
+        evict(victim)
+    out = pf("push", "origin", "main", cwd=repo, check=False)
+    assert out.returncode == 3 and "Traceback" not in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "is corrupt" in out.stderr, out.stderr
+    refs = sh("git", "for-each-ref", "--format=%(refname)", cwd=remote).stdout.split()
+    assert "refs/pf/heads/main" not in refs
+    return victim.parent.name + victim.name
 
 
 # -- a server with faults -------------------------------------------------------------------

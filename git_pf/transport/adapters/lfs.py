@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ...core import config, limits
 from ...core.errors import CorruptObject, DataError, TransferFailed
+from ...store import rawframes
 from ...store.frames import OID_RE, decoded_size
 from ...store.sidestore import SideStore
 from .. import lfsauth, lfsbundle, pacing, storerecord
@@ -80,12 +81,13 @@ class _Buffers:
 
 
 class _Stream:
-    """The body of a unit whose name is known (``lfsbundle.Unit.name``): its members decoded in
-    order, a run of them of about ``PIECE`` bytes at a time into one of a few buffers used in
-    turn, ``_DEPTH`` runs ahead of the socket on worker threads (each member checked against
-    its name by its frame's checksum as it is decoded), so a file of any size goes out
-    without being held or hashed again, in few hand-offs between threads. Iterated afresh
-    for each try of the PUT."""
+    """The body of a unit whose name is known (``lfsbundle.Unit.name``): its members in order,
+    a run of them of about ``PIECE`` bytes at a time, ``_DEPTH`` runs ahead of the socket on
+    worker threads, each member checked against its name by its frame's checksum, so a file
+    of any size goes out without being held or hashed again, in few hand-offs between
+    threads. A member stored raw whose file is in the page cache goes out as views of its
+    mapped file (``rawframes``: checked there, never copied or decoded); any other is decoded
+    into one of a few buffers used in turn. Iterated afresh for each try of the PUT."""
 
     PIECE = 8 << 20
     _DEPTH = 2
@@ -107,13 +109,17 @@ class _Stream:
         unit, store = self.unit, self.store
         ring = [bytearray(max(sum(unit.sizes[a:b]) for a, b in self.runs)) for _ in range(self._DEPTH + 2)]
 
-        def load(k: int) -> memoryview:
+        def load(k: int) -> list:
             a, b = self.runs[k]
-            view, at = memoryview(ring[k % len(ring)]), 0
+            view, at, out = memoryview(ring[k % len(ring)]), 0, []
             for oid, size in zip(unit.members[a:b], unit.sizes[a:b]):
-                store.get(oid, size=size, into=view[at:at + size])
-                at += size
-            return view[:at]
+                blocks = rawframes.mapped(store, oid, size, cached_only=True)
+                if blocks is None:
+                    out.append(store.get(oid, size=size, into=view[at:at + size]))
+                    at += size
+                else:
+                    out += blocks
+            return out
 
         # run k + _DEPTH is decoded while run k goes out: _DEPTH + 2 buffers in turn never
         # hand a worker one still being sent
@@ -122,11 +128,11 @@ class _Stream:
             nxt = len(ahead)
             try:
                 while ahead:
-                    view = ahead.popleft().result()
+                    views = ahead.popleft().result()
                     if nxt < len(self.runs):
                         ahead.append(pool.submit(load, nxt))
                         nxt += 1
-                    yield view
+                    yield from views
             finally:
                 for f in ahead:
                     f.cancel()
