@@ -47,17 +47,41 @@ def fingerprint(project: Path) -> dict:
             "refs": git(project, "for-each-ref")}
 
 
+def project(path: Path) -> Path:
+    """A git repository at ``path`` with an identity and one commit of ``base.txt``."""
+    subprocess.run(["git", "init", "-q", path], check=True)
+    for k, v in (("user.name", "U"), ("user.email", "u@example.com")):
+        git(path, "config", k, v)
+    (path / "base.txt").write_text("base\n")
+    git(path, "add", "base.txt")
+    git(path, "commit", "-q", "-m", "base")
+    return path
+
+
+def with_submodule(tmp_path: Path) -> tuple[Path, Path]:
+    """A superproject ``top`` with a real submodule ``sub`` (of a local repository): the superproject
+    and the submodule's work tree."""
+    lib, top = project(tmp_path / "lib"), project(tmp_path / "top")
+    git(top, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "sub")
+    assert (top / "sub" / ".git").read_text() == "gitdir: ../.git/modules/sub\n"
+    return top, top / "sub"
+
+
+# An agent that asks once.
+ASK_ONCE = ("curl -sf -X POST \"$OPENAI_BASE_URL/chat/completions\" -H 'content-type: application/json' "
+            "-d '{\"model\":\"m\",\"messages\":[]}' >/dev/null\n")
+
+
+def refused(proc, what: str) -> None:
+    """``proc`` was refused in one line, exit 2, saying ``what``."""
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and what in proc.stderr, proc.stderr
+
+
 @pytest.fixture
 def recorded(repo, run_pf, tmp_path):
     """A run recorded by the shell agent in a linked work tree of the user's project."""
-    root, project, wt = repo.git_dir.parent, tmp_path / "project", tmp_path / "wt"
-    subprocess.run(["git", "init", "-q", project], check=True)
-    for k, v in (("user.name", "U"), ("user.email", "u@example.com")):
-        git(project, "config", k, v)
-    (project / "base.txt").write_text("base\n")
-    git(project, "add", "base.txt")
-    git(project, "commit", "-q", "-m", "base")
-    git(project, "worktree", "add", "-q", "-b", "wt", str(wt))
+    root, project_dir, wt = repo.git_dir.parent, project(tmp_path / "project"), tmp_path / "wt"
+    git(project_dir, "worktree", "add", "-q", "-b", "wt", str(wt))
     (wt / "notes.txt").write_text("notes\n")
     script = tmp_path / "agent.sh"
     script.write_text(AGENT)
@@ -65,8 +89,8 @@ def recorded(repo, run_pf, tmp_path):
     with FakeLLM(["a", "b", "c"]) as fake:
         run_pf("record", "--name", "run", "--fs-root", wt, "--upstream", fake.url, "--", "sh", script, cwd=root,
                env=env)
-    assert git(project, "log", "--format=%s", "wt").split("\n")[:2] == ["agent: two", "agent: one"]
-    return root, project, wt, script
+    assert git(project_dir, "log", "--format=%s", "wt").split("\n")[:2] == ["agent: two", "agent: one"]
+    return root, project_dir, wt, script
 
 
 def test_a_replay_of_a_linked_work_tree_commits_privately_and_leaves_the_repository_unchanged(recorded, run_pf,
@@ -126,44 +150,84 @@ def test_run_and_a_blame_trial_of_a_linked_work_tree_leave_the_repository_unchan
     assert fingerprint(project) == before
 
 
-def test_a_git_link_naming_what_is_no_git_directory_of_the_users_is_refused(repo, run_pf, tmp_path):
+def test_a_git_link_naming_what_is_no_git_directory_of_the_users_is_refused_before_anything_is_written(
+        repo, run_pf, tmp_path):
     """The link's text comes from the image (possibly fetched): one naming a plain directory, or a
-    system one, is refused in one line before the agent starts; one naming nothing is left alone."""
+    system one, directly or through a symlink of the world, is refused in one line before the world
+    is checked out (its --fs-root stays absent) and, in blame, before the first trial (no blame run,
+    no trial's directory); one naming nothing is left alone."""
     root, sb, script = repo.git_dir.parent, tmp_path / "sb", tmp_path / "agent.sh"
     sb.mkdir()
-    script.write_text("curl -sf -X POST \"$OPENAI_BASE_URL/chat/completions\" -H 'content-type: application/json' "
-                      "-d '{\"model\":\"m\",\"messages\":[]}' >/dev/null\n")
+    script.write_text(ASK_ONCE)
     plain = tmp_path / "plain"
     plain.mkdir()
-    for name, target in (("plain", plain), ("system", "/etc"), ("climbs", "../plain"), ("none", tmp_path / "gone")):
+    (sb / "esc").symlink_to(plain)
+    for name, target in (("plain", plain), ("system", "/etc"), ("climbs", "../plain"), ("symlinked", "esc"),
+                         ("none", tmp_path / "gone")):
         (sb / ".git").write_text(f"gitdir: {target}\n")
         with FakeLLM(["hi"]) as fake:
             run_pf("record", "--name", name, "--fs-root", sb, "--upstream", fake.url, "--", "sh", script, cwd=root)
     # the recorded sandbox gone: only the link is left to decide
     shutil.rmtree(sb)
-    for name, extra in (("plain", ()), ("system", ()), ("climbs", ("--fs-root", tmp_path / "w"))):
-        proc = run_pf("replay", name, *extra, "--", "sh", script, cwd=root, check=False)
-        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-        assert "git link '.git' names" in proc.stderr and ("not a git directory" in proc.stderr or
-                                                           "another user's directory" in proc.stderr), proc.stderr
+    for name in ("plain", "system", "climbs", "symlinked"):
+        proc = run_pf("replay", name, "--fs-root", tmp_path / "w", "--", "sh", script, cwd=root, check=False)
+        refused(proc, "git link '.git' names")
+        assert "not a git directory" in proc.stderr or "another user's directory" in proc.stderr, proc.stderr
+        assert not (tmp_path / "w").exists()
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    with FakeLLM(["live"]) as live:
+        proc = run_pf("blame", "symlinked", "--oracle", "false", "-k", "1", "--perturb", "none", "--upstream",
+                      live.url, "--no-mount", "--", "sh", script, cwd=root, env={"TMPDIR": str(temp)}, check=False)
+    refused(proc, "git link '.git' names")
+    assert git(root, "for-each-ref", "refs/pf/blame") == "" and list(temp.iterdir()) == []
     assert report(run_pf("replay", "none", "--json", "--", "sh", script, cwd=root).stdout)["bit_exact"] is True
     assert sorted(p.name for p in plain.iterdir()) == []
+
+
+def test_a_submodule_whose_core_worktree_names_a_directory_outside_the_world_is_refused(repo, run_pf, tmp_path):
+    """Git takes the ``core.worktree`` of a git directory found through a ``.git`` file as the work
+    tree: after ``git mv sub moved`` the submodule's git directory names ``moved``, so an agent's
+    ``git rm`` in a world checked out at the recorded ``sub`` would delete the user's files there.
+    Such a world is refused before it is checked out; the user's work tree is unchanged."""
+    root, script = repo.git_dir.parent, tmp_path / "agent.sh"
+    top, sub = with_submodule(tmp_path)
+    script.write_text(ASK_ONCE + 'cd "$GIT_PF_WORLD" && git rm -q -f base.txt\n')
+    with FakeLLM(["hi"]) as fake:
+        run_pf("record", "--name", "run", "--fs-root", sub, "--upstream", fake.url, "--", "sh", script, cwd=root)
+    git(sub, "reset", "-q", "--hard")  # the recorded agent's git rm undone
+    git(top, "mv", "sub", "moved")
+    assert git(top, "config", "--file", ".git/modules/sub/config", "core.worktree") == "../../../moved\n"
+    before, files = fingerprint(top), sorted(p.name for p in (top / "moved").iterdir())
+    proc = run_pf("replay", "run", "--fs-root", sub, "--", "sh", script, cwd=root, check=False)
+    refused(proc, "core.worktree names")
+    assert f"'{os.path.realpath(top / 'moved')}'" in proc.stderr
+    assert not sub.exists() and sorted(p.name for p in (top / "moved").iterdir()) == files
+    assert fingerprint(top) == before
+
+
+def test_a_git_directory_in_the_world_whose_core_worktree_names_a_directory_outside_it_is_refused(repo, run_pf,
+                                                                                                  tmp_path):
+    """The world's own ``.git`` directory comes from the image, possibly fetched: a ``core.worktree``
+    there naming a directory outside the world, which git would take as the work tree, is refused
+    before the world is checked out."""
+    root, script = repo.git_dir.parent, tmp_path / "agent.sh"
+    sb, elsewhere = project(tmp_path / "sb"), project(tmp_path / "elsewhere")
+    git(sb, "config", "core.worktree", str(elsewhere))
+    script.write_text(ASK_ONCE)
+    with FakeLLM(["hi"]) as fake:
+        run_pf("record", "--name", "run", "--fs-root", sb, "--upstream", fake.url, "--", "sh", script, cwd=root)
+    before = fingerprint(elsewhere)
+    proc = run_pf("replay", "run", "--fs-root", tmp_path / "w", "--", "sh", script, cwd=root, check=False)
+    refused(proc, "the core.worktree of the world's git directory '.git'")
+    assert not (tmp_path / "w").exists() and fingerprint(elsewhere) == before
 
 
 def test_a_replay_in_a_submodule_keeps_the_superprojects_module_directory_unchanged(repo, run_pf, tmp_path):
     """A submodule's ``.git`` file names its git directory relatively (``../.git/modules/sub``):
     resolved as the agent sees it, at the recorded path, it is the superproject's, kept private."""
-    root, lib, top = repo.git_dir.parent, tmp_path / "lib", tmp_path / "top"
-    for r in (lib, top):
-        subprocess.run(["git", "init", "-q", r], check=True)
-        for k, v in (("user.name", "U"), ("user.email", "u@example.com")):
-            git(r, "config", k, v)
-        (r / "base.txt").write_text("base\n")
-        git(r, "add", "base.txt")
-        git(r, "commit", "-q", "-m", "base")
-    git(top, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "sub")
-    sub = top / "sub"
-    assert (sub / ".git").read_text() == "gitdir: ../.git/modules/sub\n"
+    root = repo.git_dir.parent
+    top, sub = with_submodule(tmp_path)
     for k, v in (("user.name", "U"), ("user.email", "u@example.com")):
         git(sub, "config", k, v)
     (sub / "notes.txt").write_text("notes\n")
@@ -195,5 +259,7 @@ def test_a_link_is_resolved_as_the_agent_sees_it_symlinks_of_the_world_followed(
     real = os.path.realpath(outside / ".git")
     assert private_dirs((Link(".git", "gitdir", "esc/.git"),), str(world), shown) == [real]
     assert private_dirs((Link(".git", "gitdir", "home/esc/.git"),), str(world), shown) == [real]
+    # ".." after a symlink is taken as the kernel takes it: from where the symlink led
+    assert private_dirs((Link(".git", "gitdir", "esc/../outside/.git"),), str(world), shown) == [real]
     assert private_dirs((Link(".git", "gitdir", "home/inner"),), str(world), shown) == []
     assert private_dirs((Link("inner/.git", "symlink", str(outside / ".git")),), str(world), shown) == [real]

@@ -30,6 +30,8 @@ from ..core.errors import EXIT_NEGATIVE, PfError, UsageError
 from ..runs import child
 from ..runs.replaying import fresh_world, isolation, plan_of, remove_world
 from ..runs.runon import RunWorld
+from ..runs.steps import at_step
+from ..runs.stepworld import step_images, world_tree
 from ..executors import node
 from ..transport import gitcmd, remotes
 from . import cluster, perturb, store, trials as trials_mod
@@ -122,7 +124,11 @@ def blame(repo, rev: str, agent_cmd: list[str], opts: BlameOptions, *,
     first, end = _steps(opts, entries[-1]["step"])
     run = store.check_run(opts.name) if opts.name else store.default_run(git, rev)
     child.start_check(agent_cmd, os.environ)
-    isolation(git, plan.first, plan.first, opts.how.isolate)  # refused here, before anything is written
+    # refused here, before anything is written (no meta, no trial): each trial's start world
+    steps = step_images(git, tip) if opts.how.resume_world else {}
+    starts = [steps.get(s) or at_step(git, tip, s) for s in range(first, end + 1)] if steps else [plan.first]
+    for start in {world_tree(git, s): s for s in starts}.values():
+        isolation(git, plan.first, start, opts.how.isolate)
     settings = {"rev": tip, "k": opts.k, "steps": [first, end], "perturb": opts.perturb, "grade": grader.spec(),
                 "null_rate": opts.null_rate, "alpha": opts.alpha, "seed": opts.seed, "min_valid": opts.min_valid}
     if opts.how.resume_world:  # trials from the fork step's world are other trials: a setting (absent: False)

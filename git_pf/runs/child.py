@@ -152,6 +152,25 @@ def shown_at(world: Path, root: str | None) -> bool:
     return bool(root) and os.path.isdir(root) and os.path.realpath(root) != os.path.realpath(world)
 
 
+def git_dirs(world: Path, root: str | None, links=(), image: tuple | None = None) -> list[str]:
+    """The git directories outside ``world`` that its git ``links`` name, resolved where an
+    isolated child sees the world (at the recorded path ``root`` when ``shown_at``), to overlay
+    (``gitlinks.private_dirs``). ``world``: the world checked out; with ``image`` (git, image id)
+    the path where that image's world will be checked out, its symlinks read from the image, so
+    that this refuses before anything is written. PfError (exit 2) for a link naming something
+    odd, or when there are such directories and no mount namespace can be made."""
+    if not links:
+        return []
+    shown = os.path.realpath(root) if shown_at(world, root) else os.path.realpath(world)
+    view = gitlinks.InImage(*image, str(world)) if image is not None else str(world)
+    dirs = gitlinks.private_dirs(tuple(links), view, shown)
+    if dirs and not namespaces_available():
+        raise PfError(f"the world's git links name '{dirs[0]}', outside it, and no private mount namespace can be "
+                      f"made here to keep it from the agent's git commands (give --no-isolate to run anyway: they "
+                      f"would change it)", 2)
+    return dirs
+
+
 def isolated(cmd: list[str], world: Path, root: str | None, cwd: str | None, links=(), *, isolate: bool = True,
              scratch: Path | None = None) -> list[str]:
     """CMD as it must start so that the recorded sandbox path ``root`` shows ``world`` (and its cwd
@@ -164,16 +183,11 @@ def isolated(cmd: list[str], world: Path, root: str | None, cwd: str | None, lin
     if not isolate:
         return list(cmd)
     bind = shown_at(world, root)
-    shown = os.path.realpath(root) if bind else os.path.realpath(world)
-    dirs = gitlinks.private_dirs(tuple(links), str(world), shown) if links else []
+    if bind and not namespaces_available():
+        check_isolation(root)  # its line
+    dirs = git_dirs(world, root, links)
     if not bind and not dirs:
         return list(cmd)
-    if not namespaces_available():
-        if bind:
-            check_isolation(root)  # its line
-        raise PfError(f"the world's git links name '{dirs[0]}', outside it, and no private mount namespace can be "
-                      f"made here to keep it from the agent's git commands (give --no-isolate to run anyway: they "
-                      f"would change it)", 2)
     start_check(cmd, os.environ)
     here = cwd if bind and cwd and os.path.isdir(cwd) else ""
     upper = ""
@@ -189,5 +203,5 @@ def isolated(cmd: list[str], world: Path, root: str | None, cwd: str | None, lin
             raise PfError(f"the world's git links name '{dirs[0]}', outside it, and no overlay can be mounted here "
                           f"to keep it from the agent's git commands (Linux 5.11 or later; give --no-isolate to "
                           f"run anyway: they would change it)", 2)
-    return [*_unshare(), "sh", "-c", _ENTER, "sh", str(world), shown if bind else "", here, upper,
+    return [*_unshare(), "sh", "-c", _ENTER, "sh", str(world), os.path.realpath(root) if bind else "", here, upper,
             str(len(dirs)), *dirs, *cmd]

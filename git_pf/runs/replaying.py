@@ -165,11 +165,13 @@ def recorded_place(git, first: str) -> tuple[str | None, str | None]:
     return place(git, first)
 
 
-def isolation(git, first: str, start: str, isolate: bool = True) -> tuple:
+def isolation(git, first: str, start: str, isolate: bool = True, at: Path | None = None) -> tuple:
     """Where the child of a run whose step 0 is ``first`` must see its world, starting from
-    ``start``'s: (recorded sandbox path, cwd, the world's git links); refused here (PfError, exit
-    2), before anything is written, when that needs a mount namespace and none can be made.
-    ``(None, None, ())`` when not isolating."""
+    ``start``'s, checked out at ``at`` (None: in a new temporary directory): (recorded sandbox
+    path, cwd, the world's git links); refused here (PfError, exit 2), before anything is written,
+    when that needs a mount namespace and none can be made, or a git link of ``start``'s world
+    names something odd (``child.git_dirs``, resolved from the image). ``(None, None, ())`` when
+    not isolating."""
     from . import child, gitlinks
 
     if not isolate:
@@ -177,6 +179,9 @@ def isolation(git, first: str, start: str, isolate: bool = True) -> tuple:
     root, cwd = recorded_place(git, first)
     links = gitlinks.links(git, start)
     child.check_isolation(root, links=links)
+    # a new temporary directory: a name there that is not taken, as a check before it is made sees it
+    at = Path(at) if at is not None else Path(tempfile.gettempdir(), "pf-world-new")
+    child.git_dirs(at.resolve(), root, links, image=(git, start))
     return root, cwd, links
 
 
@@ -234,7 +239,7 @@ def replay(repo, rev: str, cmd: list[str], *, realtime: bool = False, ignore: tu
     plan = plan_of(repo, rev)
     child.start_check(cmd, os.environ)
     # refused here, before anything is checked out, when it cannot be had
-    place = isolation(repo.git, plan.first, plan.first, isolate)
+    place = isolation(repo.git, plan.first, plan.first, isolate, world if world is not None else fs_root)
     if world is not None or fs_root is not None:
         world = Path(world).resolve() if world is not None else fresh_world(repo, plan.first, fs_root)
         return _replay(repo, plan, rev, cmd, world, realtime, ignore, allow_effects, world_check, place)

@@ -92,7 +92,8 @@ def run(repo, branch: str, cmd: list[str], *, upstreams: list[str] = (), fs_root
     ups = Upstreams.from_repo(git, list(upstreams))
     child.start_check(cmd, os.environ)
     start = plan.start_image if resume_world else plan.first
-    place = isolation(git, plan.first, start, isolate)  # refused here, before anything is written
+    # refused here, before anything is written
+    place = isolation(git, plan.first, start, isolate, world if world is not None else fs_root)
     world = Path(world).resolve() if world is not None else fresh_world(repo, start, fs_root)
     last = max(plan.entries, key=lambda e: e["step"])
     stop = stop or threading.Event()
