@@ -181,3 +181,18 @@ def test_attrs_merge_key_wise(repo, tmp_path):
     repo.checkout("main", out)
     assert (out / "empty").is_dir() and (os.stat(out / "a.txt").st_mode & 0o777) == 0o600
     assert ours.id in result.image.parents
+
+
+def test_a_merge_writes_its_tree_and_its_commit_as_one_pack(repo):
+    """A clean merge adds one pack to the repository (its image tree and its commit together),
+    not one for each."""
+    base = snap(repo, "main", {"a.txt": LINES, "b.txt": LINES})
+    repo.create_branch("side", base.id)
+    snap(repo, "main", {"a.txt": _edit(LINES, 1, "ours"), "b.txt": LINES})
+    snap(repo, "side", {"a.txt": LINES, "b.txt": _edit(LINES, 20, "theirs")})
+    packs = lambda: set((repo.git_dir / "objects" / "pack").glob("*.pack"))  # noqa: E731
+    before = packs()
+    result = repo.merge("side", into="main")
+    new = packs() - before
+    assert result.status == "merged" and len(new) == 1
+    assert bytes.fromhex(result.image.id) in new.pop().with_suffix(".idx").read_bytes()

@@ -6,11 +6,12 @@ merge) is started first and finished in its turn, and the plug-ins (model, cache
 last; ``--prefer LAYER=SIDE`` takes a layer wholesale from one side instead. Paths no
 layer claims merge path-wise as the "other" layer. Every layer file of the merged tree
 must parse (``layercheck``), whichever side it came from. Only when every layer is clean
-is the image written: objects first, then the branch moved by compare-and-swap, so a
-conflict or a failure leaves no image and no ref. Both sides' worlds and the result's are
-checked by ``safepath.check_image`` (the sides' while git merges the worlds, before anything
-reads them; ``MergeContext.check_sides``): an unsafe one is refused (exit 3) with no image
-and no ref moved. No layer is named here.
+is the image written: objects first (the merged tree and, unless it is signed, the merge
+commit in one pack), then the branch moved by compare-and-swap, so a conflict or a failure
+leaves no image and no ref (at most objects nothing references). Both sides' worlds and
+the result's are checked by ``safepath.check_image`` (the sides' while git merges the worlds,
+before anything reads them; ``MergeContext.check_sides``): an unsafe one is refused (exit 3)
+with no image and no ref moved. No layer is named here.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from ..core import canonjson, config
 from ..image import manifest as img, layercheck, refs, signing
 from ..image import verify as signing_verify
-from ..core.errors import DataError, UsageError
+from ..core.errors import DataError, PfError, UsageError
 from ..image.tree import lookup
 from ..store.packfile import packed
 from ..image.manifest import ImageInfo
@@ -236,6 +237,16 @@ def _other(ctx: MergeContext) -> LayerResult | None:
 
 
 def build_tree(ctx: MergeContext, results: list[LayerResult]) -> str:
+    """The merged image tree, written and checked (every layer file parses)."""
+    return _write_tree(ctx, results, commit=False)[0]
+
+
+def _write_tree(ctx: MergeContext, results: list[LayerResult], commit: bool) -> tuple[str, str | None]:
+    """The merged image tree and, with ``commit``, the merge commit on it, written as one pack
+    (a commit names its tree by id: it needs nothing read back), then the tree checked as
+    ``build_tree`` checks it; (tree, commit id or None). The commit is referenced only once
+    ``write_image`` has checked the world and moves the branch: a refused merge leaves it
+    unreferenced, as it leaves the tree."""
     git = ctx.repo.git
     edit = img.TreeEdit(git, ctx.ours.tree)
     layers = copy.deepcopy(ctx.ours.manifest.get("layers", {}))
@@ -255,11 +266,12 @@ def build_tree(ctx: MergeContext, results: list[LayerResult]) -> str:
     with packed(git):  # the merged tree in one pack, read back below: no loose object (docs/format.md)
         edit.put_file(img.MANIFEST, canonjson.encode(manifest))
         tree = edit.write()
+        commit_id = _commit(ctx, results, tree) if commit else None
     skip = {p for p, oid in ctx.parsed.items()  # parsed while git merged, and still the blob there
             if (edit.changes[p][1] if p in edit.changes and edit.changes[p] else None) == oid
             or (p not in edit.changes and not any(p.startswith(c + b"/") for c in edit.changes))}
     _check_parses(ctx, tree, skip)
-    return tree
+    return tree, commit_id
 
 
 def _check_parses(ctx: MergeContext, tree: str, skip=frozenset()) -> None:
@@ -275,17 +287,39 @@ def _check_parses(ctx: MergeContext, tree: str, skip=frozenset()) -> None:
 
 
 
-def write_image(ctx: MergeContext, results: list[LayerResult], tree: str) -> ImageInfo:
+def _subject(ctx: MergeContext) -> str:
+    return f"merge {ctx.theirs_name} into {ctx.ours_name}"
+
+
+def _commit(ctx: MergeContext, results: list[LayerResult], tree: str) -> str:
+    """The merge commit on ``tree`` (ours, then theirs), into the pack being written; its id."""
     git = ctx.repo.git
-    check_worlds(git, [(tree, "merge result")], likes=(ctx.ours.tree, ctx.theirs.tree))
     agent = ctx.ours.manifest.get("agent") or {}
     trailers = [("Pf-Agent", img.Agent(**agent).label())] if agent.get("kind") else []
     trailers += [("Pf-Merge", r.trailer) for r in results if r.trailer]
-    message = img.format_message(f"merge {ctx.theirs_name} into {ctx.ours_name}", trailers)
+    message = img.format_message(_subject(ctx), trailers)
     sig = config.signature(git)
-    with packed(git):  # no loose object (docs/format.md)
-        commit = signing.write_commit(git, sig, sig, message, tree, [ctx.ours.id, ctx.theirs.id])
-    refs.update_branch(git, ctx.ours_name, commit, ctx.ours.id, f"pf merge: {message.splitlines()[0]}")
+    return signing.write_commit(git, sig, sig, message, tree, [ctx.ours.id, ctx.theirs.id])
+
+
+def _unsigned(git) -> bool:
+    """Whether image commits are written unsigned here (a configuration the signer refuses
+    counts as signed: the merge then says so where it always did, after its checks)."""
+    try:
+        return signing.signer(git) is None
+    except PfError:
+        return False
+
+
+def write_image(ctx: MergeContext, results: list[LayerResult], tree: str, commit: str | None = None) -> ImageInfo:
+    """Check the merged world, write the merge commit (unless ``commit``: written already, with
+    the tree) and move the branch to it by compare-and-swap; the image."""
+    git = ctx.repo.git
+    check_worlds(git, [(tree, "merge result")], likes=(ctx.ours.tree, ctx.theirs.tree))
+    if commit is None:
+        with packed(git):  # no loose object (docs/format.md)
+            commit = _commit(ctx, results, tree)
+    refs.update_branch(git, ctx.ours_name, commit, ctx.ours.id, f"pf merge: {_subject(ctx)}")
     return img.read_image(git, commit)
 
 
@@ -298,10 +332,13 @@ def merge(repo, req: MergeRequest) -> MergeResult:
     results = run_layers(ctx, prefer)
     result = MergeResult("merged", ctx.ours_name, ctx.ours, ctx.theirs, req.theirs, [b.id for b in ctx.bases],
                          results, dry_run=req.dry_run, context=ctx)
-    tree = build_tree(ctx, results)  # a dry run and a conflict too: they fail as the merge would
-    if not all(r.clean for r in results):  # (a conflict never hands on a layer the result could not read)
-        result.status = "conflict"
+    clean = all(r.clean for r in results)
+    # the commit goes into the tree's pack (one pack write), unless it is signed: a signature waits
+    # for the checks of what it signs
+    tree, commit = _write_tree(ctx, results, clean and not req.dry_run and _unsigned(ctx.repo.git))
+    if not clean:  # a dry run and a conflict too wrote and checked the tree: they fail as the merge
+        result.status = "conflict"  # would (a conflict never hands on a layer the result could not read)
         return result
     if not req.dry_run:
-        result.image = write_image(ctx, results, tree)
+        result.image = write_image(ctx, results, tree, commit)
     return result
