@@ -16,10 +16,17 @@ commits holding the same three trees, interleaved. Goal: within 1.5x of git.
 A second pair of snapshotted worlds, whose sides changed different directories
 (ours the first half, theirs the second), gives the first merge where git's
 merged world holds theirs' directories as they are, against git on that pair.
+
+Each merge round opens the repository afresh (a new ``Repo``, the old one
+dropped first, and this process's sound-tree memory forgotten), as each
+``git pf merge`` is a fresh process: what one round read into libgit2's caches
+(parsed trees, pack windows) never serves the next, as nothing of one
+``git merge-tree`` process serves the next. Opening is not timed.
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import resource
 import subprocess
@@ -148,7 +155,15 @@ def main(argv: list[str]) -> int:
         marks_file = Path(repo.git_dir) / "pf" / "sound-trees"  # what the snapshots marked, if anything
         snapshot_marks = set(marks_file.read_text().split()[2:]) if marks_file.exists() else set()
 
+        def reopen() -> None:  # no cache of one round serves the next (the docstring)
+            nonlocal repo
+            path = repo.git_dir.parent
+            repo = None
+            gc.collect()  # the old repository's packs and caches freed before the new one opens
+            repo = Repo.open(path)
+
         def reset(keep_marks: bool = True, fetched: bool = False, branch: str = "main", tip_ours: str = ours) -> None:
+            reopen()
             tip = refs.branch_tip(repo.git, branch)
             if tip != tip_ours:
                 refs.update_branch(repo.git, branch, tip_ours, tip, "bench: reset")
