@@ -11,16 +11,19 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pygit2
 
-from .ops import checkout as checkout_mod, diff as diff_mod, fork as fork_mod, fsck as fsck_mod
 from .core import config, limits
 from .image import history, manifest as img, refs
 from .core.errors import NotARepository, UsageError
 from .core.gitdir import common_dir
 from .store.sidestore import SideStore
-from .ops.snapshot import SnapshotResult, take
+
+if TYPE_CHECKING:  # each operation's module is imported when it is first used: a push needs none of them
+    from .ops import checkout as checkout_mod, diff as diff_mod, fork as fork_mod, fsck as fsck_mod
+    from .ops.snapshot import SnapshotResult
 
 
 _ATTACHED = ("fetcher", "held")
@@ -139,6 +142,7 @@ class Repo:
         parent's entries (a ``Pf-Rewrite-Effects`` trailer). The branch (``name``) becomes the
         current one only with ``switch``, or when there is no current image. ``messages=`` and
         ``layers=`` are the first release's spelling: they still work, with a DeprecationWarning."""
+        from .ops.snapshot import take
         from .ops.snapshot_inputs import request
 
         return take(self, request(fs_root, name=name, agent=agent, trace=trace, effects=effects, env=env,
@@ -147,9 +151,13 @@ class Repo:
                                   switch=switch, messages=messages, layers=layers))
 
     def fork(self, rev: str, n: int, prefix: str | None = None, explore: str | None = None) -> list[fork_mod.Fork]:
+        from .ops import fork as fork_mod
+
         return fork_mod.fork(self, rev, n, prefix, explore)
 
     def checkout(self, rev: str, into: str | os.PathLike, layers=("world",), force: bool = False) -> checkout_mod.CheckoutResult:
+        from .ops import checkout as checkout_mod
+
         return checkout_mod.checkout(self, rev, Path(into), layers, force)
 
     def log(self, rev: str | None = None, limit: int | None = None, first_parent: bool = False) -> list[img.ImageInfo]:
@@ -160,6 +168,8 @@ class Repo:
 
     def diff(self, a: str, b: str, patch: bool = False) -> diff_mod.ImageDiff:
         """Compare two images; ``patch=True`` adds each world file's unified diff (``.patch``)."""
+        from .ops import diff as diff_mod
+
         return diff_mod.diff(self.git, self.resolve(a), self.resolve(b), self.store if patch else None)
 
     def read_layer(self, rev: str, path: str) -> bytes | None:
@@ -235,4 +245,6 @@ class Repo:
 
     # -- maintenance ----------------------------------------------------
     def fsck(self) -> fsck_mod.FsckReport:
+        from .ops import fsck as fsck_mod
+
         return fsck_mod.fsck(self.git, self.store)
