@@ -321,3 +321,19 @@ def test_a_worker_killed_mid_fanout_is_retried_and_every_fork_is_on_the_remote_o
         fork = sh("git", "rev-parse", f"{r['image']}^", cwd=root).stdout.strip()
         assert "Pf-Fork: " in sh("git", "log", "-1", "--format=%B", fork, cwd=root).stdout
         assert sh("git", "rev-parse", f"refs/pf/heads/k-{r['fork']}", cwd=root).stdout.strip() == r["image"]
+
+
+def test_a_chunks_forks_on_ray_each_see_a_fresh_world_not_the_fork_befores(repo, run_pf, tmp_path, cluster):
+    from test_fanout_worlds import AGENT, check_forks, fanout_world
+
+    address = cluster[0]
+    root = repo.git_dir.parent
+    _remote(root, cluster, "worlds")
+    s3_helpers.config(root, cluster[4])  # big.bin goes to the bucket
+    run_pf("snapshot", "--fs-root", fanout_world(root), "-q", cwd=root)
+    # 8 forks on 2 CPUs: 4 chunks of 2, the second fork of each in the world the first left
+    out = json.loads(run_pf("fanout", "main", "-n", "8", "--executor", "ray", "--ray-address", address, "--json",
+                            "--", "sh", "-c", AGENT, cwd=root, env=s3_helpers.env()).stdout)
+    assert all(r["ran"] for r in out["forks"])
+    run_pf("checkout", "main", "--into", tmp_path / "fresh", cwd=root, env=s3_helpers.env())
+    check_forks(root, out["forks"], tmp_path / "fresh")

@@ -6,7 +6,8 @@ What a cluster task is given is its own dataclass (a blame trial's, a fork's):
 commit ids, the remote's URL and store settings, parameters and the agent
 command, never a path of the driver's machine nor a secret (``node`` is the
 worker's side). ``make`` picks one by name; bad names are one line, exit 2.
-``chunks`` cuts work into a cluster's tasks, several items each.
+``chunks`` cuts work into a cluster's tasks, several items each; ``worlds``
+keeps one world directory for the items a worker runs one after another.
 """
 from __future__ import annotations
 

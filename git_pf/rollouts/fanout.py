@@ -46,6 +46,7 @@ from ..ops import fork as fork_mod, maintenance
 from ..image import manifest as img, refs
 from ..core.errors import DataError, PfError, UsageError
 from ..executors import node
+from ..executors.worlds import ReusedWorld
 from ..runs.replaying import fresh_world, remove_world
 from ..ops.snapshot import SnapshotRequest, take
 from ..store.packfile import COMMIT, RunPackWriter, packed, packing
@@ -95,7 +96,8 @@ def score_of(stdout: bytes) -> float | None:
 
 
 def _run_cmd(cmd: tuple[str, ...], world: Path, k: int, timeout_s: float | None, out_path: Path) -> str:
-    """Run CMD in ``world``; its exit code as text, or ``timeout``."""
+    """Run CMD in ``world``; its exit code as text, or ``timeout``. When CMD exits (or times out),
+    what it left running in its process group is killed: the world is the next fork's."""
     env = dict(os.environ, GIT_PF_FORK=str(k), GIT_PF_WORLD=str(world))
     with open(out_path, "wb") as out:
         try:
@@ -103,15 +105,28 @@ def _run_cmd(cmd: tuple[str, ...], world: Path, k: int, timeout_s: float | None,
                                     stderr=subprocess.DEVNULL, start_new_session=True)
         except OSError:
             return "127"  # as a shell says of a command it cannot start
+        exited = _exited(proc.pid, timeout_s)  # not reaped yet: its group's id stays its own until then
         try:
-            return str(proc.wait(timeout_s))
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-            return "timeout"
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        code = proc.wait()
+        return str(code) if exited else "timeout"
+
+
+def _exited(pid: int, timeout_s: float | None) -> bool:
+    """Wait until the child ``pid`` exits, at most ``timeout_s``, leaving it to be reaped; False on timeout."""
+    if timeout_s is None:
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        return True
+    end, delay = time.monotonic() + timeout_s, 0.0005
+    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None:
+        left = end - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(delay, left))
+        delay = min(delay * 2, 0.05)
+    return True
 
 
 def row_of(git, name: str, commit: str) -> dict:
@@ -133,28 +148,30 @@ def row_of(git, name: str, commit: str) -> dict:
             "timed_out": exit_ == "timeout", "duration_s": ms / 1000, "score": score}
 
 
-def run_fork(repo, task: ForkTask, ref: str) -> dict:
+def run_fork(repo, task: ForkTask, ref: str, worlds: ReusedWorld | None = None) -> dict:
     """Run CMD in the world of ``task.base`` and write the world as its child on ``ref``; the row, with
-    ``task_s``: the seconds of the whole fork (world, CMD, snapshot)."""
+    ``task_s``: the seconds of the whole fork (world, CMD, snapshot). ``worlds``: the directory the
+    forks run one after another on this thread reuse (``executors.worlds``); without it, one of its own."""
     began = time.monotonic()
-    tmp = Path(tempfile.mkdtemp(prefix="pf-fanout-"))
-    world = tmp / "world"
+    own = worlds is None
+    worlds = ReusedWorld(repo) if own else worlds
     try:
-        fresh_world(repo, task.base, world)
+        world = worlds.enter(task.base)
         start = time.monotonic()
-        exit_ = _run_cmd(task.cmd, world, task.k, task.timeout_s, tmp / "stdout")
+        exit_ = _run_cmd(task.cmd, world, task.k, task.timeout_s, worlds.tmp / "stdout")
         cmd_end = time.monotonic()
         ms = int((cmd_end - start) * 1000)
-        score = score_of((tmp / "stdout").read_bytes())
+        score = score_of((worlds.tmp / "stdout").read_bytes())
         trailers = [(T_FORK, str(task.k)), (T_EXIT, exit_), (T_TIME, str(ms))]
         if score is not None:
             trailers.append((T_SCORE, repr(score)))
         result = take(repo, SnapshotRequest(fs_root=world, ref=ref, parent=task.base, allow_empty=True,
                                             message=f"fanout {task.name}: exit {exit_}", trailers=tuple(trailers)))
     finally:
-        remove_world(repo, tmp, world)
+        if own:
+            worlds.close()
     end = time.monotonic()
-    phases = {"world": start - began, "run": cmd_end - start, "snapshot": end - cmd_end}  # snapshot: with the cleanup
+    phases = {"world": start - began, "run": cmd_end - start, "snapshot": end - cmd_end}
     return dict(row_of(repo.git, task.name, result.image.id), task_s=round(end - began, 6),
                 phases_s={k: round(v, 6) for k, v in phases.items()})
 
@@ -251,11 +268,12 @@ def fork_tasks(tasks: tuple[ForkTask, ...]) -> list[dict]:
             todo.append(i)
     works = [f"{refs.ROOT}work/fanout/{tasks[i].name}" for i in todo]
     try:
-        with packing(git, packs):
+        with packing(git, packs), ReusedWorld(repo) as worlds:  # one world directory for the chunk's forks
             for i, work in zip(todo, works):
                 if git.references.get(work) is not None:
                     git.references.delete(work)  # a dead attempt's
-                rows[i] = run_step_fork(repo, tasks[i], work) if tasks[i].at else run_fork(repo, tasks[i], work)
+                rows[i] = run_step_fork(repo, tasks[i], work) if tasks[i].at else run_fork(repo, tasks[i], work,
+                                                                                           worlds)
         packs.consolidate()
         ran = time.monotonic()
         pushed = node.publish_many(repo, node.origin(repo, spec),
@@ -407,14 +425,20 @@ def fanout(repo, rev: str, n: int, cmd: list[str], *, prefix: str | None = None,
                 for row in chunk]
         _bring_back(repo, remote, rows, source)
     else:
-        local = threading.local()
+        local, worlds = threading.local(), []
 
         def one(task: ForkTask) -> dict:
-            if not hasattr(local, "repo"):  # a repository object per thread
+            if not hasattr(local, "repo"):  # a repository object and a world directory per thread
                 local.repo = type(repo)(pygit2.Repository(str(repo.git_dir)))
+                local.worlds = ReusedWorld(local.repo)
+                worlds.append(local.worlds)
             if task.at is not None:
                 return dict(run_step_fork(local.repo, task, task.name), ran=True)
-            return dict(run_fork(local.repo, task, refs.HEADS + task.name), ran=True)
+            return dict(run_fork(local.repo, task, refs.HEADS + task.name, local.worlds), ran=True)
 
-        rows = ex.map(one, tasks, on_result=progress)
+        try:
+            rows = ex.map(one, tasks, on_result=progress)
+        finally:
+            for w in worlds:
+                w.close()
     return {"rev": source, "executor": ex.name, "forks": summary(rows)}
