@@ -13,10 +13,11 @@ mount namespace each becomes an overlay whose upper layer lies on a tmpfs privat
 namespace (``child.isolated``), so the agent's commits, index and ref updates succeed there and
 vanish with it. A named path that is not there is left alone (git finds no repository there, as
 it would anywhere); one that is there but is not a git directory of this user (another user's,
-``/etc``, a plain directory) is refused in one line, and so is a git directory whose
-``core.worktree`` names a directory outside the world (git, finding that directory through a
-``.git`` file, takes it as the work tree and would write there). The text of a link comes from the image,
-possibly fetched: it is only read, never followed to write. Writes nothing.
+``/etc``, a plain directory) is refused in one line, and so is a git directory, outside the
+world or in it (its config then a ``worktree`` link of the image), whose ``core.worktree``
+names a directory outside the world (git, finding that directory through a ``.git`` file or
+in it, takes it as the work tree and would write there). The text of a link comes from the
+image, possibly fetched: it is only read, never followed to write. Writes nothing.
 """
 from __future__ import annotations
 
