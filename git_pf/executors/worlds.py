@@ -151,21 +151,20 @@ class ReusedWorld:
 
     def _mark(self) -> None:
         """End the recording: a path whose ctime is the mark's (the same clock tick) is racy."""
-        mark = os.fsencode(self.tmp / _MARK)
-        if os.path.lexists(mark):
-            os.unlink(mark)
-        fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        mark = self.tmp / _MARK
         try:
-            now = os.fstat(fd).st_ctime_ns
-        finally:
-            os.close(fd)
+            os.utime(mark, follow_symlinks=False)  # its ctime: now
+        except FileNotFoundError:
+            os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+        now = os.lstat(mark).st_ctime_ns
         self.known = {rel: p._replace(fields=None) if p.fields is not None and p.fields[4] >= now else p
                       for rel, p in self.known.items()}
 
     def _move(self) -> bool:
         """Bring the directory back to the world ``known`` records; False when the result is not it."""
         for e in os.scandir(self.tmp):  # the item's own files beside the world (its output, anything it wrote)
-            if e.name != "world":
+            if not (e.name == "world" and e.is_dir(follow_symlinks=False)
+                    or e.name == _MARK and e.is_file(follow_symlinks=False)):
                 remove_tree(e.path) if e.is_dir(follow_symlinks=False) else os.unlink(e.path)
         root = os.fsencode(self.world)
         known = self.known
@@ -203,12 +202,14 @@ class ReusedWorld:
                     if want.fields is not None and _fields(cst) == want.fields:
                         seen.add(child)
                         continue
-                open_dir(rel)
+                open_dir(rel)  # a path to remove: the walk afterwards checks the result
                 if kind == _DIR:
                     remove_tree(_join(root, child))
                 else:
                     os.unlink(_join(root, child))
         missing = {rel for rel in known if rel not in seen}
+        if not missing and not opened:  # every path as recorded, nothing else there: nothing to check
+            return True
         if missing:
             for rel in missing:
                 parent = rel.rpartition(b"/")[0]
