@@ -144,13 +144,32 @@ def _new_origin(repo: Path, remote: Path) -> None:
     git("remote", "add", "origin", f"file://{remote}", cwd=repo)
 
 
+def cached_share(repo: Path) -> float:
+    """The share of ``repo``'s large side-store frames (64 KiB or more) whose middle page is in
+    the page cache: a push reads those from memory, the others from the disk."""
+    from git_pf.store.directio import cached
+
+    frames = [p for p in (repo / ".git" / "pf" / "objects").glob("??/*") if p.stat().st_size >= 64 * 1024]
+    hits = 0
+    for p in frames:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            hits += cached(fd, os.fstat(fd).st_size // 2)
+        finally:
+            os.close(fd)
+    return hits / max(len(frames), 1)
+
+
 def push_rounds(base: Path, server, rounds: int) -> dict[str, list[float]]:
-    """``rounds`` more pushes each of git-pf (lfs adapter) and git-lfs, interleaved, from the
-    repositories ``bench_pf`` and ``bench_git_lfs`` left, each to a new bare remote and a new
-    repository of the server (so every byte goes again); the seconds of each."""
-    times: dict[str, list[float]] = {"lfs": [], "git-lfs": []}
+    """``rounds`` more pushes each of git-pf (lfs adapter) and git-lfs, interleaved (each goes
+    first in every other round: on this VM a large write costs most when it takes fresh memory,
+    and whichever runs second reuses what the first freed), from the repositories ``bench_pf``
+    and ``bench_git_lfs`` left, each to a new bare remote and a new repository of the server
+    (so every byte goes again); the seconds of each, and the load average and the share of
+    git-pf's frames in the page cache before each of its pushes (``cached``)."""
+    times: dict[str, list[float]] = {"lfs": [], "git-lfs": [], "load": [], "cached": []}
     for n in range(rounds):
-        for name in times:
+        for name in (["lfs", "git-lfs"] if n % 2 == 0 else ["git-lfs", "lfs"]):
             remote = base / f"round{n}-{name}.git"
             git("init", "-q", "--bare", remote, cwd=base)
             endpoint = f"{server.base}/{ORG}/round{n}-{name}.git/info/lfs"
@@ -158,6 +177,8 @@ def push_rounds(base: Path, server, rounds: int) -> dict[str, list[float]]:
                 a = base / "lfs-a"
                 _new_origin(a, remote)
                 git("config", "pf.remote.origin.store", "lfs:" + endpoint, cwd=a)
+                times["cached"].append(cached_share(a))
+                times["load"].append(os.getloadavg()[0])
                 times[name].append(timed_push(pf, "push", "-q", "origin", "main", cwd=a))
             else:
                 a = base / "gitlfs-a"
@@ -267,6 +288,9 @@ def run(size: int, only: set[str], rounds: int) -> int:
                      " ".join(f"{t:.2f}" for t in rounds_run["git-lfs"])))
         rows.append(("lfs push vs git-lfs push", f"{pf_push / ref_push:.2f}x",
                      f"goal <= 1.0x: {verdict(pf_push <= ref_push)}"))
+        rows.append(("per round: lfs / git-lfs", " ".join(f"{a / b:.2f}x" for a, b in zip(rounds_run["lfs"], rounds_run["git-lfs"])),
+                     "load " + " ".join(f"{x:.1f}" for x in rounds_run["load"])))
+        rows.append(("lfs frames in the page cache before each push", " ".join(f"{c:.0%}" for c in rounds_run["cached"]), ""))
     if ref is None and "git-lfs" in only:
         rows.append(("git-lfs", "not installed", "make bench installs it"))
     report(f"object adapters, one {size // MiB} MiB file (incompressible)", rows)

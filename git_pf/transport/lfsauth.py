@@ -24,6 +24,41 @@ from . import gitcmd, httpbody
 from .remotes import Remote, check_http
 
 LFS_JSON = "application/vnd.git-lfs+json"
+_IOV_MAX = 1024  # buffers one sendmsg takes (Linux's IOV_MAX)
+
+
+class _Gathering:
+    """A connection whose body may come as lists of buffers (``_Stream``'s runs): each list goes
+    out in as few ``sendmsg`` calls as the socket takes, the interpreter lock released for all
+    of them, where a buffer at a time would take it back after every 128 KiB (and wait for it
+    when the machine is busy); buffer by buffer over TLS, which has no ``sendmsg``."""
+
+    def send(self, data):
+        if not isinstance(data, list):
+            return super().send(data)
+        if self.sock is None:
+            self.connect()
+        views = [memoryview(v).cast("B") for v in data]
+        while views:
+            try:
+                sent = self.sock.sendmsg(views[:_IOV_MAX])
+            except NotImplementedError:  # TLS
+                for v in views:
+                    self.sock.sendall(v)
+                return
+            while sent:
+                if sent >= len(views[0]):
+                    sent -= len(views.pop(0))
+                else:
+                    views[0], sent = views[0][sent:], 0
+
+
+class _HTTP(_Gathering, http.client.HTTPConnection):
+    pass
+
+
+class _HTTPS(_Gathering, http.client.HTTPSConnection):
+    pass
 _SCP = re.compile(r"^(?:[^@/]+@)?([^:/]+):(.+)$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 
@@ -112,7 +147,7 @@ class Session:
         key = (scheme, host, port)
         conns = self._local.__dict__.setdefault("conns", {})
         if key not in conns:
-            cls = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
+            cls = _HTTPS if scheme == "https" else _HTTP
             conns[key] = cls(host, port, timeout=300)
         return conns[key]
 

@@ -132,7 +132,7 @@ class _Stream:
                     if nxt < len(self.runs):
                         ahead.append(pool.submit(load, nxt))
                         nxt += 1
-                    yield from views
+                    yield views  # one run: sent in few system calls (``lfsauth._Gathering``)
             finally:
                 for f in ahead:
                     f.cancel()
