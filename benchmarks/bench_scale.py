@@ -10,7 +10,8 @@ whose command does nothing (``true``) runs on the local executor (2 threads) and
 Ray, interleaved, ``--repeat`` times (then the median ratio too; the load average
 at each run is printed, as the machine may be shared). Printed: tasks per second of each, the ratio, and the per-task
 overhead (the whole task less its command: on Ray the fetch of the fork's branch,
-the world's checkout, the snapshot and the push) at p50 and p99, and each phase's
+the world (checked out for the first fork of a chunk or thread, moved back for the
+others), the snapshot and the push) at p50 and p99, and each phase's
 p50 (on Ray a chunk's fetch and push are shared by its forks). With blame, a
 scripted agent's run (``git pf blame --validate``'s) is blamed at its fault step and
 the one before, k trials each, with ``--jobs 2`` and on Ray (connected, and a blame of 2
