@@ -227,7 +227,8 @@ class ReusedWorld:
             for name, value in was.xattrs.items():
                 if have.get(name) != value:
                     os.setxattr(path, name, value, follow_symlinks=False)
-            os.chmod(path, stat.S_IMODE(was.mode))
+            if os.lstat(path).st_mode != was.mode:  # else its ctime stays: it is not racy next time
+                os.chmod(path, stat.S_IMODE(was.mode))
         now = walk(root)
         if _outline(now) != _outline(known):
             return False
