@@ -2,9 +2,11 @@
 each world afterwards the fork's next image; on this machine or as tasks on a Ray cluster.
 
 The forks are ``git pf fork``'s (branches ``<prefix>-<k>``, each a child of REV).
-A fork's task checks its world out into a temporary directory, runs CMD there
+A fork's task gets its world in a temporary directory (forks run one after
+another on a thread or in a chunk reuse one, ``executors.worlds``), runs CMD there
 (cwd the world, ``GIT_PF_FORK=<k>``, ``GIT_PF_WORLD``, stdin closed, output
-kept apart; past ``timeout_s`` its whole process group is killed) and snapshots
+kept apart; past ``timeout_s``, and when CMD exits, its whole process group is
+killed) and snapshots
 the world as the branch's next image with the trailers ``Pf-Fanout-Exit``
 (the exit code, or ``timeout``), ``Pf-Fanout-Duration-Ms`` and, when CMD
 printed a ``pf-score: <number>`` line on stdout (the last one counts),
