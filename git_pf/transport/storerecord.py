@@ -21,7 +21,8 @@ and it never chooses where objects go: ``adapters`` uses the store pinned in
 local config; a record naming another store lists nothing, and the listings
 of the last record that named the store in use are kept for it
 (``listings_for``, ``refs/pf/remotes/<r>/meta/pinned``).
-Writes only the record commit, its tracking refs and the remote's record ref.
+Writes only the record commit, its tracking refs and the remote's record ref (and the image
+refs a ``git pf push`` hands ``publish``, in the same atomic push).
 """
 from __future__ import annotations
 
