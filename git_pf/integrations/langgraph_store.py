@@ -196,8 +196,11 @@ def load(git: pygit2.Repository, typed: tuple[str, bytes], what: str) -> Typed:
     return typed[0], read_bounded(git, typed[1], what)
 
 
-@dataclass
+@dataclass(slots=True)
 class Image:
+    """One image of a checkpoint; a saver holds one per image of each thread it read (slotted: a
+    long session's index costs what its fields do)."""
+
     oid: str
     checkpoint_id: str
     rev: int
