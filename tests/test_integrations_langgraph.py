@@ -220,3 +220,18 @@ def test_a_long_session_keeps_no_memory_or_packs_that_grow_with_it(tmp_path):
     assert len(list((tmp_path / "repo" / ".git" / "objects" / "pack").glob("*.pack"))) <= 16
     assert graph.get_state(config).values["n"] == 100
     assert len(list(graph.get_state_history(config))) == 400
+
+
+def test_a_saver_serving_many_threads_keeps_the_indexes_of_recent_ones(tmp_path):
+    """A server's saver meets thread after thread: it kept the index of every one it ever read."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    saver = PfSaver(tmp_path / "repo")
+    for n in range(80):
+        config = {"configurable": {"thread_id": f"user-{n}", "checkpoint_ns": ""}}
+        saver.put(config, {**empty_checkpoint(), "channel_values": {"n": n}, "channel_versions": {"n": 1}},
+                  {"step": n}, {"n": 1})
+    assert len(saver._threads) <= 64
+    first = saver.get_tuple({"configurable": {"thread_id": "user-0"}})  # let go of, read again from its refs
+    assert first.checkpoint["channel_values"] == {"n": 0} and first.metadata["step"] == 0
+    assert len(list(saver.list(None))) == 80

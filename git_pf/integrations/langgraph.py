@@ -48,6 +48,7 @@ from . import langgraph_serde, langgraph_store as st
 
 AGENT = img.Agent("langgraph")
 _RECORDS = 256  # records kept decoded per saver (an image never changes)
+_THREADS = 64  # threads' indexes kept per saver (one let go is read from its refs again when used)
 # Writes (checkpoints and task writes) after which the saver's repository handle drops libgit2's
 # object cache of it and its open packs (``pygit2.Repository.free``): each write reads back the
 # objects of the one before, once, and libgit2 (caching on by default, up to 256 MiB a process)
@@ -97,7 +98,7 @@ class PfSaver(BaseCheckpointSaver[int]):
         self.fs_root = Path(fs_root) if fs_root is not None else None
         self._world = DirWorld(self.repo, self.fs_root, ()) if self.fs_root is not None else None
         self._lock = threading.RLock()
-        self._threads: dict[st.Key, st.Thread] = {}
+        self._threads: OrderedDict[st.Key, st.Thread] = OrderedDict()
         self._records: OrderedDict[str, st.Record] = OrderedDict()
         self._early: dict[tuple[st.Key, str], list] = {}  # writes sent before their checkpoint
 
@@ -108,9 +109,13 @@ class PfSaver(BaseCheckpointSaver[int]):
         tip = self.git.references.get("refs/pf/heads/" + key.branch)
         tip = str(tip.target) if tip is not None else None
         if not fresh and cached is not None and cached.local and tip is not None and cached.heads.get(key.branch) == tip:
+            self._threads.move_to_end(key)
             return cached
         thread = st.load_thread(self.git, key, st.scan(self.git, key).get(key))
         self._threads[key] = thread
+        self._threads.move_to_end(key)
+        while len(self._threads) > _THREADS:  # a server of many threads keeps the recent ones' indexes
+            self._threads.popitem(last=False)
         return thread
 
     def _keys(self, config) -> list[st.Key]:
