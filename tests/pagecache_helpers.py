@@ -1,10 +1,21 @@
 """Looking at the page cache of a file, for tests of I/O that goes past it (dropping it:
-``git_pf.store.directio.evict``)."""
+``git_pf.store.directio.evict``), and damaging a stored file in place."""
 from __future__ import annotations
 
 import ctypes
 import mmap
 import os
+
+
+def flip_byte(path, offset: int, mask: int = 0xFF) -> None:
+    """XOR the byte at ``offset`` of ``path`` (read-only as the store leaves it) with ``mask``,
+    in place, the rest of the file untouched."""
+    os.chmod(path, 0o644)
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ mask]))
 
 
 def resident_pages(path) -> int:

@@ -199,7 +199,7 @@ def test_objects_written_past_the_page_cache_read_back_verified_when_cold(tmp_pa
     """``put(direct=True)`` (the KV layer's pages) writes a large frame past the page cache,
     in a batch as alone; a cold read goes past it too, and is verified like any read."""
     from git_pf.store.directio import evict
-    from pagecache_helpers import direct_io_works, resident_pages
+    from pagecache_helpers import direct_io_works, flip_byte, resident_pages
 
     if not direct_io_works(tmp_path):
         pytest.skip("this filesystem refuses O_DIRECT; the side store writes through the page cache here")
@@ -218,12 +218,7 @@ def test_objects_written_past_the_page_cache_read_back_verified_when_cold(tmp_pa
         assert store.get(oids[0]) == data[0]
     assert resident_pages(big) <= 2, "a second read went through the page cache"
     # a flipped byte in a cold frame is caught on the read that goes past the cache
-    os.chmod(big, 0o644)
-    with open(big, "r+b") as f:
-        f.seek(1_000_000)
-        byte = f.read(1)
-        f.seek(1_000_000)
-        f.write(bytes([byte[0] ^ 0xFF]))
+    flip_byte(big, 1_000_000)
     evict(big)
     with pytest.raises(CorruptObject):
         store.get(oids[0])

@@ -2,7 +2,6 @@
 served from the store's file in place, stay exact and checked."""
 from __future__ import annotations
 
-import os
 import random
 
 import pytest
@@ -13,6 +12,7 @@ from git_pf.mount.rawchunks import Spans
 from git_pf.store.large import Chunk
 from git_pf.store.pointer import Pointer
 from git_pf.store.sidestore import SideStore
+from pagecache_helpers import flip_byte
 
 
 def stored_chunks(tmp_path, sizes: list[int], raw: bool = False) -> tuple[SideStore, list[Chunk], list[bytes]]:
@@ -92,11 +92,6 @@ def test_a_chunk_stored_raw_whose_file_was_damaged_is_refused(tmp_path):
     changed in the middle of the store's file is refused, not served."""
     store, chunks, datas = stored_chunks(tmp_path, [600_000], raw=True)
     path = store.path_for(chunks[0].oid)
-    os.chmod(path, 0o644)
-    with open(path, "r+b") as f:
-        f.seek(300_000)
-        byte = f.read(1)
-        f.seek(300_000)
-        f.write(bytes([byte[0] ^ 1]))
+    flip_byte(path, 300_000, mask=1)
     with pytest.raises(CorruptObject, match="checksum"):
         ChunkCache(store).get(chunks[0])
