@@ -202,6 +202,8 @@ def test_a_long_session_keeps_no_memory_or_packs_that_grow_with_it(tmp_path):
     (on by default, 256 MiB a process) kept every object each checkpoint read back, the saver kept
     every checkpoint it wrote decoded, and each write left a pack of its own (an open file each)
     (docs/integrations.md, "Memory")."""
+    pygit2.settings.enable_caching(True)  # libgit2's default in a user's process (a recorder run in
+    # this test process before switches it off process-wide, as the recorder's own process does)
     g = StateGraph(Session)
     g.add_node("agent", lambda s: {"n": s["n"] + 1, "log": [f"thought {s['n']}"]})
     g.add_node("tool", lambda s: {"log": [f"result {s['n']}"]})

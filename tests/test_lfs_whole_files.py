@@ -132,12 +132,17 @@ def test_a_file_written_to_while_it_is_chunked_gets_no_record(tmp_path):
 
     from git_pf.store.sidestore import SideStore
 
+    import threading
+
     class Written(SideStore):
+        taking = threading.Lock()  # chunks are stored on several threads: one of them writes
+
         def put(self, data, *args, **kwargs):
-            if self.writer is not None:
-                os.pwrite(self.writer, b"changed", 0)  # in place (its times change), and
-                os.pwrite(self.writer, b"more", 3 * MiB)  # longer, where timestamps are coarse
-                self.writer = None
+            with self.taking:
+                writer, self.writer = self.writer, None
+            if writer is not None:
+                os.pwrite(writer, b"changed", 0)  # in place (its times change), and
+                os.pwrite(writer, b"more", 3 * MiB)  # longer, where timestamps are coarse
             return super().put(data, *args, **kwargs)
 
     path = tmp_path / "big.bin"
