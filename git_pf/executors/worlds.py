@@ -30,6 +30,7 @@ from ..image import manifest as img, verify
 from ..image.safepath import World, validate_image
 from ..image.tree import lookup
 from ..layers.world.restore import restore
+from ..layers.world.xattrs import read_all_xattrs
 from ..runs.replaying import fresh_world, remove_tree, remove_world
 
 _DIR, _FILE, _LINK, _OTHER = "dir", "file", "symlink", "other"
@@ -52,14 +53,6 @@ def _fields(st: os.stat_result) -> tuple:
     return st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
-def _xattrs(path: bytes) -> dict:
-    try:
-        names = os.listxattr(path, follow_symlinks=False)
-    except OSError:  # a file system without xattrs
-        return {}
-    return {name: os.getxattr(path, name, follow_symlinks=False) for name in sorted(names)}
-
-
 def _join(root: bytes, rel: bytes) -> bytes:
     return root + b"/" + rel if rel else root
 
@@ -67,7 +60,7 @@ def _join(root: bytes, rel: bytes) -> bytes:
 def _record(path: bytes, st: os.stat_result) -> _Path:
     kind = _kind(st.st_mode)
     return _Path(kind, st.st_mode, 0 if kind == _DIR else st.st_size, _fields(st),
-                 _xattrs(path) if kind == _DIR else None)
+                 read_all_xattrs(path) if kind == _DIR else None)
 
 
 def walk(root: bytes) -> dict[bytes, _Path]:
@@ -221,7 +214,7 @@ class ReusedWorld:
                           {rel: a for rel, a in plan.attrs.items() if rel in missing}), root)
         for rel, was in sorted(opened.items(), key=lambda item: -len(item[0])):  # deepest first
             path = _join(root, rel)
-            have = _xattrs(path)
+            have = read_all_xattrs(path)
             for name in have.keys() - was.xattrs.keys():
                 os.removexattr(path, name, follow_symlinks=False)
             for name, value in was.xattrs.items():

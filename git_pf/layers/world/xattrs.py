@@ -1,4 +1,4 @@
-"""Reading and writing ``user.*`` extended attributes, never following symlinks.
+"""Reading and writing extended attributes (``user.*`` for images), never following symlinks.
 
 Uses the stdlib calls where the platform has them and the ``xattr`` package
 elsewhere. Only the ``user.`` namespace is captured or restored.
@@ -36,13 +36,24 @@ else:  # pragma: no cover - non-Linux
 
 def read_user_xattrs(path: bytes) -> dict[str, bytes]:
     """The ``user.*`` attributes of ``path`` (empty when the filesystem has none)."""
+    return _read(path, "user.")
+
+
+def read_all_xattrs(path: bytes) -> dict[str, bytes]:
+    """Every attribute of ``path``, of any namespace the caller may read (empty when the
+    filesystem has none): what a reused world directory is brought back to
+    (``git_pf.executors.worlds``)."""
+    return _read(path, "")
+
+
+def _read(path: bytes, prefix: str) -> dict[str, bytes]:
     try:
         names = _list(path)
     except OSError as e:
         if e.errno in _UNSUPPORTED:
             return {}
         raise
-    return {n: _get(path, n) for n in sorted(names) if n.startswith("user.")}
+    return {n: _get(path, n) for n in sorted(names) if n.startswith(prefix)}
 
 
 def write_user_xattrs(path: bytes, attrs: dict[str, bytes]) -> None:
