@@ -39,6 +39,39 @@ def fix(text, rng):
     return text.replace("BUG", "fixed")
 
 
+def seen_world(world: Path) -> str:
+    """What a checkout decides of ``world`` (every path, and the directory itself), as text."""
+    from world_helpers import describe
+
+    st = os.lstat(world)
+    top = (oct(st.st_mode), sorted((n, os.getxattr(world, n)) for n in os.listxattr(world)))
+    return repr((top, sorted(describe(world).items())))
+
+
+def messy() -> int:
+    """The agent, saying first (in a new file under ``$SEEN``) what world it starts in, and leaving
+    its world changed every way a checkout's differs from another: written, deleted, chmodded,
+    an ignored file, a fifo, xattrs, a new directory."""
+    world = Path(os.environ["GIT_PF_WORLD"])
+    n = len(list(Path(os.environ["SEEN"]).iterdir()))
+    (Path(os.environ["SEEN"]) / f"{n:03d}-{os.getpid()}").write_text(seen_world(world))
+    code = main()
+    (world / "a.txt").write_text("A\n")  # same size
+    (world / "sub" / "b.txt").unlink()
+    os.chmod(world / "run.sh", 0o600)
+    (world / "junk.log").write_text("ignored\n")
+    (world / "ignored.log").mkdir()
+    (world / "ignored.log" / "in").write_text("in\n")
+    os.mkfifo(world / "pipe")
+    os.setxattr(world / "a.txt", "user.k", b"v")
+    os.setxattr(world / "sub", "user.d", b"changed")
+    os.setxattr(world, "user.top", b"1")
+    os.chmod(world / "sub", 0o500)
+    os.unlink(world / "link")
+    os.symlink("sub", world / "link")
+    return code
+
+
 def main() -> int:
     base = os.environ["OPENAI_BASE_URL"].rstrip("/")
     world = Path(os.environ["GIT_PF_WORLD"])
@@ -58,4 +91,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(messy() if sys.argv[1:] == ["messy"] else main())

@@ -86,3 +86,38 @@ def test_undefined_outcomes_are_counted_as_undefined_never_as_no_flips(repo, run
     assert row["rate"] == (row["flips"] / valid if valid >= 3 else None)
     undefined = [t for t in out["trials"] if t["outcome"] == "undefined"]
     assert all("neither pattern" in t["reason"] for t in undefined)
+
+
+def test_trials_one_after_another_in_one_world_each_start_from_a_fresh_checkout(repo, run_pf, tmp_path,
+                                                                                monkeypatch):
+    """The trials a worker runs reuse one world directory (docs/scale.md, "One world per worker"):
+    each trial's agent leaves it written, deleted, chmodded, with ignored files, a fifo and xattrs,
+    and the next trial still starts in exactly what a fresh checkout of step 0 gives."""
+    import os
+    import sys
+
+    from blame_helpers import HERE, seen_world
+    from git_pf.runs.replaying import fresh_world
+    from git_pf.runs.steps import at_step
+
+    root = repo.git_dir.parent
+    world = root.parent / "run-world"
+    (world / "sub").mkdir(parents=True)
+    (world / "a.txt").write_text("a\n")
+    (world / "sub" / "b.txt").write_text("b\n")
+    (world / "run.sh").write_text("#!/bin/sh\n")
+    os.chmod(world / "run.sh", 0o755)
+    (world / ".gitignore").write_text("*.log\n")
+    (world / "link").symlink_to("a.txt")
+    os.setxattr(world / "sub", "user.d", b"dv")
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    monkeypatch.setenv("SEEN", str(seen))
+    with FakeLLM(by_step(REPLIES)) as fake:
+        record(run_pf, root, fake)
+        out = blame(repo, "run", [sys.executable, str(HERE), "messy"],
+                    BlameOptions(oracle=ORACLE, k=2, steps=(2, 4), upstreams=[fake.url], mount=False, jobs=1))
+    want = seen_world(fresh_world(repo, at_step(repo.git, "run", 0), tmp_path / "fresh"))
+    starts = sorted(seen.iterdir())
+    assert len(starts) == 6 and [p.read_text() for p in starts] == [want] * 6
+    assert [r["flips"] for r in out["steps"]] == [0, 2, 0]  # the trials themselves as before

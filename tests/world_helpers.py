@@ -25,6 +25,8 @@ def describe(root: Path | str) -> dict[bytes, tuple]:
                 out[rel] = ("link", None, os.readlink(path), ())
             elif stat.S_ISDIR(st.st_mode):
                 out[rel] = ("dir", stat.S_IMODE(st.st_mode), None, xattrs)
+            elif not stat.S_ISREG(st.st_mode):  # a fifo, a socket: never opened
+                out[rel] = ("other", stat.S_IMODE(st.st_mode), None, xattrs)
             else:
                 with open(path, "rb") as f:
                     out[rel] = ("file", stat.S_IMODE(st.st_mode), f.read(), xattrs)

@@ -20,6 +20,7 @@ import pygit2
 from ..image import manifest as img
 from ..core.errors import DataError
 from ..executors import node
+from ..executors.worlds import ReusedWorld
 from ..runs.replaying import plan_of
 from ..runs.runon import RunWorld
 from . import perturb, store, trials
@@ -90,9 +91,10 @@ def run_trials(task: TrialTask) -> list[dict]:
                          trials.fuse_available() if task.mount is None else task.mount, task.ignore, task.how)
     ran = []
     try:
-        for i in todo:
-            rows[i] = trials.run_trial(repo, setup, *task.trials[i])
-            ran.append(i)
+        with ReusedWorld(repo) as worlds:  # one world directory for the chunk's trials
+            for i in todo:
+                rows[i] = trials.run_trial(repo, setup, *task.trials[i], worlds)
+                ran.append(i)
     finally:
         to = {i: store.verdict_ref(task.run, *task.trials[i]) for i in ran}
         pushed = node.publish_many(repo, node.origin(repo, task.remote), [(rows[i]["commit"], to[i], None) for i in ran])

@@ -33,6 +33,7 @@ from ..runs.runon import RunWorld
 from ..runs.steps import at_step
 from ..runs.stepworld import step_images, world_tree
 from ..executors import node
+from ..executors.worlds import ReusedWorld
 from ..transport import gitcmd, remotes
 from . import cluster, perturb, store, trials as trials_mod
 from .cost import Meter, Prices, estimate, rerun_steps
@@ -194,20 +195,26 @@ def _existing_meta(git, run: str, settings: dict) -> dict | None:
 
 def _run_all(repo, setup: trials_mod.Setup, pending: list[tuple[int, int]], ex, progress) -> int:
     """Run the pending trials on the local executor (``jobs`` threads); how many finished."""
-    local = threading.local()
+    local, worlds = threading.local(), []
 
     def one(trial: tuple[int, int]) -> dict | None:
         if setup.meter.stopping.is_set():
             return None
-        if not hasattr(local, "repo"):  # a repository object per thread
+        if not hasattr(local, "repo"):  # a repository object and a reused world directory per thread
             local.repo = type(repo)(pygit2.Repository(str(repo.git_dir)))
-        return trials_mod.run_trial(local.repo, setup, *trial)
+            local.worlds = ReusedWorld(local.repo)
+            worlds.append(local.worlds)
+        return trials_mod.run_trial(local.repo, setup, *trial, local.worlds)
 
     def done(row: dict | None) -> None:
         if row is not None and progress is not None:
             progress(row)
 
-    rows = ex.map(one, pending, on_result=done, on_error=lambda e: setup.meter.halt())
+    try:
+        rows = ex.map(one, pending, on_result=done, on_error=lambda e: setup.meter.halt())
+    finally:
+        for w in worlds:
+            w.close()
     return sum(1 for row in rows if row is not None)
 
 

@@ -7,9 +7,15 @@ recorded exchanges after step N while the agent asks exactly what it asked
 (the sticky tail), then goes live, and writes every step on that ref. The
 agent starts in step 0's world and redoes the prefix from the tape (its world
 checked at each step). That world is a copy-on-write mount of the run's step 0 (``git pf mount --rw``, run
-as a command: the mount daemon is the CLI's to import) or, without FUSE, a
-checkout into a temporary directory; either is gone when the trial ends. A
-trial stopped by the spend meter writes no verdict: it is not finished.
+as a command: the mount daemon is the CLI's to import), gone when the trial
+ends, or, without FUSE, the world directory of the worker
+(``executors.worlds.ReusedWorld``): the trials a worker runs one after another
+start from the same image's world, so the first is checked out and each next
+one gets it back as a fresh checkout leaves it, by moving only what the trial
+before changed (docs/scale.md, "One world per worker"). The agent runs in a
+process group of its own, killed when it exits, so nothing it left running
+changes the next trial's world. A trial stopped by the spend meter writes no
+verdict: it is not finished.
 Writes refs under ``refs/pf/blame/<run>/`` only.
 """
 from __future__ import annotations
@@ -24,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import PfError
+from ..executors.worlds import ReusedWorld
 from ..layers.trace import exchange, tape as tape_mod
 from ..runs.llm import wire
 from ..runs import forking, runon
@@ -46,8 +53,12 @@ def _pf(repo, *args: str) -> subprocess.CompletedProcess:
 
 
 @contextmanager
-def trial_world(repo, image: str, mount: bool):
-    """The world of ``image`` in a fresh directory for the block: a copy-on-write mount, or a checkout."""
+def trial_world(repo, image: str, mount: bool, worlds: ReusedWorld | None = None):
+    """The world of ``image`` for the block: a copy-on-write mount in a fresh directory, or the
+    directory ``worlds`` reuses (brought back to a fresh checkout of ``image``), or a checkout."""
+    if not mount and worlds is not None:
+        yield worlds.enter(image)
+        return
     tmp = Path(tempfile.mkdtemp(prefix="pf-blame-"))
     world = tmp / "world"
     try:
@@ -138,8 +149,9 @@ def change(setup: Setup, step: int, k: int, ups: Upstreams, spent: list[float]):
     return reply_change(setup.perturb_spec, setup.perturb_fn, setup.seed, step, k, ups, metered)
 
 
-def run_trial(repo, setup: Setup, step: int, k: int) -> dict | None:
-    """Run trial ``k`` at ``step``; its verdict row, or None when the spend meter stopped it."""
+def run_trial(repo, setup: Setup, step: int, k: int, worlds: ReusedWorld | None = None) -> dict | None:
+    """Run trial ``k`` at ``step``; its verdict row, or None when the spend meter stopped it.
+    ``worlds``: the world directory this worker's trials reuse (without it, one of the trial's own)."""
     git = repo.git
     ups = Upstreams.from_repo(git, list(setup.upstreams))
     spent = [0.0]
@@ -153,11 +165,11 @@ def run_trial(repo, setup: Setup, step: int, k: int) -> dict | None:
 
     try:
         start = fork.id if setup.how.resume_world else at_step(git, fork.id, 0)
-        with trial_world(repo, start, setup.mount) as world:
+        with trial_world(repo, start, setup.mount, worlds) as world:
             sticky = [e for e in setup.entries if e["step"] > step]
             result, prefix = runon.run(repo, ref, setup.cmd, upstreams=setup.upstreams, world=world, stop=stop,
                                        sticky=sticky, on_live=on_live, output=subprocess.DEVNULL,
-                                       ignore=setup.ignore, **setup.how.kwargs())
+                                       ignore=setup.ignore, group=True, **setup.how.kwargs())
             if setup.meter.stopping.is_set():
                 return None
             outcome, reason = _outcome(git, setup.grader, world, result, prefix)

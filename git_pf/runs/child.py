@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import threading
 from pathlib import Path
@@ -52,12 +53,14 @@ def start_check(cmd: list[str], env) -> None:
         raise ChildNotStarted(f"{exe}: No such file or directory", 127)
 
 
-def start(cmd: list[str], env: dict[str, str], cwd: Path | None = None, output=None) -> subprocess.Popen:
-    """Start CMD; ``output`` (a file or ``subprocess.DEVNULL``) takes its stdout and stderr instead of ours."""
+def start(cmd: list[str], env: dict[str, str], cwd: Path | None = None, output=None,
+          group: bool = False) -> subprocess.Popen:
+    """Start CMD; ``output`` (a file or ``subprocess.DEVNULL``) takes its stdout and stderr instead of ours;
+    ``group``: in a process group of its own (``end_group`` ends what is left of it)."""
     start_check(cmd, env)
     exe = cmd[0]
     try:
-        return subprocess.Popen(cmd, env=env, cwd=cwd, stdout=output, stderr=output)
+        return subprocess.Popen(cmd, env=env, cwd=cwd, stdout=output, stderr=output, start_new_session=group)
     except FileNotFoundError:
         raise ChildNotStarted(f"{exe}: command not found", 127) from None
     except PermissionError:
@@ -84,6 +87,14 @@ def wait(proc: subprocess.Popen, stop: threading.Event, tick: Callable[[], None]
     except BaseException:  # an interrupt: the child does not outlive us
         _stop(proc)
         raise
+
+
+def end_group(proc: subprocess.Popen) -> None:
+    """Kill every process left in the group of a child started with ``group`` (it has exited)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # nothing left
+        pass
 
 
 def _stop(proc: subprocess.Popen) -> int:

@@ -180,11 +180,16 @@ def world_env(base: dict[str, str], proxy: Proxy, world: Path | None) -> dict[st
 
 
 def drive(cmd: list[str], env: dict[str, str], recorder: Recorder | None,
-          stop: threading.Event | None = None, tick=lambda: None, output=None) -> int:
+          stop: threading.Event | None = None, tick=lambda: None, output=None, group: bool = False) -> int:
     """Run the child until it exits (or ``stop``), then let the recorder finish its steps; its exit code.
-    ``output``: where the child's stdout and stderr go (default: ours)."""
-    proc = child.start(cmd, env, output=output)
-    code = child.wait(proc, stop or threading.Event(), tick)
+    ``output``: where the child's stdout and stderr go (default: ours). ``group``: the child in a
+    process group of its own, whatever is left of it killed when it exits (its world is reused)."""
+    proc = child.start(cmd, env, output=output, group=group)
+    try:
+        code = child.wait(proc, stop or threading.Event(), tick)
+    finally:
+        if group:
+            child.end_group(proc)
     if recorder is not None:
         recorder.drain()
     return code

@@ -65,7 +65,7 @@ class RunWorld:
 def run(repo, branch: str, cmd: list[str], *, upstreams: list[str] = (), fs_root: Path | None = None,
         inject: bool = True, world: Path | None = None, stop: threading.Event | None = None,
         sticky: list[dict] = (), on_live=None, output=None, resume_world: bool = False,
-        world_check: bool = True, ignore=(), isolate: bool = True) -> tuple[RunResult, object]:
+        world_check: bool = True, ignore=(), isolate: bool = True, group: bool = False) -> tuple[RunResult, object]:
     """Run CMD from BRANCH's tip on; the result and the prefix replayer (its ``mismatch``, its
     world divergence ``world`` and the ``fork_step``).
 
@@ -75,7 +75,8 @@ def run(repo, branch: str, cmd: list[str], *, upstreams: list[str] = (), fs_root
     the child. ``sticky``: recorded exchanges after the fork's step, served while the requests
     match them (the sticky tail). ``on_live(entry)``: each exchange the upstream answered.
     ``output``: where the child's stdout and stderr go (default: ours). ``ignore``: matching rules
-    (``matching.Rules`` or ``--ignore-field`` paths) besides those stored with the run."""
+    (``matching.Rules`` or ``--ignore-field`` paths) besides those stored with the run. ``group``: CMD in a
+    process group of its own, killed when it exits (a blame trial's, whose world the next one reuses)."""
     from . import child, inject as inject_mod
     from .channel import write_replay_file
     from .forward import Upstreams
@@ -114,7 +115,8 @@ def run(repo, branch: str, cmd: list[str], *, upstreams: list[str] = (), fs_root
             with Proxy(RunOn(replayer, recorder)) as proxy:
                 env = inject_mod.child_env(world_env(dict(os.environ), proxy, world), mode="run",
                                            channel=writer.channel, replay_file=replay_file, inject=inject)
-                code = drive(isolated_cmd(cmd, world, place, env, Path(tmp)), env, recorder, stop, output=output)
+                code = drive(isolated_cmd(cmd, world, place, env, Path(tmp)), env, recorder, stop, output=output,
+                             group=group)
         failed = (replayer.mismatch is not None or replayer.world is not None) and recorder.steps == 0
         tip = plan.tip if failed else writer.finish(code).id  # a run that never went on writes nothing
     finally:
