@@ -50,6 +50,7 @@ def header(fallback: str) -> str:
         f"#define PF_TOKEN_BASE {_c_string(base)}",
         f"#define PF_TOKEN_BASE_LEN {len(base)}",
         f"#define PF_SERVED {_c_list(sorted(client.SERVED))}",
+        f"#define PF_SERVED_WITHOUT_TERMINAL {_c_list(sorted(client.SERVED_WITHOUT_TERMINAL))}",
         f"#define PF_IN_PROCESS_ARGS {_c_list(client.IN_PROCESS_ARGS)}",
         f"#define PF_START_ENV {_c_list(client._START_ENV)}",
         "#define PF_FORWARDED {" + ", ".join(str(int(s)) for s in client.FORWARDED) + "}",

@@ -286,20 +286,35 @@ static int disabled(void) {
     return !strcmp(s, "0") || !strcmp(s, "false") || !strcmp(s, "no") || !strcmp(s, "off");
 }
 
+/* Whether this process has a controlling terminal (client.py: has_terminal). */
+static int has_terminal(void) {
+    int fd = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    close(fd);
+    return 1;
+}
+
 static int served(int argc, char **argv) {
     static const char *const commands[] = PF_SERVED, *const in_process[] = PF_IN_PROCESS_ARGS;
-    int ok = 0;
+    static const char *const without_terminal[] = PF_SERVED_WITHOUT_TERMINAL;
+    int ok = 0, needs_no_terminal = 0;
     if (argc < 2 || disabled())
         return 0;
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
         ok |= !strcmp(argv[1], commands[i]);
+    for (size_t i = 0; i < sizeof without_terminal / sizeof *without_terminal; i++)
+        needs_no_terminal |= !strcmp(argv[1], without_terminal[i]);
+    ok |= needs_no_terminal;
     for (int a = 1; ok && a < argc; a++)
         for (size_t i = 0; i < sizeof in_process / sizeof *in_process; i++) {
             size_t n = strlen(in_process[i]);
             if (!strncmp(argv[a], in_process[i], n) && (argv[a][n] == 0 || argv[a][n] == '='))
                 ok = 0;
         }
-    return ok && !isatty(0); /* a terminal on stdin: prompts and editors read it; in-process */
+    /* a terminal on stdin: prompts and editors read it; in-process. push and fetch also with
+     * a controlling terminal: ssh and credential helpers prompt on /dev/tty */
+    return ok && !isatty(0) && !(needs_no_terminal && has_terminal());
 }
 
 /* -- the request ---------------------------------------------------------------------- */

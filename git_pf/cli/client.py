@@ -22,6 +22,10 @@ from ..core.gitdir import SUN_PATH_MAX, find_git_dir, private_dir, socket_path  
 # Everything else (record, replay, run, serve, blame, mount, hook, transport, ...) runs in-process.
 SERVED = frozenset({"snapshot", "show", "log", "diff", "merge", "ls", "branch", "tag", "switch", "fsck",
                     "checkout", "fork", "verify", "mounts", "-h", "--help"})
+# Commands the server runs only for a client with no controlling terminal: ssh and credential
+# helpers prompt on /dev/tty, which the server's children do not have; with none, no prompt can be
+# lost, since the client could not have shown one either (docs/server.md, "Push and fetch").
+SERVED_WITHOUT_TERMINAL = frozenset({"push", "fetch"})
 # Arguments that may talk to a terminal or a passphrase prompt, or to a mount's daemon: in-process.
 IN_PROCESS_ARGS = ("--edit", "-S", "--gpg-sign", "--mount")
 # The wire's version (docs/server.md, "The wire"): part of the token, so a client of another
@@ -63,7 +67,7 @@ def disabled() -> bool:
 def route(argv: list[str]) -> str | None:
     """The git directory whose server may run ``argv`` (the arguments after the program), or
     None when the command runs in this process."""
-    if IN_SERVER or not argv or disabled() or argv[0] not in SERVED:
+    if IN_SERVER or not argv or disabled() or (argv[0] not in SERVED and argv[0] not in SERVED_WITHOUT_TERMINAL):
         return None
     if any(a == p or a.startswith(p + "=") for a in argv for p in IN_PROCESS_ARGS):
         return None
@@ -72,7 +76,18 @@ def route(argv: list[str]) -> str | None:
             return None
     except OSError:
         pass
+    if argv[0] in SERVED_WITHOUT_TERMINAL and has_terminal():
+        return None
     return find_git_dir(os.environ.get("GIT_PF_REPO") or ".")
+
+
+def has_terminal() -> bool:
+    """Whether this process has a controlling terminal (``/dev/tty`` opens): a prompt could reach it."""
+    try:
+        os.close(os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC))
+    except OSError:
+        return False
+    return True
 
 
 # -- the wire: each message is a 4-byte length and then fields, each a 4-byte length and bytes --
