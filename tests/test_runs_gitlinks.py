@@ -263,3 +263,103 @@ def test_a_link_is_resolved_as_the_agent_sees_it_symlinks_of_the_world_followed(
     assert private_dirs((Link(".git", "gitdir", "esc/../outside/.git"),), str(world), shown) == [real]
     assert private_dirs((Link(".git", "gitdir", "home/inner"),), str(world), shown) == []
     assert private_dirs((Link("inner/.git", "symlink", str(outside / ".git")),), str(world), shown) == [real]
+
+
+def bad_link_run(run_pf, root: Path, tmp_path: Path, name: str = "bad") -> Path:
+    """A run recorded in a sandbox whose ``.git`` file names a plain directory; the sandbox removed."""
+    sb, script, plain = tmp_path / "sb", tmp_path / "agent.sh", tmp_path / "plain"
+    sb.mkdir()
+    plain.mkdir(exist_ok=True)
+    script.write_text(ASK_ONCE)
+    (sb / ".git").write_text(f"gitdir: {plain}\n")
+    with FakeLLM(["hi"]) as fake:
+        run_pf("record", "--name", name, "--fs-root", sb, "--upstream", fake.url, "--", "sh", script, cwd=root)
+    shutil.rmtree(sb)
+    return script
+
+
+def test_run_from_a_fork_refuses_a_bad_git_link_before_its_fs_root_is_written(repo, run_pf, tmp_path):
+    root = repo.git_dir.parent
+    script = bad_link_run(run_pf, root, tmp_path)
+    (tmp_path / "reply.txt").write_text("changed")
+    run_pf("fork", "bad", "--at-step", "1", "--response", tmp_path / "reply.txt", "--name", "alt", cwd=root)
+    tip = git(root, "rev-parse", "refs/pf/heads/alt")
+    with FakeLLM(["live"]) as live:
+        proc = run_pf("run", "alt", "--upstream", live.url, "--fs-root", tmp_path / "w", "--", "sh", script,
+                      cwd=root, check=False)
+        assert live.requests == []
+    refused(proc, "git link '.git' names")
+    assert "not a git directory" in proc.stderr
+    assert not (tmp_path / "w").exists() and git(root, "rev-parse", "refs/pf/heads/alt") == tip
+
+
+@pytest.mark.skipif(not (shutil.which("fusermount3") and Path("/dev/fuse").exists()), reason="no FUSE here")
+def test_replay_refuses_a_bad_git_link_before_it_mounts(repo, run_pf, tmp_path):
+    root = repo.git_dir.parent
+    script = bad_link_run(run_pf, root, tmp_path)
+    proc = run_pf("replay", "bad", "--mount", tmp_path / "m", "--", "sh", script, cwd=root, check=False)
+    refused(proc, "git link '.git' names")
+    assert not (tmp_path / "m").exists()  # a mount makes its directory: none was made
+    assert run_pf("mounts", cwd=root).stdout.strip() in ("", "no mounts")
+
+
+def test_a_temporary_world_is_checked_where_it_is_made(repo, run_pf, tmp_path):
+    """Without --fs-root the world goes to a new directory under $TMPDIR: a link naming a plain
+    directory there (by a name the check could take for the world's own) is outside the world,
+    refused in one line before the world is checked out, by replay and by run."""
+    root, temp = repo.git_dir.parent, tmp_path / "temp"
+    (temp / "pf-world-new").mkdir(parents=True)
+    sb, script = tmp_path / "sb", tmp_path / "agent.sh"
+    sb.mkdir()
+    script.write_text(ASK_ONCE)
+    (sb / ".git").write_text(f"gitdir: {temp / 'pf-world-new'}\n")
+    with FakeLLM(["hi"]) as fake:
+        run_pf("record", "--name", "run", "--fs-root", sb, "--upstream", fake.url, "--", "sh", script, cwd=root)
+    shutil.rmtree(sb)
+    (tmp_path / "reply.txt").write_text("changed")
+    run_pf("fork", "run", "--at-step", "1", "--response", tmp_path / "reply.txt", "--name", "alt", cwd=root)
+    with FakeLLM(["live"]) as live:
+        for args in (("replay", "run", "--keep-world"), ("run", "alt", "--upstream", live.url)):
+            proc = run_pf(*args, "--", "sh", script, cwd=root, env={"TMPDIR": str(temp)}, check=False)
+            refused(proc, "git link '.git' names")
+            assert "not a git directory" in proc.stderr
+            assert [p.name for p in temp.iterdir()] == ["pf-world-new"]  # no world was checked out
+        assert live.requests == []
+
+
+def test_a_submodules_config_reached_through_a_symlink_is_followed_and_checked(repo, run_pf, tmp_path):
+    """A submodule's git directory in the world whose ``config`` is a symlink: git reads it, and
+    ``git config`` writes it, through the symlink. Out of the world it must be a config of a git
+    directory of the user's, then kept private; a plain file is refused in one line, and so is a
+    config in the world whose core.worktree names a directory outside it."""
+    root = repo.git_dir.parent
+    script = tmp_path / "agent.sh"
+    script.write_text(ASK_ONCE + 'cd "$GIT_PF_WORLD/sub" && git config pf.agent wrote\n')
+    top, _ = with_submodule(tmp_path)
+    config = top / ".git" / "modules" / "sub" / "config"
+    original = config.read_bytes()
+    other, plain, elsewhere = project(tmp_path / "other"), tmp_path / "plain", project(tmp_path / "elsewhere")
+    plain.mkdir()
+    (plain / "config").write_bytes(original)
+    (top / "notes").mkdir()
+    (top / "notes" / "cfg").write_bytes(original + f"[core]\n\tworktree = {elsewhere}\n".encode())
+    for name, target in (("other", other / ".git" / "config"), ("plain", plain / "config"),
+                         ("inside", "../../../notes/cfg")):
+        config.unlink()
+        config.symlink_to(target)
+        with FakeLLM(["hi"]) as fake:
+            run_pf("record", "--name", name, "--fs-root", top, "--upstream", fake.url, "--", "sh", script, cwd=root)
+    (plain / "config").write_bytes(original)
+    git(other, "config", "--unset", "pf.agent")
+    shutil.rmtree(top)
+    before, kept = fingerprint(other), (plain / "config").read_bytes()
+    proc = run_pf("replay", "other", "--json", "--", "sh", script, cwd=root, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert fingerprint(other) == before  # the agent's git config went to a private overlay
+    proc = run_pf("replay", "plain", "--fs-root", tmp_path / "w", "--", "sh", script, cwd=root, check=False)
+    refused(proc, "git link '.git/modules/sub/config' names")
+    assert "not a git directory" in proc.stderr and not (tmp_path / "w").exists()
+    proc = run_pf("replay", "inside", "--fs-root", tmp_path / "w", "--", "sh", script, cwd=root, check=False)
+    refused(proc, "core.worktree names")
+    assert str(elsewhere) in proc.stderr and not (tmp_path / "w").exists()
+    assert (plain / "config").read_bytes() == kept

@@ -94,7 +94,7 @@ def replay(
     if keep_world and (mount is not None or fs_root is not None):
         raise UsageError("--keep-world is for the temporary world: --fs-root DIR stays anyway, a --mount is discarded")
     repo = open_repo()
-    with _mounted(repo, rev, mount, list(cmd)) as world:
+    with _mounted(repo, rev, mount, list(cmd), not no_isolate) as world:
         report = do_replay(repo, rev, list(cmd), realtime=realtime, ignore=ignore, allow_effects=allow_effects,
                            fs_root=fs_root, world=world, keep_world=keep_world, world_check=not no_world_check,
                            isolate=not no_isolate)
@@ -105,18 +105,21 @@ def replay(
 
 
 @contextmanager
-def _mounted(repo, rev: str, directory: Optional[str], cmd: List[str]):
+def _mounted(repo, rev: str, directory: Optional[str], cmd: List[str], isolate: bool = True):
     """Step 0 of REV's run mounted copy-on-write at ``directory`` for the block (None: nothing mounted);
-    the mount's changes are discarded when it ends."""
+    the mount's changes are discarded when it ends. What replay refuses (CMD, the world's git
+    links: ``isolation``) is refused before anything is mounted."""
     if directory is None:
         yield None
         return
     from ..runs import child
-    from ..runs.replaying import plan_of
+    from ..runs.replaying import isolation, plan_of
 
     child.start_check(cmd, os.environ)  # before anything is mounted
+    first = plan_of(repo, rev).first
+    isolation(repo.git, first, first, isolate, Path(directory))
     manage = mount_manager()
-    manage.mount(repo, plan_of(repo, rev).first, directory, rw=True)
+    manage.mount(repo, first, directory, rw=True)
     try:
         yield Path(directory)
     finally:

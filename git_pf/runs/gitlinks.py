@@ -16,7 +16,11 @@ it would anywhere); one that is there but is not a git directory of this user (a
 ``/etc``, a plain directory) is refused in one line, and so is a git directory, outside the
 world or in it (its config then a ``worktree`` link of the image), whose ``core.worktree``
 names a directory outside the world (git, finding that directory through a ``.git`` file or
-in it, takes it as the work tree and would write there). The text of a link comes from the
+in it, takes it as the work tree and would write there). A git directory's ``config`` (or
+``config.worktree``) that is a symlink is followed as git follows it: in the world, its
+``core.worktree`` is checked as well; outside it, it must lie at the top of a git directory of
+this user, which is overlaid too (``git config`` there writes through the symlink), else the
+world is refused. The text of a link comes from the
 image, possibly fetched: it is only read, never followed to write. Writes nothing.
 """
 from __future__ import annotations
@@ -36,6 +40,7 @@ MAX_CONFIG = 1 << 20  # a git directory's config in the world, read from the ima
 MAX_HOPS = 40  # symlinks followed resolving one path, as the kernel allows
 # overlayfs takes its directories in one option string, where these separate or escape
 UNSAFE_CHARS = (",", ":", "\\", "\n")
+SYMLINKS = ("symlink", "configlink")  # links that are symlinks of the world, named relative to where they are
 
 
 @dataclass(frozen=True)
@@ -43,8 +48,9 @@ class Link:
     """One link in the world: ``path`` (world-relative, ``/``-separated), ``kind`` (``gitdir``: a
     ``.git`` file; ``symlink``: a ``.git`` symlink; ``commondir``: a git directory's
     ``commondir`` file; ``worktree``: a ``core.worktree`` in a git directory's ``config`` or
-    ``config.worktree``) and the path it names (``target``, as written; relative to the link's
-    directory, or to its git directory for ``commondir`` and ``worktree``)."""
+    ``config.worktree``; ``configlink``: such a config that is a symlink) and the path it names
+    (``target``, as written; relative to the link's directory, or to its git directory for
+    ``commondir`` and ``worktree``)."""
 
     path: str
     kind: str
@@ -66,7 +72,11 @@ def links(git, image: str) -> tuple[Link, ...]:
             path = posixpath.join(rel, os.fsdecode(name))
             if mode == MODE_TREE:
                 todo.append((path, child))
-            elif gitdir and name in (b"config", b"config.worktree") and mode != MODE_LINK:
+            elif gitdir and name in (b"config", b"config.worktree") and mode == MODE_LINK:
+                link = _link(git, path, "configlink", child)
+                if link is not None:
+                    out.append(link)
+            elif gitdir and name in (b"config", b"config.worktree"):
                 out += [Link(path, "worktree", tree) for tree in _config_work_trees(git, path, child)]
             elif name == b".git" or (name == b"commondir" and gitdir and mode != MODE_LINK):
                 kind = "symlink" if mode == MODE_LINK else "gitdir" if name == b".git" else "commondir"
@@ -82,7 +92,7 @@ def _link(git, path: str, kind: str, oid: bytes) -> Link | None:
     except DataError:
         raise PfError(f"the world's git link '{path}' is longer than {MAX_LINK} bytes: refusing to run "
                       f"where git could follow it", 2) from None
-    text = os.fsdecode(data) if kind == "symlink" else os.fsdecode(data.split(b"\n", 1)[0]).strip()
+    text = os.fsdecode(data) if kind in SYMLINKS else os.fsdecode(data.split(b"\n", 1)[0]).strip()
     if kind == "gitdir":
         if not text.startswith("gitdir:"):
             return None  # not a link: git refuses such a .git file
@@ -117,7 +127,7 @@ def _named(link: Link, shown: str) -> str:
     """The path ``link`` names, in the agent's view where the world is at ``shown`` (``..`` as the
     kernel takes it: after the symlinks before it, ``resolve``)."""
     where = posixpath.join(shown, link.path)
-    return where if link.kind == "symlink" else posixpath.join(posixpath.dirname(where), link.target)
+    return where if link.kind in SYMLINKS else posixpath.join(posixpath.dirname(where), link.target)
 
 
 def outside_maybe(found: tuple[Link, ...], root: str | None) -> Link | None:
@@ -126,7 +136,7 @@ def outside_maybe(found: tuple[Link, ...], root: str | None) -> Link | None:
     None when none may."""
     shown = "/pf-world"
     for link in found:
-        if link.kind == "symlink" and not link.target.startswith("/"):
+        if link.kind in SYMLINKS and not link.target.startswith("/"):
             named = posixpath.normpath(posixpath.join(shown, posixpath.dirname(link.path), link.target))
         else:
             named = posixpath.normpath(_named(link, shown))
@@ -148,6 +158,10 @@ class OnDisk:
     def readlink(self, rel: str) -> str | None:
         path = os.path.join(self.at, rel)
         return os.readlink(path) if os.path.islink(path) else None
+
+    def read(self, rel: str, link: Link) -> bytes | None:
+        """The file ``rel`` of the world (a symlink there not followed); None when it is no file."""
+        return _read_config(link, os.path.join(self.at, rel))
 
 
 class InImage:
@@ -183,6 +197,17 @@ class InImage:
             return os.fsdecode(read_blob(self.git, entry[1], MAX_LINK, "a symbolic link's length"))
         except DataError:
             raise PfError(f"the world's symbolic link '{rel}' is longer than {MAX_LINK} bytes", 2) from None
+
+    def read(self, rel: str, link: Link) -> bytes | None:
+        """The file ``rel`` of the world, from the image; None when it is no file."""
+        parent, name = posixpath.split(rel)
+        entry = (self._tree(parent) or {}).get(os.fsencode(name))
+        if entry is None or entry[0] in (MODE_LINK, MODE_TREE):
+            return None
+        try:
+            return read_blob(self.git, entry[1], MAX_CONFIG, "a git config's length")
+        except DataError:
+            raise _odd(link, rel, f"a git config longer than {MAX_CONFIG} bytes") from None
 
 
 def resolve(path: str, shown: str, world) -> str:
@@ -233,8 +258,28 @@ def private_dirs(found: tuple[Link, ...], world, shown: str) -> list[str]:
     def inside(p: str) -> bool:
         return _under(p, shown) or _under(p, world)
 
+    def check_config(link: Link, path: str, gitdir: str) -> None:
+        """The config ``path`` (its symlinks followed) of the git directory ``gitdir``, as git there
+        reads and writes it: one outside the world must lie in a git directory of this user (then
+        overlaid too), and no core.worktree in it may name a directory outside the world."""
+        if inside(path):
+            data = view.read(path[len(shown if _under(path, shown) else world):].lstrip("/"), link)
+        elif not os.path.lexists(path):
+            return  # git reads no config there
+        else:
+            dirs.add(_git_dir(link, posixpath.dirname(path)))
+            data = _read_config(link, path)
+        for tree in work_trees(data or b"", path):
+            tree = resolve(posixpath.join(gitdir, tree), shown, view)
+            if not inside(tree) and os.path.lexists(tree):
+                raise _odd(link, gitdir, f"its core.worktree names '{tree}', a work tree outside the world "
+                                         f"that git there would write")
+
     for link in found:
         named = resolve(_named(link, shown), shown, view)
+        if link.kind == "configlink":  # followed as git follows it
+            check_config(link, named, posixpath.dirname(posixpath.join(shown, link.path)))
+            continue
         if inside(named) or not os.path.lexists(named):
             continue  # the world is private already; git finds no repository where nothing is
         if link.kind == "worktree":
@@ -249,11 +294,8 @@ def private_dirs(found: tuple[Link, ...], world, shown: str) -> list[str]:
             with open(os.path.join(gitdir, "commondir")) as f:
                 common = f.read().strip()
         except FileNotFoundError:  # no common directory: git takes this one's core.worktree
-            for tree in _outside_work_trees(link, gitdir):
-                tree = resolve(posixpath.join(gitdir, tree), shown, view)
-                if not inside(tree) and os.path.lexists(tree):
-                    raise _odd(link, gitdir, f"its core.worktree names '{tree}', a work tree outside the world "
-                                             f"that git there would write")
+            for name in ("config", "config.worktree"):
+                check_config(link, resolve(posixpath.join(gitdir, name), shown, view), gitdir)
             continue
         except (OSError, UnicodeDecodeError):
             raise _odd(link, os.path.join(gitdir, "commondir"), "an unreadable commondir") from None
@@ -288,21 +330,22 @@ def _git_dir(link: Link, path: str, common: bool = False) -> str:
     return path
 
 
-def _outside_work_trees(link: Link, gitdir: str) -> list[str]:
-    """Every ``core.worktree`` of the git directory ``gitdir`` outside the world (its ``config``,
-    and its ``config.worktree`` where there is one)."""
-    out = []
-    for name in ("config", "config.worktree"):
-        path = os.path.join(gitdir, name)
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            continue
-        except OSError:
-            raise _odd(link, path, "a git config that cannot be read") from None
-        out += work_trees(data, path)
-    return out
+def _read_config(link: Link, path: str) -> bytes | None:
+    """The git config file ``path`` (no symlink: resolved before); None when nothing is there.
+    PfError for what git could not read as a file: unreadable, no regular file, too long."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        raise _odd(link, path, "a git config that cannot be read") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _odd(link, path, "a git config that is no regular file")
+        data = f.read(MAX_CONFIG + 1)
+    if len(data) > MAX_CONFIG:
+        raise _odd(link, path, f"a git config longer than {MAX_CONFIG} bytes")
+    return data
 
 
 def _odd(link: Link, path: str, what: str) -> PfError:

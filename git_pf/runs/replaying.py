@@ -167,7 +167,8 @@ def recorded_place(git, first: str) -> tuple[str | None, str | None]:
 
 def isolation(git, first: str, start: str, isolate: bool = True, at: Path | None = None) -> tuple:
     """Where the child of a run whose step 0 is ``first`` must see its world, starting from
-    ``start``'s, checked out at ``at`` (None: in a new temporary directory): (recorded sandbox
+    ``start``'s, checked out at ``at`` (None: somewhere not known yet, checked at a new temporary
+    directory, removed again, whose name no link can know): (recorded sandbox
     path, cwd, the world's git links); refused here (PfError, exit 2), before anything is written,
     when that needs a mount namespace and none can be made, or a git link of ``start``'s world
     names something odd (``child.git_dirs``, resolved from the image). ``(None, None, ())`` when
@@ -179,10 +180,24 @@ def isolation(git, first: str, start: str, isolate: bool = True, at: Path | None
     root, cwd = recorded_place(git, first)
     links = gitlinks.links(git, start)
     child.check_isolation(root, links=links)
-    # a new temporary directory: a name there that is not taken, as a check before it is made sees it
-    at = Path(at) if at is not None else Path(tempfile.gettempdir(), "pf-world-new")
-    child.git_dirs(at.resolve(), root, links, image=(git, start))
+    if at is None:
+        with tempfile.TemporaryDirectory(prefix="pf-world-") as tmp:
+            child.git_dirs(Path(tmp).resolve(), root, links, image=(git, start))
+    else:
+        child.git_dirs(Path(at).resolve(), root, links, image=(git, start))
     return root, cwd, links
+
+
+def new_world_dir(check) -> tuple[Path, tuple]:
+    """A new temporary directory for a world and ``check(directory)`` (``isolation``'s place), the
+    directory made first so that the world's git links are checked where it goes; removed again
+    when the check refuses."""
+    temp = Path(tempfile.mkdtemp(prefix="pf-world-"))
+    try:
+        return temp, check(temp)
+    except BaseException:
+        os.rmdir(temp)
+        raise
 
 
 def isolated_cmd(cmd: list[str], world: Path, place: tuple, env: dict, scratch: Path) -> list[str]:
@@ -239,11 +254,12 @@ def replay(repo, rev: str, cmd: list[str], *, realtime: bool = False, ignore: tu
     plan = plan_of(repo, rev)
     child.start_check(cmd, os.environ)
     # refused here, before anything is checked out, when it cannot be had
-    place = isolation(repo.git, plan.first, plan.first, isolate, world if world is not None else fs_root)
+    check = lambda at: isolation(repo.git, plan.first, plan.first, isolate, at)
     if world is not None or fs_root is not None:
+        place = check(world if world is not None else fs_root)
         world = Path(world).resolve() if world is not None else fresh_world(repo, plan.first, fs_root)
         return _replay(repo, plan, rev, cmd, world, realtime, ignore, allow_effects, world_check, place)
-    temp = Path(tempfile.mkdtemp(prefix="pf-world-"))
+    temp, place = new_world_dir(check)
     try:
         report = _replay(repo, plan, rev, cmd, fresh_world(repo, plan.first, temp), realtime, ignore,
                          allow_effects, world_check, place)

@@ -81,7 +81,7 @@ def run(repo, branch: str, cmd: list[str], *, upstreams: list[str] = (), fs_root
     from .channel import write_replay_file
     from .forward import Upstreams
     from ..layers.trace import messages as trace
-    from .replaying import fresh_world, isolated_cmd, isolation, ledger_blobs, plan_of
+    from .replaying import fresh_world, isolated_cmd, isolation, ledger_blobs, new_world_dir, plan_of
     from .steps import StepWriter, check_target, target_tip
     from .stepworld import WorldCheck
 
@@ -93,8 +93,12 @@ def run(repo, branch: str, cmd: list[str], *, upstreams: list[str] = (), fs_root
     ups = Upstreams.from_repo(git, list(upstreams))
     child.start_check(cmd, os.environ)
     start = plan.start_image if resume_world else plan.first
-    # refused here, before anything is written
-    place = isolation(git, plan.first, start, isolate, world if world is not None else fs_root)
+    # refused here, before anything is written (a temporary world's directory made first, to check there)
+    check = lambda at: isolation(git, plan.first, start, isolate, at)
+    if world is None and fs_root is None:
+        fs_root, place = new_world_dir(check)
+    else:
+        place = check(world if world is not None else fs_root)
     world = Path(world).resolve() if world is not None else fresh_world(repo, start, fs_root)
     last = max(plan.entries, key=lambda e: e["step"])
     stop = stop or threading.Event()
