@@ -237,3 +237,46 @@ def test_a_saver_serving_many_threads_keeps_the_indexes_of_recent_ones(tmp_path)
     first = saver.get_tuple({"configurable": {"thread_id": "user-0"}})  # let go of, read again from its refs
     assert first.checkpoint["channel_values"] == {"n": 0} and first.metadata["step"] == 0
     assert len(list(saver.list(None))) == 80
+
+
+def test_a_long_thread_stays_listable_and_readable_after_its_index_lets_old_checkpoints_go(tmp_path):
+    """A long thread's index keeps its newest checkpoints only (it grew by every image for the
+    whole session): every older one is still listed, read, written to and forked from, found in git."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from git_pf.integrations.langgraph_store import HOT
+
+    saver, config, ids = PfSaver(tmp_path / "repo"), {"configurable": {"thread_id": "long", "checkpoint_ns": ""}}, []
+    for n in range(3 * HOT + 10):
+        parent = {"configurable": {**config["configurable"], "checkpoint_id": ids[-1]}} if ids else config
+        ids.append(saver.put(parent, {**empty_checkpoint(), "channel_values": {"n": n}, "channel_versions": {"n": n + 1}},
+                             {"step": n}, {"n": n + 1})["configurable"]["checkpoint_id"])
+        if n % 25 == 0:
+            saver.put_writes({"configurable": {**config["configurable"], "checkpoint_id": ids[-1]}}, [("n", -n)], f"task-{n}")
+    assert len(saver._threads[Key("long")].images) <= 2 * HOT  # the index let the oldest go
+
+    def at(cid: str) -> dict:
+        return {"configurable": {**config["configurable"], "checkpoint_id": cid}}
+
+    for reader in (saver, PfSaver(tmp_path / "repo")):  # this saver, and one reading the branch afresh
+        listed = list(reader.list(config))
+        assert [t.config["configurable"]["checkpoint_id"] for t in listed] == ids[::-1]
+        assert [t.checkpoint["channel_values"]["n"] for t in listed] == list(range(len(ids)))[::-1]
+        assert [t.parent_config["configurable"]["checkpoint_id"] for t in listed[:-1]] == ids[-2::-1]
+        assert [t.config["configurable"]["checkpoint_id"] for t in reader.list(config, before=at(ids[5]))] == ids[4::-1]
+        for n, cid in enumerate(ids):
+            got = reader.get_tuple(at(cid))
+            assert got.checkpoint["channel_values"] == {"n": n} and got.metadata["step"] == n
+            assert got.pending_writes == ([(f"task-{n}", "n", -n)] if n % 25 == 0 else [])
+        assert reader.get_tuple(config).checkpoint["id"] == ids[-1]
+        assert [t.checkpoint["id"] for t in reader.list(at(ids[1]))] == [ids[1]]
+    saver.put_writes(at(ids[3]), [("n", "late")], "task-late")  # to a checkpoint long let go of
+    assert saver.get_tuple(at(ids[3])).pending_writes == [("task-late", "n", "late")]
+    fork = saver.put(at(ids[0]), {**empty_checkpoint(), "channel_values": {"n": "fork"}, "channel_versions": {"n": 99}},
+                     {"step": 1}, {"n": 99})["configurable"]["checkpoint_id"]
+    assert saver.get_tuple(config).checkpoint["id"] == fork
+    assert saver.get_tuple(at(fork)).parent_config["configurable"]["checkpoint_id"] == ids[0]
+    again = PfSaver(tmp_path / "repo")
+    assert [t.checkpoint["id"] for t in again.list(config)] == [fork, *ids[::-1]]
+    assert again.get_tuple(at(ids[3])).pending_writes == [("task-late", "n", "late")]
+    assert again.get_tuple(at(ids[-1])).checkpoint["channel_values"] == {"n": len(ids) - 1}

@@ -18,10 +18,12 @@ writes git objects, side-store objects (the world) and refs under ``refs/pf/head
 from __future__ import annotations
 
 import asyncio
+import heapq
 import os
 import sys
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -54,6 +56,13 @@ _THREADS = 64  # threads' indexes kept per saver (one let go is read from its re
 # objects of the one before, once, and libgit2 (caching on by default, up to 256 MiB a process)
 # kept every one of them (docs/integrations.md, "Memory").
 _FRESH_AFTER = 64
+
+
+_on_worker = threading.local()  # ``yes`` on a saver's own thread
+
+
+def _mark_worker() -> None:
+    _on_worker.yes = True
 
 
 def _configurable(config) -> dict:
@@ -98,9 +107,25 @@ class PfSaver(BaseCheckpointSaver[int]):
         self.fs_root = Path(fs_root) if fs_root is not None else None
         self._world = DirWorld(self.repo, self.fs_root, ()) if self.fs_root is not None else None
         self._lock = threading.RLock()
+        self._worker: tuple[int, ThreadPoolExecutor] | None = None  # (pid, one thread): see ``_run``
         self._threads: OrderedDict[st.Key, st.Thread] = OrderedDict()
         self._records: OrderedDict[str, st.Record] = OrderedDict()
         self._early: dict[tuple[st.Key, str], list] = {}  # writes sent before their checkpoint
+
+    def _run(self, work, *args):
+        """``work(*args)`` on the saver's own thread, its result or exception returned here.
+        LangGraph calls a saver from thread after thread (a pool per ``invoke``), and glibc gives
+        each thread a heap (arena) of its own that keeps what it freed: a long session's process
+        grew by every one of them. On one thread the saver's allocations reuse one heap."""
+        if getattr(_on_worker, "yes", False):
+            return work(*args)
+        worker = self._worker
+        if worker is None or worker[0] != os.getpid():  # first use, or a forked child (no thread there)
+            with self._lock:
+                if self._worker is None or self._worker[0] != os.getpid():
+                    self._worker = (os.getpid(), ThreadPoolExecutor(1, "git-pf-langgraph", _mark_worker))
+                worker = self._worker
+        return worker[1].submit(work, *args).result()
 
     # -- reading ----------------------------------------------------------
     def _thread(self, key: st.Key, fresh: bool = False) -> st.Thread:
@@ -118,13 +143,19 @@ class PfSaver(BaseCheckpointSaver[int]):
             self._threads.popitem(last=False)
         return thread
 
+    def _whole(self, key: st.Key) -> st.Thread:
+        """The thread ``key`` with every image indexed (to copy or rewrite it; not kept)."""
+        return st.load_thread(self.git, key, st.scan(self.git, key).get(key), hot=None)
+
     def _keys(self, config) -> list[st.Key]:
         if config is None:
-            return sorted(st.scan(self.git))
+            with self._lock:
+                return sorted(st.scan(self.git))
         conf = _configurable(config)
         if conf.get("checkpoint_ns") is not None:
             return [st.Key(str(conf["thread_id"]), conf["checkpoint_ns"])]
-        return sorted(k for k in st.scan(self.git, st.Key(str(conf["thread_id"]))) if k.thread == str(conf["thread_id"]))
+        with self._lock:
+            return sorted(k for k in st.scan(self.git, st.Key(str(conf["thread_id"]))) if k.thread == str(conf["thread_id"]))
 
     def _record(self, oid: str) -> st.Record:
         rec = self._records.get(oid)
@@ -174,35 +205,63 @@ class PfSaver(BaseCheckpointSaver[int]):
                             for n, (task, ch, _, _, v) in writes])
 
     def get_tuple(self, config) -> CheckpointTuple | None:
+        return self._run(self._get_tuple, config)
+
+    def _get_tuple(self, config) -> CheckpointTuple | None:
         key, wanted = _key(config), _configurable(config).get("checkpoint_id")
         with self._lock:
             thread = self._thread(key)
-            if wanted and wanted not in thread.images:  # written by another process since?
-                thread = self._thread(key, fresh=True)
-            cid = wanted or thread.latest()
-            image = thread.images.get(cid) if cid else None
+            if not wanted:
+                latest = thread.latest()
+                image = thread.images[latest] if latest else None
+            elif (image := st.find(self.git, thread, wanted)) is None:  # written by another process since?
+                image = st.find(self.git, self._thread(key, fresh=True), wanted)
             return self._tuple(key, image) if image is not None else None
 
     def list(self, config, *, filter: dict[str, Any] | None = None, before=None,
              limit: int | None = None) -> Iterator[CheckpointTuple]:
         wanted = _configurable(config).get("checkpoint_id") if config else None
         below = (before or {}).get("configurable", {}).get("checkpoint_id")
-        with self._lock:
-            found = [(cid, key, image) for key in self._keys(config)
-                     for cid, image in self._thread(key).images.items()
-                     if (not wanted or cid == wanted) and (not below or cid < below)]
-        found.sort(key=lambda x: (x[0], x[1].thread, x[1].ns), reverse=True)
-        for _, key, image in found:
-            if limit is not None and limit <= 0:
+        found = heapq.merge(*(self._listed(key, wanted, below) for key in self._run(self._keys, config)),
+                            key=lambda x: (x[0], x[1].thread, x[1].ns), reverse=True)
+        while limit is None or limit > 0:
+            tup = self._run(self._listed_tuple, found, filter)
+            if tup is None:
                 return
-            with self._lock:
-                if filter and not all(self._loads(self._record(image.oid).metadata, key, image, "langgraph/metadata").get(k) == v
-                                      for k, v in filter.items()):
-                    continue
-                tup = self._tuple(key, image)
+            if tup is False:
+                continue
             if limit is not None:
                 limit -= 1
             yield tup
+
+    def _listed_tuple(self, found: Iterator, filter: dict[str, Any] | None) -> CheckpointTuple | None | bool:
+        """The next checkpoint of ``found`` as a tuple; False when ``filter`` leaves it out, None at the end."""
+        item = next(found, None)
+        if item is None:
+            return None
+        _, key, image = item
+        with self._lock:
+            if filter and not all(self._loads(self._record(image.oid).metadata, key, image, "langgraph/metadata").get(k) == v
+                                  for k, v in filter.items()):
+                return False
+            return self._tuple(key, image)
+
+    def _listed(self, key: st.Key, wanted: str | None, below: str | None) -> Iterator[tuple[str, st.Key, st.Image]]:
+        """The thread's checkpoints (only ``wanted`` when given; those before ``below``), newest
+        first: its index, then, only when the caller reads on, the older ones read from git."""
+        with self._lock:
+            thread = self._thread(key)
+            if wanted:
+                image = st.find(self.git, thread, wanted)
+                hot, floor = ([(wanted, image)] if image is not None and (not below or wanted < below) else []), None
+            else:
+                hot = sorted(((cid, i) for cid, i in thread.images.items() if not below or cid < below), reverse=True)
+                floor = thread.floor
+        yield from ((cid, key, image) for cid, image in hot)
+        if floor is not None:
+            with self._lock:
+                older = st.older(self.git, self._thread(key), min(floor, below) if below else floor)
+            yield from ((cid, key, older[cid]) for cid in sorted(older, reverse=True))
 
     # -- writing ----------------------------------------------------------
     def _commit(self, thread: st.Thread, rec: st.Record, parent: st.Image | None, rev: int, subject: str,
@@ -233,7 +292,7 @@ class PfSaver(BaseCheckpointSaver[int]):
         image = st.Image(oid, rec.checkpoint_id, rev)
         self._remember(oid, rec)
         wanted = st.desired_heads(thread, image, parent.oid if parent is not None else None)
-        thread.add(image)
+        thread.add(image, written=True)
         if move:
             st.move_heads(git, thread, wanted, f"langgraph: {subject}")
         if cap is not None:
@@ -242,7 +301,8 @@ class PfSaver(BaseCheckpointSaver[int]):
 
     def put(self, config, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> dict:
-        self._stored(lambda: self._put(config, checkpoint, metadata, new_versions), f"checkpoint {checkpoint['id']}")
+        self._run(self._stored, lambda: self._put(config, checkpoint, metadata, new_versions),
+                  f"checkpoint {checkpoint['id']}")
         return _config(_key(config), checkpoint["id"])
 
     def _put(self, config, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions) -> None:
@@ -252,7 +312,7 @@ class PfSaver(BaseCheckpointSaver[int]):
         with self._lock:
             thread = self._thread(key)
             parent_id = conf.get("checkpoint_id")
-            parent = thread.images.get(parent_id) if parent_id else None
+            parent = st.find(self.git, thread, parent_id) if parent_id else None
             inherited = self._record(parent.oid).channels if parent is not None else {}
             writer = TreeWriter(self.git)
 
@@ -270,7 +330,7 @@ class PfSaver(BaseCheckpointSaver[int]):
             rec = st.Record(key.thread, key.ns, checkpoint["id"], parent_id, stored(saved), stored(meta), channels)
             for writes in self._early.pop((key, checkpoint["id"]), []):
                 rec.writes = self._merged_writes(rec.writes, *writes)
-            old = thread.images.get(checkpoint["id"])
+            old = st.find(self.git, thread, checkpoint["id"])
             subject = f"langgraph: {meta.get('source', 'checkpoint')} step {meta.get('step', '?')}"
             self._commit(thread, rec, parent, old.rev + 1 if old else 1, subject, world=True)
 
@@ -314,13 +374,13 @@ class PfSaver(BaseCheckpointSaver[int]):
         saved by different background jobs): the head that holds the checkpoint's child then gets
         a new image of its own checkpoint with the writes' image as second parent, so no branch is
         made for them and history only grows."""
-        self._stored(lambda: self._put_writes(config, writes, task_id, task_path), f"writes of task {task_id}")
+        self._run(self._stored, lambda: self._put_writes(config, writes, task_id, task_path), f"writes of task {task_id}")
 
     def _put_writes(self, config, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str) -> None:
         key, cid = _key(config), _configurable(config).get("checkpoint_id")
         with self._lock:
             thread = self._thread(key)
-            image = thread.images.get(cid) if cid else None
+            image = st.find(self.git, thread, cid) if cid else None
             if image is None:
                 if not cid:
                     raise UsageError("writes need configurable.checkpoint_id")
@@ -351,6 +411,9 @@ class PfSaver(BaseCheckpointSaver[int]):
     # -- threads ----------------------------------------------------------
     def delete_thread(self, thread_id: str) -> None:
         """Remove the thread's branches (every namespace), and a remote's tracking refs of them."""
+        self._run(self._delete_thread, thread_id)
+
+    def _delete_thread(self, thread_id: str) -> None:
         thread_id = str(thread_id)
         with self._lock:
             for key, found in st.scan(self.git, st.Key(thread_id)).items():
@@ -360,10 +423,13 @@ class PfSaver(BaseCheckpointSaver[int]):
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """The target thread gains the source's checkpoints: the same images (a fork, not a copy of data)."""
+        self._run(self._copy_thread, source_thread_id, target_thread_id)
+
+    def _copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         with self._lock:
             for key in self._keys({"configurable": {"thread_id": source_thread_id}}):
-                src = self._thread(key)
-                dst = self._thread(st.Key(str(target_thread_id), key.ns))
+                src = self._whole(key)
+                dst = self._whole(st.Key(str(target_thread_id), key.ns))
                 merged = st.merged(dst, src)
                 st.move_heads(self.git, dst, st.desired_heads(merged, None, None), "langgraph: copy thread")
                 self._threads.pop(dst.key, None)
@@ -371,7 +437,7 @@ class PfSaver(BaseCheckpointSaver[int]):
     def _rewrite(self, keys: list[st.Key], drop) -> None:
         """Rewrite each thread without the checkpoints ``drop(key, image)`` names."""
         for key in keys:
-            thread = self._thread(key)
+            thread = self._whole(key)
             gone = {cid for cid, image in thread.images.items() if drop(key, image)}
             if gone:
                 st.move_heads(self.git, thread, st.rewrite(self.git, thread, gone), "langgraph: rewrite")
@@ -380,6 +446,9 @@ class PfSaver(BaseCheckpointSaver[int]):
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: each namespace keeps only its latest checkpoint (its image becomes a
         root); ``delete``: the threads are deleted."""
+        self._run(self._prune, thread_ids, strategy)
+
+    def _prune(self, thread_ids: Sequence[str], strategy: str) -> None:
         if strategy not in ("keep_latest", "delete"):
             raise UsageError(f"unknown prune strategy {strategy!r} (keep_latest or delete)")
         with self._lock:
@@ -392,6 +461,9 @@ class PfSaver(BaseCheckpointSaver[int]):
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Every checkpoint whose metadata names one of ``run_ids`` leaves its thread's history."""
+        self._run(self._delete_for_runs, run_ids)
+
+    def _delete_for_runs(self, run_ids: Sequence[str]) -> None:
         runs = set(run_ids)
         with self._lock:
             self._rewrite(self._keys(None), lambda key, image: self._loads(

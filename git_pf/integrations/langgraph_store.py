@@ -17,6 +17,8 @@ LangGraph's types (it keeps ``(type, bytes)`` pairs); writes git objects and mov
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from urllib.parse import unquote_to_bytes
 
@@ -206,22 +208,70 @@ class Image:
     rev: int
 
 
+HOT = 64  # a thread's index keeps its newest HOT to 2 * HOT checkpoints; older ones are read from git
+
+
 @dataclass
 class Thread:
     """What a saver knows of one key: its heads (ref name -> image) and the newest image of each
-    checkpoint. ``local``: the heads are local branches (else a remote's tracking refs)."""
+    recent checkpoint. ``local``: the heads are local branches (else a remote's tracking refs).
+
+    Bounded however long the thread: ``images`` holds the newest image of every checkpoint whose
+    id is ``floor`` or above (of every checkpoint while ``floor`` is None; LangGraph's ids grow
+    with time), at most ``2 * hot``, the oldest let go beyond that; ``find`` reads an older one
+    from git, and the last ``hot`` found are kept in ``cold``. ``by_oid`` holds the images of
+    ``images`` and ``cold`` and the heads'. ``hot=None``: nothing is let go (``merged``, ``rewrite``)."""
 
     key: Key
     heads: dict[str, str] = field(default_factory=dict)
     local: bool = True
     images: dict[str, Image] = field(default_factory=dict)  # checkpoint id -> newest image
     by_oid: dict[str, Image] = field(default_factory=dict)
+    hot: int | None = HOT
+    floor: str | None = None
+    cold: OrderedDict[str, Image] = field(default_factory=OrderedDict)  # checkpoint id below floor -> newest image
 
-    def add(self, image: Image) -> None:
+    def add(self, image: Image, written: bool = False) -> None:
+        """Index ``image``; ``written``: just written, so the newest image of its checkpoint."""
+        cid = image.checkpoint_id
+        if self.floor is not None and cid < self.floor and cid not in self.images:
+            if written:  # a write to a checkpoint older than the index: kept with the ones found
+                self.by_oid[image.oid] = image
+                self.remember(image)
+            return  # met while loading: ``find`` reads it from git when asked
         self.by_oid[image.oid] = image
-        old = self.images.get(image.checkpoint_id)
+        old = self.images.get(cid)
         if old is None or old.rev < image.rev:
-            self.images[image.checkpoint_id] = image
+            self.images[cid] = image
+        if self.hot is not None and len(self.images) > 2 * self.hot:
+            self._trim()
+
+    def remember(self, image: Image) -> None:
+        """Keep ``image`` (of a checkpoint below ``floor``, found in git) among the last ``hot`` found."""
+        self.cold[image.checkpoint_id] = image
+        self.cold.move_to_end(image.checkpoint_id)
+        self.by_oid[image.oid] = image
+        while len(self.cold) > (self.hot or 0):
+            gone = self.cold.popitem(last=False)[1]
+            if gone.oid not in self.heads.values():
+                self.by_oid.pop(gone.oid, None)
+
+    def _trim(self) -> None:
+        """Let go of the oldest checkpoints beyond ``hot``; ``floor`` rises to the oldest kept."""
+        kept = sorted(self.images)[-self.hot:]
+        self.floor = kept[0] if self.floor is None else max(self.floor, kept[0])
+        self.images = {cid: self.images[cid] for cid in kept}
+        tips = set(self.heads.values())
+        self.by_oid = {oid: i for oid, i in self.by_oid.items()
+                       if oid in tips or i.checkpoint_id in self.images or self.cold.get(i.checkpoint_id) is i}
+
+    def known(self, cid: str) -> Image | None | bool:
+        """The newest image of ``cid`` when indexed; None when it is not a checkpoint of the thread;
+        False when it is older than the index (``find`` reads it from git)."""
+        found = self.images.get(cid) or self.cold.get(cid)
+        if found is not None or self.floor is None or cid >= self.floor:
+            return found
+        return False
 
     def latest(self) -> str | None:
         return max(self.images, default=None)
@@ -262,21 +312,59 @@ def delete_refs(git: pygit2.Repository, names) -> None:
             ref.delete()
 
 
-def load_thread(git: pygit2.Repository, key: Key, found: dict[str, dict[str, str]] | None) -> Thread:
+def _images(git: pygit2.Repository, tips) -> Iterator[Image]:
+    """The image of every commit reachable from ``tips`` (commit ids), in no set order."""
+    walker = git.walk(None, pygit2.enums.SortMode.NONE)
+    for oid in set(tips):
+        walker.push(pygit2.Oid(hex=oid))
+    for commit in walker:
+        image = image_of(commit)
+        if image is not None:
+            yield image
+
+
+def load_thread(git: pygit2.Repository, key: Key, found: dict[str, dict[str, str]] | None,
+                hot: int | None = HOT) -> Thread:
     """The thread ``key`` from its refs (``scan``'s entry): local heads, else a remote's; every
-    image reachable from them is indexed."""
+    image reachable from them is read, the newest ``hot`` to ``2 * hot`` checkpoints' indexed
+    (every one with ``hot=None``)."""
     found = found or {"local": {}, "remote": {}}
     local = bool(found["local"])
-    thread = Thread(key, dict(found["local"]) if local else _one_remote(found["remote"]), local)
-    if thread.heads:
-        walker = git.walk(None, pygit2.enums.SortMode.NONE)
-        for oid in set(thread.heads.values()):
-            walker.push(pygit2.Oid(hex=oid))
-        for commit in walker:
-            image = image_of(commit)
-            if image is not None:
-                thread.add(image)
+    thread = Thread(key, dict(found["local"]) if local else _one_remote(found["remote"]), local, hot=hot)
+    for oid in set(thread.heads.values()):  # the heads' images stay indexed, however old
+        commit = git.get(oid)
+        image = image_of(commit) if isinstance(commit, pygit2.Commit) else None
+        if image is not None:
+            thread.by_oid[oid] = image
+    for image in _images(git, thread.heads.values()):
+        thread.add(image)
     return thread
+
+
+def find(git: pygit2.Repository, thread: Thread, cid: str) -> Image | None:
+    """The newest image of checkpoint ``cid`` in the thread (read from git when older than its
+    index, then remembered); None when the thread has no such checkpoint."""
+    found = thread.known(cid)
+    if found is not False:
+        return found
+    for image in _images(git, thread.heads.values()):
+        if image.checkpoint_id == cid and (found is False or found.rev < image.rev):
+            found = image
+    if found is False:
+        return None
+    thread.remember(found)
+    return found
+
+
+def older(git: pygit2.Repository, thread: Thread, below: str) -> dict[str, Image]:
+    """Checkpoint id -> newest image of each checkpoint of the thread whose id is below ``below``,
+    read from git (kept by the caller only, not by the thread)."""
+    out: dict[str, Image] = {}
+    for image in _images(git, thread.heads.values()):
+        old = out.get(image.checkpoint_id)
+        if image.checkpoint_id < below and (old is None or old.rev < image.rev):
+            out[image.checkpoint_id] = image
+    return out
 
 
 def _one_remote(remote: dict[str, str]) -> dict[str, str]:
@@ -320,8 +408,9 @@ def move_heads(git: pygit2.Repository, thread: Thread, wanted: dict[str, str], l
 
 
 def merged(a: Thread, b: Thread) -> Thread:
-    """A thread (``a``'s key) holding the heads and images of both."""
-    out = Thread(a.key, {**{f"a/{n}": o for n, o in a.heads.items()}, **{f"b/{n}": o for n, o in b.heads.items()}})
+    """A thread (``a``'s key) holding the heads and images of both (read with ``hot=None``)."""
+    out = Thread(a.key, {**{f"a/{n}": o for n, o in a.heads.items()}, **{f"b/{n}": o for n, o in b.heads.items()}},
+                 hot=None)
     for image in [*a.by_oid.values(), *b.by_oid.values()]:
         out.add(image)
     return out
@@ -334,7 +423,7 @@ def _tips(git: pygit2.Repository, oids) -> tuple[str, ...]:
 
 
 def rewrite(git: pygit2.Repository, thread: Thread, gone: set[str]) -> dict[str, str]:
-    """Rewrite the thread's history without the images of the checkpoints ``gone``: each image
+    """Rewrite the thread (read with ``hot=None``) without the images of the checkpoints ``gone``: each image
     kept gets its nearest kept ancestors as parents (the first parent's first; trees and messages
     as they were), so an image reached only through a second parent (writes that came after the
     next checkpoint) is kept too. The heads to move to (``desired_heads``); a head left with
@@ -357,7 +446,7 @@ def rewrite(git: pygit2.Repository, thread: Thread, gone: set[str]) -> dict[str,
             thread.add(Image(written, image.checkpoint_id, image.rev))
             new[oid] = (written,)
     tips = _tips(git, [t for o in thread.heads.values() for t in new.get(o, ())])
-    kept = Thread(thread.key, {t: t for t in tips})
+    kept = Thread(thread.key, {t: t for t in tips}, hot=None)
     for t in tips:
         kept.add(thread.by_oid[t])
     return desired_heads(kept, None, None)
