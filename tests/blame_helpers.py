@@ -39,6 +39,20 @@ def fix(text, rng):
     return text.replace("BUG", "fixed")
 
 
+def messy_world(world: Path) -> Path:
+    """Fill ``world`` with what ``messy`` changes: files, an executable, a symlink, ignore rules,
+    a directory with an xattr."""
+    (world / "sub").mkdir(parents=True)
+    (world / "a.txt").write_text("a\n")
+    (world / "sub" / "b.txt").write_text("b\n")
+    (world / "run.sh").write_text("#!/bin/sh\n")
+    os.chmod(world / "run.sh", 0o755)
+    (world / ".gitignore").write_text("*.log\n")
+    (world / "link").symlink_to("a.txt")
+    os.setxattr(world / "sub", "user.d", b"dv")
+    return world
+
+
 def seen_world(world: Path) -> str:
     """What a checkout decides of ``world`` (every path, and the directory itself), as text."""
     from world_helpers import describe

@@ -93,23 +93,14 @@ def test_trials_one_after_another_in_one_world_each_start_from_a_fresh_checkout(
     """The trials a worker runs reuse one world directory (docs/scale.md, "One world per worker"):
     each trial's agent leaves it written, deleted, chmodded, with ignored files, a fifo and xattrs,
     and the next trial still starts in exactly what a fresh checkout of step 0 gives."""
-    import os
     import sys
 
-    from blame_helpers import HERE, seen_world
+    from blame_helpers import HERE, messy_world, seen_world
     from git_pf.runs.replaying import fresh_world
     from git_pf.runs.steps import at_step
 
     root = repo.git_dir.parent
-    world = root.parent / "run-world"
-    (world / "sub").mkdir(parents=True)
-    (world / "a.txt").write_text("a\n")
-    (world / "sub" / "b.txt").write_text("b\n")
-    (world / "run.sh").write_text("#!/bin/sh\n")
-    os.chmod(world / "run.sh", 0o755)
-    (world / ".gitignore").write_text("*.log\n")
-    (world / "link").symlink_to("a.txt")
-    os.setxattr(world / "sub", "user.d", b"dv")
+    messy_world(root.parent / "run-world")
     seen = tmp_path / "seen"
     seen.mkdir()
     monkeypatch.setenv("SEEN", str(seen))

@@ -66,3 +66,33 @@ def test_a_run_step_that_cannot_be_written_is_reported_as_record_reports_it(repo
     assert any("No space left on device" in f for f in out["failures"])
     assert "step images lost" in proc.stderr
     assert "Pf-Steps-Lost: 1" in git(root, "log", "-1", "--format=%B", "refs/pf/heads/alt")
+
+
+def test_forks_at_a_step_run_one_after_another_each_start_in_a_fresh_step_0_world(repo, run_pf, tmp_path):
+    """``fanout --at-step`` with one job: the forks reuse one world directory, each agent leaving
+    it written, deleted, chmodded, with ignored files, a fifo and xattrs; each next one still starts
+    in exactly what a fresh checkout of the run's step 0 gives."""
+    import json
+    import os
+    import sys
+    from pathlib import Path
+
+    import blame_helpers
+    from blame_helpers import HERE, REPLIES, by_step, messy_world, seen_world
+    from git_pf.runs.replaying import fresh_world
+    from git_pf.runs.steps import at_step
+
+    root = repo.git_dir.parent
+    messy_world(root.parent / "run-world")
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    env = {"SEEN": str(seen), "PYTHONPATH": os.pathsep.join([str(Path(HERE).parent), os.environ.get("PYTHONPATH", "")])}
+    with FakeLLM(by_step(REPLIES)) as fake:
+        blame_helpers.record(run_pf, root, fake)
+        out = json.loads(run_pf("fanout", "run", "--at-step", "3", "-n", "3", "--jobs", "1", "--perturb",
+                                "blame_helpers:fix", "--upstream", fake.url, "--json", "--", sys.executable,
+                                str(HERE), "messy", cwd=root, env=env).stdout)
+    assert [r["exit"] for r in out["forks"]] == [0, 0, 0]
+    want = seen_world(fresh_world(repo, at_step(repo.git, "run", 0), tmp_path / "fresh"))
+    starts = sorted(seen.iterdir())
+    assert len(starts) == 3 and [p.read_text() for p in starts] == [want] * 3

@@ -35,7 +35,6 @@ import os
 import re
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -49,7 +48,6 @@ from ..image import manifest as img, refs
 from ..core.errors import DataError, PfError, UsageError
 from ..executors import node
 from ..executors.worlds import ReusedWorld
-from ..runs.replaying import fresh_world, remove_world
 from ..ops.snapshot import SnapshotRequest, take
 from ..store.packfile import COMMIT, RunPackWriter, packed, packing
 from ..transport import gitcmd, remotes
@@ -178,9 +176,11 @@ def run_fork(repo, task: ForkTask, ref: str, worlds: ReusedWorld | None = None) 
                 phases_s={k: round(v, 6) for k, v in phases.items()})
 
 
-def run_step_fork(repo, task: ForkTask, target: str) -> dict:
+def run_step_fork(repo, task: ForkTask, target: str, worlds: ReusedWorld | None = None) -> dict:
     """Fork the run ``task.base`` at ``task.at.step`` with a changed reply onto ``target`` (a branch
-    name, or a full ref), run the agent on, and snapshot its final world there; the row."""
+    name, or a full ref), run the agent on, and snapshot its final world there; the row. ``worlds``:
+    the directory the forks run one after another on this thread reuse (the agent's process group
+    killed when it exits); without it, one of its own."""
     from ..blame import perturb, trials
     from ..runs import forking, runon
     from ..runs.forward import Upstreams
@@ -193,21 +193,21 @@ def run_step_fork(repo, task: ForkTask, target: str) -> dict:
                                  Upstreams.from_repo(git, list(at.upstreams)))
     where = {"ref": target} if target.startswith(refs.ROOT) else {"name": target}
     fork = forking.fork_at_step(repo, task.base, at.step, entry_change=change, **where)
-    tmp = Path(tempfile.mkdtemp(prefix="pf-fanout-"))
-    world = tmp / "world"
+    own = worlds is None
+    worlds = ReusedWorld(repo) if own else worlds
     stop = threading.Event()
     timer = threading.Timer(task.timeout_s, stop.set) if task.timeout_s else None
     try:
-        fresh_world(repo, at_step(git, fork.id, 0), world)
+        world = worlds.enter(at_step(git, fork.id, 0))
         start = time.monotonic()
-        with open(tmp / "stdout", "wb") as out:
+        with open(worlds.tmp / "stdout", "wb") as out:
             if timer is not None:
                 timer.start()
             result, _ = runon.run(repo, target, list(task.cmd), upstreams=list(at.upstreams), world=world,
-                                  stop=stop, output=out)
+                                  stop=stop, output=out, group=True)
         ms = int((time.monotonic() - start) * 1000)
         exit_ = "timeout" if stop.is_set() else str(result.exit)
-        score = score_of((tmp / "stdout").read_bytes())
+        score = score_of((worlds.tmp / "stdout").read_bytes())
         trailers = [(T_FORK, str(task.k)), (T_EXIT, exit_), (T_TIME, str(ms))]
         if score is not None:
             trailers.append((T_SCORE, repr(score)))
@@ -216,7 +216,8 @@ def run_step_fork(repo, task: ForkTask, target: str) -> dict:
     finally:
         if timer is not None:
             timer.cancel()
-        remove_world(repo, tmp, world)
+        if own:
+            worlds.close()
     return dict(row_of(git, task.name, snap.image.id), task_s=round(time.monotonic() - began, 6))
 
 
@@ -274,8 +275,8 @@ def fork_tasks(tasks: tuple[ForkTask, ...]) -> list[dict]:
             for i, work in zip(todo, works):
                 if git.references.get(work) is not None:
                     git.references.delete(work)  # a dead attempt's
-                rows[i] = run_step_fork(repo, tasks[i], work) if tasks[i].at else run_fork(repo, tasks[i], work,
-                                                                                           worlds)
+                run_one = run_step_fork if tasks[i].at else run_fork
+                rows[i] = run_one(repo, tasks[i], work, worlds)
         packs.consolidate()
         ran = time.monotonic()
         pushed = node.publish_many(repo, node.origin(repo, spec),
@@ -435,7 +436,7 @@ def fanout(repo, rev: str, n: int, cmd: list[str], *, prefix: str | None = None,
                 local.worlds = ReusedWorld(local.repo)
                 worlds.append(local.worlds)
             if task.at is not None:
-                return dict(run_step_fork(local.repo, task, task.name), ran=True)
+                return dict(run_step_fork(local.repo, task, task.name, local.worlds), ran=True)
             return dict(run_fork(local.repo, task, refs.HEADS + task.name, local.worlds), ran=True)
 
         try:
