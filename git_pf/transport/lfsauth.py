@@ -104,13 +104,17 @@ class Session:
         self.user_hint = parts.username
         self._login: dict | None = None
         self._tried = False
+        self._approving: gitcmd.Started | None = None
         self._lock = threading.Lock()
         self._local = threading.local()
 
     # -- credentials ---------------------------------------------------------------
+    @staticmethod
+    def _fields(fields: dict) -> bytes:
+        return ("".join(f"{k}={v}\n" for k, v in fields.items()) + "\n").encode()
+
     def _credential(self, action: str, fields: dict) -> dict:
-        text = "".join(f"{k}={v}\n" for k, v in fields.items()) + "\n"
-        proc = gitcmd.run(self.repo.git_dir, ["credential", action], input=text.encode(), check=False,
+        proc = gitcmd.run(self.repo.git_dir, ["credential", action], input=self._fields(fields), check=False,
                           cwd=self.repo.git.workdir or self.repo.git_dir)
         if proc.returncode != 0:
             return {}
@@ -138,9 +142,18 @@ class Session:
         return {"Authorization": "Basic " + token}
 
     def approve(self) -> None:
-        if self._login and not getattr(self, "_approved", False):
-            self._approved = True
-            self._credential("approve", self._login)
+        """Tell git's helpers the login worked: ``git credential approve`` runs while the
+        transfers go on (``finish`` waits for it)."""
+        with self._lock:
+            if self._login and self._approving is None:
+                self._approving = gitcmd.Started(self.repo.git_dir, ["credential", "approve"],
+                                                 self._fields(self._login),
+                                                 cwd=self.repo.git.workdir or self.repo.git_dir)
+
+    def finish(self) -> None:
+        """Wait for what ``approve`` started (a later ``approve`` does not start it again)."""
+        if self._approving is not None:
+            self._approving.wait()
 
     # -- requests ------------------------------------------------------------------
     def _conn(self, scheme: str, host: str, port: int | None) -> http.client.HTTPConnection:

@@ -14,6 +14,10 @@ from typing import Iterable, Protocol, runtime_checkable
 class ObjectStore(Protocol):
     """A remote's object store, seen from this repository."""
 
+    def begin_refresh(self) -> None:
+        """Start asking the remote what ``refresh`` learns, where that can run while the caller
+        works on (``refresh`` then finishes it); by default nothing."""
+
     def refresh(self) -> None:
         """Learn what the remote holds now (its index, its record), as needed before ``has``."""
 

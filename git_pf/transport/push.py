@@ -55,6 +55,7 @@ def upload_objects(repo, remote: Remote, tips: list[str], progress: Progress,
     nothing (``storerecord.publish``): then ``refs_pushed``."""
     chosen = adapters.choice(repo, remote)  # the pin; never a store only the remote's record names
     adapter = adapters.make(repo, remote, chosen)
+    adapter.begin_refresh()  # the remote is asked while the images are walked
     images = reach.walk_images(repo.git, tips)
     reached = reach.reach(repo.git, images)
     needed = reach.objects_of(repo.store, reached)

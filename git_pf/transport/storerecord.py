@@ -258,9 +258,15 @@ def _cwd(repo):
     return repo.git.workdir or repo.git_dir
 
 
-def refresh(repo, remote: Remote) -> str | None:
-    """Bring the remote's current record to its tracking ref (a fetch only when it moved); its id."""
-    theirs = gitcmd.ls_remote(repo.git_dir, remote.arg, [REF], cwd=_cwd(repo)).get(REF)
+def ask(repo, remote: Remote) -> gitcmd.Started:
+    """The ``ls-remote`` of ``refresh`` begun now, so it runs while the caller works."""
+    return gitcmd.start_ls_remote(repo.git_dir, remote.arg, [REF], cwd=_cwd(repo))
+
+
+def refresh(repo, remote: Remote, asked: gitcmd.Started | None = None) -> str | None:
+    """Bring the remote's current record to its tracking ref (a fetch only when it moved); its id.
+    ``asked``: the remote's answer as ``ask`` began asking for it."""
+    theirs = gitcmd.ls_remote(repo.git_dir, remote.arg, [REF], cwd=_cwd(repo), started=asked).get(REF)
     if theirs is not None and theirs not in repo.git.odb:
         gitcmd.run(repo.git_dir, ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--recurse-submodules=no",
                                   remote.arg, f"+{REF}:{remote.tracking(TRACKING)}"], cwd=_cwd(repo))

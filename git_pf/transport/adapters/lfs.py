@@ -107,14 +107,22 @@ class _Stream:
 
     def __iter__(self):
         unit, store = self.unit, self.store
-        ring = [bytearray(max(sum(unit.sizes[a:b]) for a, b in self.runs)) for _ in range(self._DEPTH + 2)]
+        # a buffer is made only for a run with a member to decode: a file stored raw and in the
+        # page cache needs none (making all four at the start wrote 32 MiB before the first byte)
+        ring: list[bytearray | None] = [None] * (self._DEPTH + 2)
+        largest = max(sum(unit.sizes[a:b]) for a, b in self.runs)
 
         def load(k: int) -> list:
             a, b = self.runs[k]
-            view, at, out = memoryview(ring[k % len(ring)]), 0, []
+            at, out, view = 0, [], None
             for oid, size in zip(unit.members[a:b], unit.sizes[a:b]):
                 blocks = rawframes.mapped(store, oid, size, cached_only=True)
                 if blocks is None:
+                    if view is None:
+                        slot = k % len(ring)
+                        if ring[slot] is None:
+                            ring[slot] = bytearray(largest)
+                        view = memoryview(ring[slot])
                     out.append(store.get(oid, size=size, into=view[at:at + size]))
                     at += size
                 else:
@@ -151,6 +159,7 @@ class LfsAdapter(ObjectStore):
         self._members: dict[str, list[tuple[str, int]]] | None = None
         self.fresh = False
         self.record_tip = storerecord.UNASKED  # the record's tip as ``refresh`` read it
+        self._asked = None  # the record's ls-remote, when ``begin_refresh`` started it
         # for the store record: objects this push found or sent, and where bundled ones lie
         self.record_sizes: dict[str, int] = {}
         self.record_bundles: dict[str, tuple[str, int, int]] = {}
@@ -168,10 +177,16 @@ class LfsAdapter(ObjectStore):
     def _where(self) -> str:
         return f"the store record of remote '{self.remote.arg}'"
 
+    def begin_refresh(self) -> None:
+        """Start the ls-remote of ``refresh``, so it runs while the push plans."""
+        self._asked = storerecord.ask(self.repo, self.remote)
+
     def refresh(self) -> None:
-        """Learn the remote's store record (one ls-remote; a fetch when it moved); its tip is
-        kept (``record_tip``) so the push's own record starts from it without asking again."""
-        self.record_tip = storerecord.refresh(self.repo, self.remote)
+        """Learn the remote's store record (one ls-remote, begun by ``begin_refresh`` when it was
+        called; a fetch when it moved); its tip is kept (``record_tip``) so the push's own
+        record starts from it without asking again."""
+        asked, self._asked = self._asked, None
+        self.record_tip = storerecord.refresh(self.repo, self.remote, asked)
         self._learn(self.record_tip)
         self.fresh = True
 
@@ -246,6 +261,12 @@ class LfsAdapter(ObjectStore):
         (read and hash them) ahead, the ones ready are asked about in one batch request, and
         the transfer threads PUT them meanwhile; the bytes sent. Every oid is local (the push
         checked that before)."""
+        try:
+            return self._upload(store, oids, progress)
+        finally:
+            self.http.finish()
+
+    def _upload(self, store: SideStore, oids: list[str], progress: Progress) -> int:
         wholes, sizes = self._wholes(store, oids)
         sizes.update((o, decoded_size(store.frame(o), o)) for o in oids if o not in sizes)
         units = iter(lfsbundle.plan(oids, sizes, self.bundle_target, wholes))
@@ -363,6 +384,12 @@ class LfsAdapter(ObjectStore):
 
     # -- download ----------------------------------------------------------------------
     def download(self, store: SideStore, oids: list[str], progress: Progress) -> None:
+        try:
+            self._download(store, oids, progress)
+        finally:
+            self.http.finish()
+
+    def _download(self, store: SideStore, oids: list[str], progress: Progress) -> None:
         if not self.fresh and any(o not in self.sizes for o in oids):
             self.refresh()
         wanted = [o for o in dict.fromkeys(oids) if o in self.sizes and OID_RE.match(o) and not store.has(o)]
