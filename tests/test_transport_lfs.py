@@ -164,6 +164,16 @@ def test_a_corrupt_object_on_the_server_is_refused_and_not_stored(tmp_path, lfs)
     assert _side_store_bytes(b) == 0  # nothing of the corrupt bundle was stored
 
 
+def test_a_login_that_works_is_approved_to_gits_helpers_before_the_push_ends(tmp_path, lfs):
+    a, _, _ = _lfs_repo(tmp_path, lfs, big=MiB)
+    approved = tmp_path / "approved"
+    sh("git", "config", "--add", "credential.helper", f'!f() {{ [ "$1" = store ] && cat >> {approved}; true; }}; f',
+       cwd=a)
+    pf("push", "origin", "main", cwd=a)
+    lines = approved.read_text().splitlines()
+    assert "username=pf" in lines and "password=secret" in lines and f"host=127.0.0.1:{lfs.port}" in lines
+
+
 def test_wrong_credentials_give_one_line_and_push_nothing(tmp_path, lfs):
     a, _, remote = _lfs_repo(tmp_path, lfs)
     credentials(a, lfs, password="not-the-password")
