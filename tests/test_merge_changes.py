@@ -1,7 +1,7 @@
-"""The merge foresees git's merged world while git runs (``merge.treeplan``): where git's answer
-is the one foreseen, the world's changes and summary are what a diff of git's result gives; where
-it is not (renames, names added or removed, modes changed), the merge diffs git's result as
-before; and trees foreseen vouch for nothing in the safety check of git's result."""
+"""The merge lists the changes from ours' world to git's merged world by walking both, each tree
+read once (``merge.treeplan.changes``): whatever the worlds (renames, names added or removed,
+modes changed), the changes and the summary are what a diff of git's result gives; and ours'
+trees, read as they are for it, vouch for nothing in the safety check of git's result."""
 from __future__ import annotations
 
 import tempfile
@@ -52,25 +52,18 @@ def _three(tmp_path: Path):
     return repo, b, snap(repo, "main", ours), snap(repo, "side", theirs)
 
 
-def test_a_merge_git_answers_as_foreseen_lists_the_changes_a_diff_of_its_result_lists(tmp_path):
+def test_the_changes_are_those_a_diff_of_git_s_result_lists(tmp_path):
     repo, b, o, t = _three(tmp_path)
     git = repo.git
-    forecast = treeplan.forecast(git, *(_raw_world(repo, i) for i in (b, o, t)))
-    assert forecast is not None
     merged = bytes.fromhex(_git_merge(repo, b, o, t))
-    found = forecast.changes(merged)
-    assert found is not None  # every directory here is plain: git's answer is the one foreseen
+    found = treeplan.changes(git, _raw_world(repo, o), merged)
     assert found == treeplan.diff(git, _raw_world(repo, o), merged)
     assert {p for p, _, _ in found} == {b"pkg/m1.py", b"pkg/m2.py", b"lib/sub/s3.py", b"only/t1.py", b"top.txt"}
-    # lib/sub (both sides changed other files there) was foreseen whole: its bytes come from memory
-    sub = pygit2.Oid(raw=merged)
-    sub = git[sub] / "lib" / "sub"
-    assert sub.id.raw in safepath._KNOWN
 
 
 def test_the_merged_summary_is_a_snapshot_s(tmp_path):
-    """The world summary a foreseen merge writes (files, bytes) is what a snapshot of the same
-    world counts."""
+    """The world summary a merge writes (files, bytes) is what a snapshot of the same world
+    counts."""
     repo, b, o, t = _three(tmp_path)
     result = repo.merge("side", into="main")
     assert result.status == "merged"
@@ -85,26 +78,29 @@ def test_the_merged_summary_is_a_snapshot_s(tmp_path):
     assert world_layer.report["changed"] == 5
 
 
-def test_a_rename_or_a_new_name_is_not_foreseen_and_merges_as_git_does(tmp_path):
+def test_a_rename_or_a_new_name_merges_as_git_does(tmp_path):
     repo, b, o, _ = _three(tmp_path)
     base_files = {f"pkg/m{i}.py": BODY for i in range(6)}
     theirs = snap(repo, "side", dict(base_files, **{"pkg/renamed.py": _edit(BODY, 11, "theirs")}) | {
         f"lib/sub/s{i}.py": BODY for i in range(4)} | {f"only/t{i}.py": BODY for i in range(3)} | {"top.txt": BODY})
     git = repo.git
-    forecast = treeplan.forecast(git, *(_raw_world(repo, i) for i in (b, o, theirs)))
     merged = bytes.fromhex(_git_merge(repo, b, o, theirs))
-    assert forecast is None or forecast.changes(merged) is None
+    found = treeplan.changes(git, _raw_world(repo, o), merged)
+    assert found == treeplan.diff(git, _raw_world(repo, o), merged)
+    assert any(p == b"pkg/renamed.py" for p, _, _ in found)
     result = repo.merge("side", into="main")
     assert result.status == "merged"
     assert img.subtree(git, result.image.tree, img.WORLD_FS) == merged.hex()
+    world_layer = next(r for r in result.layers if r.layer == "world")
+    assert world_layer.report["changed"] == len(found)
 
 
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(triples())
-def test_what_is_foreseen_is_never_other_than_git_s_answer(three):
-    """Whatever the three worlds, the changes the forecast lists are either None (not foreseen)
-    or exactly those of a diff of git's merged world."""
+def test_the_changes_listed_are_always_a_diff_of_git_s_answer(three):
+    """Whatever the three worlds, the changes listed are exactly those of a diff of git's merged
+    world, in the same order."""
     if not all(_no_clash(w) for w in three):
         return
     with tempfile.TemporaryDirectory() as d:
@@ -112,11 +108,9 @@ def test_what_is_foreseen_is_never_other_than_git_s_answer(three):
         b = snap(repo, "main", three[0])
         repo.create_branch("side", b.id)
         o, t = snap(repo, "main", three[1]), snap(repo, "side", three[2])
-        worlds = [_raw_world(repo, i) for i in (b, o, t)]
-        forecast = treeplan.forecast(repo.git, *worlds)
+        ours = _raw_world(repo, o)
         merged = bytes.fromhex(_git_merge(repo, b, o, t))
-        found = forecast.changes(merged) if forecast is not None else None
-        assert found is None or found == treeplan.diff(repo.git, worlds[1], merged)
+        assert treeplan.changes(repo.git, ours, merged) == treeplan.diff(repo.git, ours, merged)
 
 
 def _one_directory(tmp_path: Path):
@@ -135,21 +129,8 @@ def _one_directory(tmp_path: Path):
     return git, root, (name, mode), read_tree(git, d), tree
 
 
-def test_bytes_learnt_vouch_for_nothing(tmp_path):
-    """A tree whose bytes the merge learnt (foreseen) is checked as any tree: one holding '..' is
-    refused though its bytes came from memory."""
-    git, root, (name, mode), ((_, fm, fo), second), tree = _one_directory(tmp_path)
-    evil_d = encode_tree([(b"..", fm, fo), second])
-    evil_oid = safepath.learn_tree(evil_d)
-    assert evil_oid in safepath._KNOWN
-    evil_root = tree([(name, mode, evil_oid)])
-    with pytest.raises(DataError) as e:
-        safepath.check_tree(git, evil_root.hex(), likes=(root.hex(),))
-    assert "d/.." in e.value.message
-
-
 def test_a_tree_read_as_it_is_vouches_for_nothing(tmp_path):
-    """The merge reads ours' trees as they are while git merges (``counterpart_shape``); a tree read
+    """The merge reads ours' trees as they are to list its changes (``counterpart_shape``); a tree read
     so that holds '..' (a crafted one) is still refused wherever a world holds it, or holds a tree
     of the same entries with other ids."""
     git, root, (name, mode), ((_, fm, fo), (sn, sm, so)), tree = _one_directory(tmp_path)
@@ -163,18 +144,20 @@ def test_a_tree_read_as_it_is_vouches_for_nothing(tmp_path):
         assert "d/.." in e.value.message
 
 
-def test_many_directories_only_theirs_changed_are_listed_by_one_diff(tmp_path):
-    """Past ``THEIRS_DIFFS`` directories that are theirs' as they are, the forecast leaves the
-    listing to one diff of git's result; the merge lists every change all the same."""
-    n = treeplan.Forecast.THEIRS_DIFFS + 2
+def test_many_directories_only_theirs_changed_are_listed(tmp_path):
+    """Directories theirs' as they are, and one where theirs added a name (diffed by libgit2),
+    are all listed; the merge counts every change."""
+    n = 10
     base = {f"t{i}/a.py": BODY for i in range(n)} | {"both/x.py": BODY, "both/y.py": BODY}
     repo, _ = Repo.init(tmp_path / "repo")
     b = snap(repo, "main", base)
     repo.create_branch("side", b.id)
     o = snap(repo, "main", dict(base, **{"both/x.py": "ours\n"}))
-    t = snap(repo, "side", dict(base, **{"both/y.py": "theirs\n"}, **{f"t{i}/a.py": f"theirs {i}\n" for i in range(n)}))
-    forecast = treeplan.forecast(repo.git, *(_raw_world(repo, i) for i in (b, o, t)))
-    assert forecast is not None and forecast.changes(bytes.fromhex(_git_merge(repo, b, o, t))) is None
+    t = snap(repo, "side", dict(base, **{"both/y.py": "theirs\n", "t0/new.py": "new\n"},
+                                **{f"t{i}/a.py": f"theirs {i}\n" for i in range(n)}))
+    merged = bytes.fromhex(_git_merge(repo, b, o, t))
+    found = treeplan.changes(repo.git, _raw_world(repo, o), merged)
+    assert found == treeplan.diff(repo.git, _raw_world(repo, o), merged)
     result = repo.merge("side", into="main")
     world_layer = next(r for r in result.layers if r.layer == "world")
-    assert world_layer.report["changed"] == n + 1
+    assert world_layer.report["changed"] == n + 2

@@ -37,7 +37,7 @@ import pygit2
 
 from . import manifest as img
 from ..core.errors import DataError, UsageError
-from .tree import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, decode_tree, read_tree, tree_oid
+from .tree import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, read_tree
 from ..core.markfile import MarkFile
 
 DIR, FILE, LINK = "dir", "file", "symlink"
@@ -140,7 +140,7 @@ def _directory(git, oid: bytes, rel_dir: bytes):
     bad entry."""
     seen: set[bytes] = set()
     last = b""
-    for tname, mode, child in _read_entries(git, oid):
+    for tname, mode, child in read_tree(git, oid):
         if tname[:1] == b"." or not tname or b"/" in tname or b"\0" in tname:  # most names are none of these
             problem = tree_name_problem(tname)
             if problem:
@@ -289,45 +289,10 @@ _SHAPE_BYTES = [0]
 _SHAPE_LIMIT = 32 << 20
 
 
-# Tree bytes a caller foresaw (a merge's forecast of git's merged world: ``learn_tree``), by the
-# id computed here from them: a check meeting that id reads them from here, not from git.
-_KNOWN: dict[bytes, bytes] = {}
-_KNOWN_BYTES = [0]
-
-
-def learn_tree(data: bytes) -> bytes:
-    """The id of the tree whose raw bytes are ``data``; a check that meets a tree of that id
-    reads these bytes instead of the object (the same bytes: an id is the hash of its bytes).
-    Vouches for nothing: the tree is checked as any other."""
-    oid = tree_oid(data)
-    if _KNOWN_BYTES[0] > _SHAPE_LIMIT:
-        _KNOWN.clear()
-        _KNOWN_BYTES[0] = 0
-    if oid not in _KNOWN:
-        _KNOWN[oid] = data
-        _KNOWN_BYTES[0] += len(data)
-    return oid
-
-
-def _read_entries(git, oid: bytes) -> list:
-    """``read_tree`` of tree ``oid``, from the bytes learnt for it if any."""
-    data = _KNOWN.get(oid)
-    if data is None:
-        return read_tree(git, oid)
-    try:
-        return decode_tree(data)
-    except ValueError as e:
-        raise DataError(f"tree {oid.hex()}: {e}") from None
-
-
 def _tree_bytes(git, oid: bytes) -> bytes | None:
     """The raw bytes of tree ``oid`` (None: the object is no tree)."""
-    data = _KNOWN.get(oid)
-    if data is None:
-        kind, data = git.odb.read(pygit2.Oid(raw=oid))
-        if kind != pygit2.enums.ObjectType.TREE:
-            return None
-    return data
+    kind, data = git.odb.read(pygit2.Oid(raw=oid))
+    return data if kind == pygit2.enums.ObjectType.TREE else None
 
 
 # Shapes read from trees as they are, with no check (``counterpart_shape``): the check uses one
@@ -341,7 +306,7 @@ def counterpart_shape(git, oid: bytes) -> _Shape | None:
     remembered; None when it is no tree or its bytes do not tile into entries. Checks nothing:
     a check takes it only where ``oid`` is a counterpart, a tree at the same path of a world
     found sound or marked, whose entries a tree of another world is compared with (a merge
-    reads ours' trees so while git merges). Cheaper than the fast check's parse."""
+    reads ours' trees so to list the changes to git's merged world). Cheaper than the fast check's parse."""
     found = _SHAPES.get(oid) or _READ_AS_IS.get(oid)
     if found is None:
         data = _tree_bytes(git, oid)
@@ -465,8 +430,6 @@ def forget_sound_trees() -> None:
     _SHAPES.clear()
     _READ_AS_IS.clear()
     _SHAPE_BYTES[0] = 0
-    _KNOWN.clear()
-    _KNOWN_BYTES[0] = 0
 
 
 def prune_sound_trees(git, keep=None) -> None:
@@ -478,8 +441,8 @@ def prune_sound_trees(git, keep=None) -> None:
 
 def check_tree(git, tree_hex: str, likes: tuple[str, ...] = ()) -> None:
     """``check_world``'s checks of the world tree alone, before its attrs exist (a merge checks
-    git's merged world as soon as git wrote it, while its trees are in libgit2's cache for the
-    reads that follow); ``likes`` as for ``check_world``."""
+    git's merged world once it has listed its changes, which read its trees and ours' at the same
+    paths); ``likes`` as for ``check_world``."""
     _check_tree(git, bytes.fromhex(tree_hex), sound_marks(git), tuple(bytes.fromhex(t) for t in likes if t))
 
 

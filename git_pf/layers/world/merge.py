@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from ...image import manifest as img, safepath
+from ...image import manifest as img
 from ...image.tree import MODE_EXEC, MODE_FILE, MODE_TREE, blob_size, lookup, read_pointer
 from . import attrs as attrs_mod
 from .names import real_path, tree_path
@@ -111,30 +111,17 @@ def _prepare(ctx: MergeContext) -> tuple[list[dict], set[bytes]]:
     return attrs, set().union(*(_pointer_oids(git, s, a) for s, a in zip(sides, attrs)))
 
 
-def _forecast(ctx: MergeContext, tm: gitmerge.TreeMerge) -> treeplan.Forecast | None:
-    """git's merged world as foreseen (``treeplan``) where that can spare reading it: a clean
-    result, with one merge base, not found sound yet (a sound one is not checked again, and
-    libgit2's diff of it costs less than foreseeing it)."""
-    git = ctx.repo.git
-    if not tm.clean or len(ctx.bases) != 1 or safepath.is_sound(git, tm.tree):
-        return None
-    worlds = [entry(git, s, img.WORLD_FS) for s in (*ctx.bases, ctx.ours, ctx.theirs)]
-    if not all(w is not None and w[0] == MODE_TREE for w in worlds):
-        return None
-    return treeplan.forecast(git, *(w[1] for w in worlds))
-
-
 def _three_way(ctx: MergeContext, stand: tuple[str, str], tm: gitmerge.TreeMerge, prepared) -> LayerResult:
     git = ctx.repo.git
     ours_c, theirs_c = stand
     attrs, pointer_oids = prepared
-    forecast = _forecast(ctx, tm)  # before the check: it reads the trees foreseen from memory
-    if tm.clean:  # first, so that the diff below finds git's new trees in libgit2's cache
+    ours_world = entry(git, ctx.ours, img.WORLD_FS)
+    if ours_world is not None:  # before the check: it compares git's trees with ours' read here
+        changed = treeplan.changes(git, ours_world[1], bytes.fromhex(tm.tree))
+    else:
+        changed = treeplan.diff(git, None, bytes.fromhex(tm.tree))
+    if tm.clean:
         check_merged_tree(ctx, tm.tree)
-    changed = forecast.changes(bytes.fromhex(tm.tree)) if forecast is not None else None
-    if changed is None:  # not the merge foreseen: git's result diffed against ours'
-        ours_world = entry(git, ctx.ours, img.WORLD_FS)
-        changed = _diff(git, ours_world[1] if ours_world else None, bytes.fromhex(tm.tree))
     conflicts = _git_conflicts(tm, attrs, pointer_oids)
     pointers = {p for p, e in attrs[0].items() if e.pointer}
     flagged = {p for a in attrs for p, e in a.items() if e.pointer}
@@ -168,11 +155,6 @@ def _three_way(ctx: MergeContext, stand: tuple[str, str], tm: gitmerge.TreeMerge
 def _at(git, image, path: bytes):
     world = entry(git, image, img.WORLD_FS)
     return lookup(git, world[1], path) if world else None
-
-
-def _diff(git, a: bytes | None, b: bytes) -> list[tuple[bytes, tuple | None, tuple | None]]:
-    """Changed paths from tree ``a`` (None: empty) to ``b`` by libgit2's tree diff (no renames)."""
-    return treeplan.diff(git, a, b)
 
 
 class _Sizes:
