@@ -1,6 +1,7 @@
 """Blame trials per minute with ``--jobs 2`` against one job, on a scripted agent.
 
     python -m benchmarks.bench_blame [--steps 4] [-k 3] [--delay-ms 200] [--world auto|mount|checkout]
+    python -m benchmarks.bench_blame --reuse [--files 3000] [--repeat 3] [--steps 4] [-k 2] [--delay-ms 0]
 
 A small agent (written into the work directory) makes one chat call per step through the proxy and
 writes each reply into its world; the fake LLM server answers by step, after ``--delay-ms`` (a
@@ -9,6 +10,11 @@ model's latency). The run is recorded once, then blamed twice through the Python
 every trial forks, runs on in its own world (a copy-on-write mount where FUSE is there, else a
 checkout: ``--world``) and is graded by an oracle. Prints trials per minute of each and the ratio,
 and whether the two gave the same outcomes.
+
+``--reuse``: the same blame (one job, checkouts) in a world of ``--files`` files, with each trial's
+world checked out afresh (as before trials reused one) against the reused world directory
+(``executors.worlds.ReusedWorld``: moved back to a fresh checkout), interleaved ``--repeat``
+times, alternating which goes first; prints the median seconds per trial of each and the ratio.
 """
 from __future__ import annotations
 
@@ -46,13 +52,81 @@ def by_step(steps: int):
     return pick
 
 
+def _grid(files: int):
+    """Fill a world with ``files`` small files, 50 to a directory."""
+    def fill(world) -> None:
+        for i in range(files):
+            d = world / f"d{i // 50:03d}"
+            d.mkdir(exist_ok=True)
+            (d / f"f{i % 50:02d}.txt").write_text(f"file {i}\n" * 8)
+    return fill
+
+
+def reuse(args) -> int:
+    """Seconds per trial, each trial's world checked out afresh against one reused world directory."""
+    import statistics
+    import tempfile
+    from pathlib import Path
+
+    from git_pf.blame import engine
+    from git_pf.blame.engine import BlameOptions, blame
+    from git_pf.executors.worlds import ReusedWorld
+    from git_pf.runs.replaying import fresh_world
+
+    class Fresh(ReusedWorld):
+        """Each trial's world checked out into a new directory, the one before removed (as before)."""
+
+        def enter(self, image):
+            self.close()
+            self.tmp = Path(tempfile.mkdtemp(prefix="pf-blame-"))
+            return fresh_world(self.repo, image, self.world)
+
+    os.environ.update(git_env(), BENCH_STEPS=str(args.steps))
+    times: dict[str, list[float]] = {"fresh": [], "reused": []}
+    outcomes = {}
+    with workdir("blame-reuse") as base, FakeLLM(by_step(args.steps), delay_ms=args.delay_ms) as fake:
+        repo, agent = recorded_run(base, AGENT, fake.url, fill=_grid(args.files))
+        for r in range(args.repeat):
+            for arm in (("fresh", "reused") if r % 2 == 0 else ("reused", "fresh")):
+                engine.ReusedWorld = Fresh if arm == "fresh" else ReusedWorld
+                try:
+                    opts = BlameOptions(oracle=ORACLE, k=args.k, jobs=1, upstreams=[fake.url], name=f"{arm}{r}",
+                                        mount=False)
+                    t0 = time.perf_counter()
+                    out = blame(repo, "run", [sys.executable, str(agent)], opts)
+                    took = time.perf_counter() - t0
+                finally:
+                    engine.ReusedWorld = ReusedWorld
+                times[arm].append(took / len(out["trials"]))
+                outcomes.setdefault(arm, [(t["step"], t["trial"], t["outcome"]) for t in out["trials"]])
+                print(f"  round {r + 1} {arm}: {times[arm][-1]:.3f} s/trial (load {os.getloadavg()[0]:.1f})",
+                      file=sys.stderr)
+    fresh, reused = statistics.median(times["fresh"]), statistics.median(times["reused"])
+    same = outcomes["fresh"] == outcomes["reused"]
+    report(f"Blame trials in a world of {args.files} files ({args.steps} steps, k={args.k}, one job, checkouts), "
+           f"median of {args.repeat} interleaved rounds",
+           [("a fresh checkout per trial", f"{fresh:.3f} s/trial", ""),
+            ("one reused world directory", f"{reused:.3f} s/trial", ""),
+            ("reused against fresh", f"{fresh / reused:.2f}x faster", "same outcomes" if same else "OUTCOMES DIFFER")])
+    return 0 if same else 1
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="bench_blame")
     ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("-k", type=int, default=3)
-    ap.add_argument("--delay-ms", type=float, default=200.0)
+    ap.add_argument("-k", type=int, default=None)
+    ap.add_argument("--delay-ms", type=float, default=None)
     ap.add_argument("--world", choices=("auto", "mount", "checkout"), default="auto")
+    ap.add_argument("--reuse", action="store_true", help="fresh checkouts per trial against one reused world")
+    ap.add_argument("--files", type=int, default=3000)
+    ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args(argv)
+    if args.reuse:
+        args.k = 2 if args.k is None else args.k
+        args.delay_ms = 0.0 if args.delay_ms is None else args.delay_ms
+        return reuse(args)
+    args.k = 3 if args.k is None else args.k
+    args.delay_ms = 200.0 if args.delay_ms is None else args.delay_ms
     from git_pf.blame.engine import BlameOptions, blame
     from git_pf.blame.trials import fuse_available
 

@@ -52,15 +52,18 @@ def verdict(ok: bool) -> str:
     return "ok" if ok else "MISSED"
 
 
-def recorded_run(base: Path, agent_source: str, upstream: str):
+def recorded_run(base: Path, agent_source: str, upstream: str, fill=None):
     """A repository at ``base/repo`` holding one recorded run ``run`` of the Python agent
-    ``agent_source`` (written to ``base/agent.py``, its sandbox ``base/world``) against the LLM
-    server at ``upstream``; returns (the opened ``Repo``, the agent's path)."""
+    ``agent_source`` (written to ``base/agent.py``, its sandbox ``base/world``, ``fill(world)``
+    writing what it starts with) against the LLM server at ``upstream``; returns (the opened
+    ``Repo``, the agent's path)."""
     from git_pf import Repo
 
     agent = base / "agent.py"
     agent.write_text(agent_source)
     (base / "world").mkdir()
+    if fill is not None:
+        fill(base / "world")
     pf = [sys.executable, "-m", "git_pf"]
     subprocess.run([*pf, "init", str(base / "repo")], check=True, capture_output=True)
     subprocess.run([*pf, "record", "--name", "run", "--fs-root", str(base / "world"), "--upstream", upstream,
