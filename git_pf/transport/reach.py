@@ -3,7 +3,8 @@
 An image reaches every object named by a pointer blob anywhere in its tree
 (any layer: world, model, cache), and, for chunked content, the chunk-index
 object and every chunk it lists. A layer that names side-store objects some
-other way says which (``Layer.object_refs``: model tensors, cache pages). Reads git objects and
+other way says which (``Layer.object_refs``: model tensors, cache pages; asked only of a
+layer whose paths, ``Layer.claims``, the image's tree holds). Reads git objects and
 the local side store (chunk indexes, fetched lazily when a transport is
 attached); writes nothing.
 """
@@ -16,8 +17,9 @@ import pygit2
 
 from ..store import pointer as pointer_fmt
 from ..core.errors import DataError, PfError
-from ..image.tree import MODE_LINK, MODE_TREE, read_tree
+from ..image.tree import MODE_LINK, MODE_TREE, lookup, read_tree
 from ..layers import registry
+from ..layers.base import Layer
 from ..store.large import decode_chunk_index
 from ..store.sidestore import SideStore
 
@@ -79,7 +81,9 @@ def reach(git: pygit2.Repository, images: list[str]) -> Reach:
     """Every pointer the ``images`` hold (each once) plus objects layers name without pointers."""
     out = Reach(images=list(images))
     seen: set[bytes] = set()
-    funcs = [layer.object_refs for layer in registry.layers()]  # side-store objects named without pointers
+    # side-store objects named without pointers, asked of a layer only when the tree holds one of
+    # its paths (a push of a world alone imports no model or cache code)
+    naming = [layer for layer in registry.layers() if type(layer).object_refs is not Layer.object_refs]
     for image in images:
         tree = git[image].peel(pygit2.Tree)
         for path, data in _pointers(git, tree.id.raw, "", seen):
@@ -88,8 +92,9 @@ def reach(git: pygit2.Repository, images: list[str]) -> Reach:
             except ValueError:
                 continue
             out.needs.setdefault(ptr.oid, Need(image, path, ptr))
-        for func in funcs:
-            out.extra.update(func(git, str(tree.id)))
+        for layer in naming:
+            if not layer.claims or any(lookup(git, tree.id.raw, p) is not None for p in layer.claims):
+                out.extra.update(layer.object_refs(git, str(tree.id)))
     return out
 
 
