@@ -1,7 +1,8 @@
 """Three-way choices shared by the layer mergers: which side changed, key-wise
 merges of mappings, and path-wise merges of image subtrees.
 
-Pure decisions plus reading git trees; never writes objects, refs or files.
+Pure decisions plus reading git trees; writes only the blobs a merged layer holds
+(``blob``), never refs or files.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any, Callable, Iterable
 import pygit2
 
 from ..image.tree import MODE_FILE, MODE_TREE, diff_trees, lookup
+from ..store.packfile import BLOB, object_id
 
 MISSING: Any = object()  # a key absent on one side
 AMBIGUOUS: Any = object()  # a key on which several merge bases disagree
@@ -29,8 +31,12 @@ def base_entry(git, bases: list, path: bytes):
 
 
 def blob(git, data: bytes) -> tuple[int, bytes]:
-    """Write ``data`` as a blob; the tree entry for it."""
-    return MODE_FILE, git.odb.write(pygit2.enums.ObjectType.BLOB, data).raw
+    """Write ``data`` as a blob unless the repository holds it already (as ``TreeWriter`` writes a
+    tree: libgit2's write makes a temporary file even for an object it holds); the tree entry."""
+    raw = object_id(BLOB, data)
+    if pygit2.Oid(raw=raw) not in git.odb:
+        git.odb.write(pygit2.enums.ObjectType.BLOB, data)
+    return MODE_FILE, raw
 
 
 def pick(base, ours, theirs) -> str:
