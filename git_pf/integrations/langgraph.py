@@ -39,7 +39,7 @@ except ImportError as e:  # pragma: no cover - the extra is missing
     raise ImportError("git_pf.integrations.langgraph needs LangGraph: pip install 'git-pf[langgraph]'") from e
 
 from ..core import canonjson, config as pf_config
-from ..image import manifest as img, signing, verify as signing_verify
+from ..image import manifest as img, refs, signing, verify as signing_verify
 from ..core.errors import DataError, UsageError, WriteFailed
 from ..image.tree import TreeWriter
 from ..layers import registry
@@ -131,7 +131,7 @@ class PfSaver(BaseCheckpointSaver[int]):
     def _thread(self, key: st.Key, fresh: bool = False) -> st.Thread:
         """The thread ``key``, re-read from its refs when its branch moved since last seen."""
         cached = self._threads.get(key)
-        tip = self.git.references.get("refs/pf/heads/" + key.branch)
+        tip = refs.lookup(self.git, refs.HEADS + key.branch)
         tip = str(tip.target) if tip is not None else None
         if not fresh and cached is not None and cached.local and tip is not None and cached.heads.get(key.branch) == tip:
             self._threads.move_to_end(key)

@@ -298,7 +298,7 @@ def scan(git: pygit2.Repository, near: Key | None = None) -> dict[Key, dict[str,
         parsed = parse_branch(name)
         if parsed is None or (near is not None and parsed[0].thread != near.thread):
             continue
-        ref = git.references.get(full)
+        ref = refs.lookup(git, full)
         if ref is not None and ref.type == pygit2.enums.ReferenceType.DIRECT:
             out.setdefault(parsed[0], {"local": {}, "remote": {}})[where][name if where == "local" else full] = \
                 str(ref.target)
@@ -307,7 +307,7 @@ def scan(git: pygit2.Repository, near: Key | None = None) -> dict[Key, dict[str,
 
 def delete_refs(git: pygit2.Repository, names) -> None:
     for full in names:
-        ref = git.references.get(full)
+        ref = refs.lookup(git, full)
         if ref is not None:
             ref.delete()
 
@@ -401,7 +401,7 @@ def move_heads(git: pygit2.Repository, thread: Thread, wanted: dict[str, str], l
         refs.update_branch(git, branch, wanted[branch], old.get(branch), log)
     for name in old:
         if name not in wanted:
-            ref = git.references.get(refs.HEADS + name)
+            ref = refs.lookup(git, refs.HEADS + name)
             if ref is not None:
                 ref.delete()
     thread.heads, thread.local = dict(wanted), True
