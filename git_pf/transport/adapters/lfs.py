@@ -87,7 +87,8 @@ class _Stream:
     of any size goes out without being held or hashed again, in few hand-offs between
     threads. A member stored raw whose file is in the page cache goes out as views of its
     mapped file (``rawframes``: checked there, never copied or decoded); any other is decoded
-    into one of a few buffers used in turn. Iterated afresh for each try of the PUT."""
+    into one of a few buffers used in turn. Iterated afresh for each try of the PUT; the
+    first run of the first try may be read while the batch request is out (``start``)."""
 
     PIECE = 8 << 20
     _DEPTH = 2
@@ -104,41 +105,55 @@ class _Stream:
                 first, at = i, 0
             at += n
         self.runs.append((first, len(unit.sizes)))
+        self.largest = max(sum(unit.sizes[a:b]) for a, b in self.runs)
+        self.early = None  # (its buffers, the first run being read) from ``start``
 
-    def __iter__(self):
-        unit, store = self.unit, self.store
+    def start(self) -> None:
+        """Begin reading the first run now, on a thread of its own, for the first iteration to
+        take (a run never taken is dropped; a corrupt member's error comes with it)."""
+        ring = self._ring()
+        once = ThreadPoolExecutor(1)
+        self.early = (ring, once.submit(self._load, 0, ring))
+        once.shutdown(wait=False)  # its thread ends once the run is read
+
+    def _ring(self) -> list:
         # a buffer is made only for a run with a member to decode: a file stored raw and in the
         # page cache needs none (making all four at the start wrote 32 MiB before the first byte)
-        ring: list[bytearray | None] = [None] * (self._DEPTH + 2)
-        largest = max(sum(unit.sizes[a:b]) for a, b in self.runs)
+        return [None] * (self._DEPTH + 2)
 
-        def load(k: int) -> list:
-            a, b = self.runs[k]
-            at, out, view = 0, [], None
-            for oid, size in zip(unit.members[a:b], unit.sizes[a:b]):
-                blocks = rawframes.mapped(store, oid, size, cached_only=True)
-                if blocks is None:
-                    if view is None:
-                        slot = k % len(ring)
-                        if ring[slot] is None:
-                            ring[slot] = bytearray(largest)
-                        view = memoryview(ring[slot])
-                    out.append(store.get(oid, size=size, into=view[at:at + size]))
-                    at += size
-                else:
-                    out += blocks
-            return out
+    def _load(self, k: int, ring: list) -> list:
+        """Run ``k``: its members checked, as views (of mapped files or of a buffer of ``ring``)."""
+        a, b = self.runs[k]
+        unit, store = self.unit, self.store
+        at, out, view = 0, [], None
+        for oid, size in zip(unit.members[a:b], unit.sizes[a:b]):
+            blocks = rawframes.mapped(store, oid, size, cached_only=True)
+            if blocks is None:
+                if view is None:
+                    slot = k % len(ring)
+                    if ring[slot] is None:
+                        ring[slot] = bytearray(self.largest)
+                    view = memoryview(ring[slot])
+                out.append(store.get(oid, size=size, into=view[at:at + size]))
+                at += size
+            else:
+                out += blocks
+        return out
 
+    def __iter__(self):
+        early, self.early = self.early, None
+        ring = early[0] if early is not None else self._ring()
         # run k + _DEPTH is decoded while run k goes out: _DEPTH + 2 buffers in turn never
         # hand a worker one still being sent
         with ThreadPoolExecutor(self._DEPTH) as pool:
-            ahead = deque(pool.submit(load, k) for k in range(min(self._DEPTH, len(self.runs))))
+            ahead = deque([early[1]] if early is not None else [])
+            ahead.extend(pool.submit(self._load, k, ring) for k in range(len(ahead), min(self._DEPTH, len(self.runs))))
             nxt = len(ahead)
             try:
                 while ahead:
                     views = ahead.popleft().result()
                     if nxt < len(self.runs):
-                        ahead.append(pool.submit(load, nxt))
+                        ahead.append(pool.submit(self._load, nxt, ring))
                         nxt += 1
                     yield views  # one run: sent in few system calls (``lfsauth._Gathering``)
             finally:
@@ -325,7 +340,9 @@ class LfsAdapter(ObjectStore):
         bundles (``_Buffers``), each hashed into the bundle's sha256 as soon as it is there,
         while it is still in the processor's cache (no second pass over the bundle)."""
         if unit.name is not None:  # a whole file, hashed when it was chunked: read as it goes out
-            return unit, unit.name, _Stream(store, unit)
+            stream = _Stream(store, unit)
+            stream.start()  # its first run is read while the batch request is out
+            return unit, unit.name, stream
         if not unit.bundled:
             return unit, unit.members[0], store.get(unit.members[0], size=unit.sizes[0])
         buf = self.buffers.take(unit.size)
