@@ -23,7 +23,9 @@ import errno
 import logging
 import os
 import select
+import platform
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -43,11 +45,36 @@ CROWD_EVERY_S = 0.01  # how often the loop looks whether the machine has an idle
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 REPLY_WAIT_S = 10.0  # at unmount, how long answers still being computed may take
 DRAIN_POLL_MS = 20  # while stopping: how often to look whether the helpers have ended
+SLICE_NS = 100_000  # the fair scheduler's shortest slice, asked for the loop and the reply threads
+SCHED_SETATTR = {"x86_64": 314, "aarch64": 274, "riscv64": 274, "ppc64le": 355, "s390x": 345}  # syscall numbers
 
 
 def reply_threads() -> int:
     """Threads that compute ``Later`` answers: one per core this process may run on, at least two."""
     return max(2, CORES)
+
+
+def short_slice() -> bool:
+    """Ask the fair scheduler for its shortest slice (``SLICE_NS``) for the calling thread and the
+    threads it starts from now on; whether the kernel took it. Linux 6.12 and later let a task
+    with a shorter slice preempt the running one when it wakes up, so on a busy machine a
+    request (an ``isatty`` of a reader) is answered as soon as it comes instead of after the
+    slice of whatever else runs on that core. No privilege is needed, the thread's nice value
+    and policy stay as they are (only ``SCHED_OTHER`` threads ask), and a kernel that does not
+    know the field ignores it."""
+    number = SCHED_SETATTR.get(platform.machine())
+    if number is None or os.sched_getscheduler(0) != os.SCHED_OTHER:
+        return False
+    import ctypes
+
+    # struct sched_attr (first version, 48 bytes): size policy flags nice priority runtime deadline period
+    attr = ctypes.create_string_buffer(struct.pack("<IIQiIQQQ", 48, os.SCHED_OTHER, 0,
+                                                   os.getpriority(os.PRIO_PROCESS, 0), 0, SLICE_NS, 0, 0), 48)
+    try:
+        return ctypes.CDLL(None, use_errno=True).syscall(ctypes.c_long(number), ctypes.c_long(0), attr,
+                                                         ctypes.c_long(0)) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 class Later:
@@ -151,6 +178,8 @@ class Session:
 
     def serve(self) -> None:
         """Serve requests until the mount goes away or ``terminate`` is called."""
+        if not short_slice():  # the reply threads, started from this one, inherit the slice
+            log.debug("the fair scheduler's short slice is not available: requests wait for the running task's slice")
         buf = bytearray(BUFFER)
         view = memoryview(buf)
         fd, unpack, handlers, lock, counts = self.fd, P.IN_HEADER.unpack_from, self.handlers, self.lock, self.counts
