@@ -66,6 +66,30 @@ def test_the_spare_has_the_branch_read_before_its_command(world):
     wait_for(mapped, "the spare to read the branch ahead")
 
 
+def test_the_spare_has_every_pack_index_mapped(world):
+    """Its command looks objects up in every pack without opening one: also a pack that holds
+    nothing of the branch (a blob written by another program)."""
+    repo, _, _ = world
+    running_server(repo)
+    blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=repo, input=b"elsewhere\n",
+                          capture_output=True, check=True).stdout
+    subprocess.run(["git", "pack-objects", "-q", ".git/objects/pack/pack"], cwd=repo, input=blob,
+                   capture_output=True, check=True)
+    pack_dir = (repo / ".git" / "objects" / "pack").resolve()
+    newest = max(pack_dir.glob("*.pack"), key=lambda p: p.stat().st_mtime_ns)
+    for p in pack_dir.glob(newest.stem + ".*"):  # the oldest pack: a lookup that finds its object never reaches it
+        os.utime(p, (946684800, 946684800))
+    pf("log", cwd=repo)  # the spare after this command is forked with that pack there
+    spare = _spare(repo)
+    indexes = {os.fsencode(str(p)) for p in pack_dir.glob("*.idx")}
+    assert len(indexes) >= 2
+
+    def mapped():
+        with open(f"/proc/{spare}/maps", "rb") as f:
+            return indexes <= {line.split()[-1] for line in f if len(line.split()) > 5}
+    wait_for(mapped, "the spare to map every pack's index")
+
+
 def test_another_process_writing_between_served_commands_is_seen(world):
     """An image, then a repack that deletes every pack the spare had mapped, then a new branch
     and a switch, each made by another process while a spare waits: the next served commands

@@ -41,6 +41,7 @@ from . import client as cmdclient
 
 DEFAULT_IDLE_S = 600
 KILL_GRACE_S = 2.0  # after SIGTERM to a command whose client went away, SIGKILL
+LINGER_S = 0.1  # the next spare waits this long at most for the last command's client to end (``Server.ending``)
 READ_TIMEOUT_S = 5.0  # a client must send its whole request within this
 ASK_TIMEOUT_S = 30.0  # a spare waits this long for the parent's answer
 _PR_SET_PDEATHSIG = 1
@@ -50,6 +51,7 @@ SPARE_FAILURES = 3  # spares that end this often in a row without a command: the
 LEARN_PER_KIND = 2  # the first commands of each kind report the pages they wrote: spares warm those
 MAX_WARM_PAGES = 1 << 14  # at most 64 MiB warmed per spare
 AHEAD_IMAGES = 20  # a spare reads this many of the current branch's images before it waits (``_open_ahead``)
+AHEAD_COMMITS = 256  # and this many of its commits (``log`` walks the whole history before its first line)
 HELP_COLUMNS = 80  # top-level help is answered from the text made at start-up for a width of this or more
 HELP_ARGS = (["-h"], ["--help"])
 # What the parent loads before it forks: the CLI and what the served commands run.
@@ -248,6 +250,9 @@ class Server:
         self.git_dir = git_dir
         self.token = cmdclient.token()
         self.jobs: dict[int, Job] = {}
+        # connections of commands that ended, until their clients hang up (or LINGER_S): the next
+        # spare is forked after, so that its set-up takes no CPU from a client reading its status
+        self.ending: dict[object, float] = {}
         self.watches = cmdwatch.Watches(os.fsencode(git_dir))
         self.stopping = False
         self.terminated = False  # SIGTERM came: the loop stops
@@ -378,9 +383,10 @@ class Server:
                 self.stop()
             if self.stopping and not self.jobs and self.spare is None:
                 return
-            if self.spare is None and not self.jobs and not self.stopping:
+            if self.spare is None and not self.jobs and not self.ending and not self.stopping:
                 self._fork_spare()
             waits = [j.kill_at - now for j in self.jobs.values() if j.kill_at is not None]
+            waits += [at - now for at in self.ending.values()]
             timeout = max(0.0, min([self.idle_s - (now - self.last), 30.0, *waits]))
             fds = [self.wake_r]
             if self.spare is None:  # no spare waits on the socket and the code watch: the parent does
@@ -390,6 +396,7 @@ class Server:
                 fds.append(self.spare.ctl)
             fds += [j.conn for j in self.jobs.values() if not j.gone]
             fds += [j.report for j in self.jobs.values() if not j.said_all]
+            fds += list(self.ending)
             try:
                 ready, _, _ = select.select(fds, [], [], timeout)
             except InterruptedError:
@@ -411,6 +418,7 @@ class Server:
                 if job.kill_at is not None and time.monotonic() >= job.kill_at:
                     _kill(job.pid, signal.SIGKILL)
                     job.kill_at = None
+            self._ended(ready)
             if self.spare is None and not self.stopping and self.sock in ready:
                 self._accept()
 
@@ -675,6 +683,23 @@ class Server:
                     and int(fields[1]) in cmdclient.FORWARDED:
                 _kill(job.pid, int(fields[1]))
 
+    def _ended(self, ready: list) -> None:
+        """Let go of the connections of ended commands whose clients hung up (they have their
+        status and are gone), or that waited ``LINGER_S``."""
+        now = time.monotonic()
+        for conn, until in list(self.ending.items()):
+            gone = now >= until
+            if conn in ready:
+                try:
+                    gone = gone or not conn.recv(4096)  # a signal forwarded late: ignored
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    gone = True
+            if gone:
+                del self.ending[conn]
+                conn.close()
+
     def _report(self, job: Job) -> None:
         """Read what a command wrote to its report pipe so far (it may write more than a pipe holds)."""
         try:
@@ -726,7 +751,11 @@ class Server:
                     _send(job.conn, [b"exit", str(code).encode()] if code >= 0 else [b"signal", str(-code).encode()])
                 except OSError:
                     pass
-            job.conn.close()
+            if job.gone:
+                job.conn.close()
+            else:
+                job.conn.setblocking(False)
+                self.ending[job.conn] = time.monotonic() + LINGER_S
             self.last = time.monotonic()
             # after the client has its status: what the command taught is learnt, delaying no one
             for line in lines:
@@ -881,8 +910,8 @@ def _detach(server: Server, keep: tuple = ()) -> None:
     if server.code.fd >= 0 and server.code.fd not in keep:
         os.close(server.code.fd)
     server.watches.close_fds()
-    for job in server.jobs.values():
-        job.conn.close()
+    for conn in [j.conn for j in server.jobs.values()] + list(server.ending):
+        conn.close()
 
 
 class Ahead:
@@ -912,7 +941,7 @@ def _search_paths() -> tuple:
 def _open_ahead(git_dir: str) -> Ahead | None:
     """In a spare, before it waits: the server's repository opened, every pack index read, and
     the current branch's newest ``AHEAD_IMAGES`` images read once along first parents (commit,
-    root tree, manifest). What that leaves is keyed by object id, which never goes stale: the
+    root tree, manifest), and its commits up to ``AHEAD_COMMITS``. What that leaves is keyed by object id, which never goes stale: the
     mapped packs, libgit2's objects and the parsed manifests (``image.manifest.AHEAD``); and the
     pages that reading writes are this process's already, not copied on the command's time. The
     command reads refs and config afresh through it (libgit2 reads a ref's file on each lookup,
@@ -925,17 +954,21 @@ def _open_ahead(git_dir: str) -> Ahead | None:
     try:
         git = pygit2.Repository(git_dir)
         ahead = Ahead(git, _search_paths())
-        git.odb.exists(pygit2.Oid(raw=bytes(20)))  # a miss: every pack's index is opened
+        git.odb.exists(pygit2.Oid(raw=b"\xff" * 20))  # a miss: every pack's index is opened (not the zero id:
+        # libgit2 answers that one without looking)
     except Exception:
         return None
     try:
         branch = refs.current_branch(git)
         oid = refs.branch_tip(git, branch) if branch else None
-        for _ in range(AHEAD_IMAGES if oid else 0):
+        for _ in git.walk(oid) if oid else ():  # a walk opens the commit-graph file
+            break
+        for i in range(AHEAD_COMMITS if oid else 0):
             commit = git.get(oid)
             if not isinstance(commit, pygit2.Commit):
                 break
-            img.read_ahead(git, commit.tree_id.raw)
+            if i < AHEAD_IMAGES:
+                img.read_ahead(git, commit.tree_id.raw)
             if not commit.parent_ids:
                 break
             oid = commit.parent_ids[0]
