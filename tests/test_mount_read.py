@@ -277,6 +277,34 @@ def test_a_large_file_stored_raw_is_served_in_place_and_still_checked(pf):
     assert "checksum does not match" in log
 
 
+def _slices(pid: int) -> dict[int, int]:
+    """Each thread of ``pid`` (by thread id) -> its fair-scheduler slice, in ns."""
+    out: dict[int, int] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            sched = Path(f"/proc/{pid}/task/{tid}/sched").read_text()
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+        out[int(tid)] = next(int(line.split()[-1]) for line in sched.splitlines() if line.startswith("se.slice"))
+    return out
+
+
+def test_the_request_loop_and_its_reply_threads_run_with_the_shortest_slice(pf):
+    """On a busy machine a request is answered as soon as it comes: the request loop (and the
+    reply threads it starts) ask the fair scheduler for its 100 µs slice, so a woken daemon
+    preempts the running task instead of waiting out that task's slice (Linux 6.12+)."""
+    if "se.slice" not in Path("/proc/self/sched").read_text():
+        pytest.skip("this kernel does not show a task's slice")
+    sb = make_sandbox(pf.root)
+    image = snapshot(pf, sb)
+    mnt = pf.mount(image, pf.root / "mnt")
+    assert (mnt / "data.bin").read_bytes() == (sb / "data.bin").read_bytes()  # starts the reply threads
+    pid = mounts.for_mountpoint(str(pf.repo / ".git"), mounts.canonical(mnt))[0].pid
+    slices = _slices(pid)
+    assert slices[pid] == 100_000  # the request loop is the daemon's main thread
+    assert sum(value == 100_000 for value in slices.values()) >= 2  # and a reply thread it started
+
+
 def test_readonly_mount_refuses_writes(pf):
     sb = make_sandbox(pf.root)
     mnt = pf.mount(snapshot(pf, sb), pf.root / "mnt")
