@@ -70,6 +70,10 @@ def messy() -> int:
     n = len(list(Path(os.environ["SEEN"]).iterdir()))
     (Path(os.environ["SEEN"]) / f"{n:03d}-{os.getpid()}").write_text(seen_world(world))
     code = main()
+    if os.environ.get("PIDS"):  # something left running, which must not outlive the trial
+        import subprocess
+        left = subprocess.Popen(["sleep", "300"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        (Path(os.environ["PIDS"]) / str(left.pid)).touch()
     (world / "a.txt").write_text("A\n")  # same size
     (world / "sub" / "b.txt").unlink()
     os.chmod(world / "run.sh", 0o600)

@@ -3,12 +3,14 @@ whose step 3 decides the failure; real proxies, real child processes, real git r
 from __future__ import annotations
 
 import subprocess
+import time
 
 from git_pf.blame import perturb, store
 from git_pf.blame.engine import BlameOptions, blame
 from git_pf.blame.grade import Grader
 from git_pf.testing.fakellm import FakeLLM
 from blame_helpers import AGENT, ORACLE, REPLIES, by_step, record
+from world_helpers import gone
 
 
 def _git(root, *args):
@@ -101,14 +103,24 @@ def test_trials_one_after_another_in_one_world_each_start_from_a_fresh_checkout(
 
     root = repo.git_dir.parent
     messy_world(root.parent / "run-world")
-    seen = tmp_path / "seen"
+    seen, pids = tmp_path / "seen", tmp_path / "pids"
     seen.mkdir()
+    pids.mkdir()
     monkeypatch.setenv("SEEN", str(seen))
     with FakeLLM(by_step(REPLIES)) as fake:
         record(run_pf, root, fake)
+        monkeypatch.setenv("PIDS", str(pids))
         out = blame(repo, "run", [sys.executable, str(HERE), "messy"],
                     BlameOptions(oracle=ORACLE, k=2, steps=(2, 4), upstreams=[fake.url], mount=False, jobs=1))
     want = seen_world(fresh_world(repo, at_step(repo.git, "run", 0), tmp_path / "fresh"))
     starts = sorted(seen.iterdir())
     assert len(starts) == 6 and [p.read_text() for p in starts] == [want] * 6
     assert [r["flips"] for r in out["steps"]] == [0, 2, 0]  # the trials themselves as before
+    # what each trial's agent left running was killed when it exited (reaped by init a moment later)
+    left = [int(p.name) for p in pids.iterdir()]
+    assert len(left) == 6
+    end = time.monotonic() + 10
+    while not all(map(gone, left)) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert all(map(gone, left))
+

@@ -15,6 +15,7 @@ from git_pf.executors.worlds import ReusedWorld
 from git_pf.ops.snapshot import SnapshotRequest, take
 from git_pf.runs.replaying import fresh_world
 from transport_helpers import sh
+from world_helpers import gone
 
 
 def listing(root: Path) -> dict:
@@ -169,13 +170,6 @@ def check_forks(root: Path, rows: list[dict], fresh: Path) -> None:
         assert names(by[k]) == base
 
 
-def _gone(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
-
-
 def test_fanout_forks_on_one_thread_each_see_a_fresh_world_and_no_process_of_the_fork_before(repo, run_pf,
                                                                                               tmp_path):
     root = repo.git_dir.parent
@@ -188,6 +182,6 @@ def test_fanout_forks_on_one_thread_each_see_a_fresh_world_and_no_process_of_the
     check_forks(root, out["forks"], tmp_path / "fresh")
     pid = int((pids / "1").read_text())
     end = time.monotonic() + 10  # a killed process is reaped by init a moment later
-    while not _gone(pid) and time.monotonic() < end:
+    while not gone(pid) and time.monotonic() < end:
         time.sleep(0.05)
-    assert _gone(pid)  # what fork 1 left running was killed when its CMD exited
+    assert gone(pid)  # what fork 1 left running was killed when its CMD exited

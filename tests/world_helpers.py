@@ -70,3 +70,11 @@ def make_grid(root: Path, dirs: int, files: int, content=lambda d, f: f"{d}/{f}\
         for f in range(files):
             (root / f"d{d}" / f"f{f}.txt").write_bytes(content(d, f))
     return root
+
+
+def gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie counts: it waits only to be reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
