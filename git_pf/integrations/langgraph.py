@@ -224,27 +224,29 @@ class PfSaver(BaseCheckpointSaver[int]):
         below = (before or {}).get("configurable", {}).get("checkpoint_id")
         found = heapq.merge(*(self._listed(key, wanted, below) for key in self._run(self._keys, config)),
                             key=lambda x: (x[0], x[1].thread, x[1].ns), reverse=True)
+        batch = 1  # tuples made per trip to the saver's thread: 1, 2, 4 ... 64 (a caller may stop early)
         while limit is None or limit > 0:
-            tup = self._run(self._listed_tuple, found, filter)
-            if tup is None:
+            tuples = self._run(self._listed_tuples, found, filter, batch if limit is None else min(batch, limit))
+            for tup in tuples:
+                if limit is not None:
+                    limit -= 1
+                yield tup
+            if not tuples:
                 return
-            if tup is False:
-                continue
-            if limit is not None:
-                limit -= 1
-            yield tup
+            batch = min(2 * batch, 64)
 
-    def _listed_tuple(self, found: Iterator, filter: dict[str, Any] | None) -> CheckpointTuple | None | bool:
-        """The next checkpoint of ``found`` as a tuple; False when ``filter`` leaves it out, None at the end."""
-        item = next(found, None)
-        if item is None:
-            return None
-        _, key, image = item
-        with self._lock:
-            if filter and not all(self._loads(self._record(image.oid).metadata, key, image, "langgraph/metadata").get(k) == v
-                                  for k, v in filter.items()):
-                return False
-            return self._tuple(key, image)
+    def _listed_tuples(self, found: Iterator, filter: dict[str, Any] | None, n: int) -> list[CheckpointTuple]:
+        """The next ``n`` checkpoints of ``found`` that ``filter`` leaves in, as tuples (fewer at its end)."""
+        out = []
+        for _, key, image in found:
+            with self._lock:
+                if filter and not all(self._loads(self._record(image.oid).metadata, key, image,
+                                                  "langgraph/metadata").get(k) == v for k, v in filter.items()):
+                    continue
+                out.append(self._tuple(key, image))
+            if len(out) >= n:
+                break
+        return out
 
     def _listed(self, key: st.Key, wanted: str | None, below: str | None) -> Iterator[tuple[str, st.Key, st.Image]]:
         """The thread's checkpoints (only ``wanted`` when given; those before ``below``), newest
