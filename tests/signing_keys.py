@@ -19,6 +19,7 @@ class GpgHome:
     home: Path
     name: str
     fmt: str
+    cn: str = ""  # X.509: the certificate's common name (``name`` when empty)
 
     @property
     def env(self) -> dict:
@@ -35,7 +36,7 @@ class GpgHome:
     @property
     def signer(self) -> str:
         """How the program names the signer in its GOODSIG line (what ``git pf verify`` prints)."""
-        return f"{self.name} <{self.email}>" if self.fmt == "openpgp" else f"/CN={self.name}/O=Example"
+        return f"{self.name} <{self.email}>" if self.fmt == "openpgp" else f"/CN={self.cn or self.name}/O=Example"
 
     def fingerprint(self) -> str:
         out = sh(self.program, "--with-colons", "--list-keys", self.email, env=self.env).stdout
@@ -65,10 +66,11 @@ def available(fmt: str) -> bool:
     return shutil.which(PROGRAMS[fmt]) is not None
 
 
-def make_home(tmp: Path, name: str, fmt: str, valid: tuple[str, str] | None = None) -> GpgHome:
+def make_home(tmp: Path, name: str, fmt: str, valid: tuple[str, str] | None = None, cn: str = "") -> GpgHome:
     """A fresh home under ``tmp`` with a new key for ``name``, no passphrase, batch mode;
-    ``valid``: an X.509 certificate's first and last day (YYYY-MM-DD)."""
-    h = GpgHome(tmp / f"gnupg-{fmt}-{name}", name, fmt)
+    ``valid``: an X.509 certificate's first and last day (YYYY-MM-DD); ``cn``: its common name
+    (another's, to pose as them)."""
+    h = GpgHome(tmp / f"gnupg-{fmt}-{name}", name, fmt, cn)
     h.home.mkdir(mode=0o700)
     sh("gpgconf", "--launch", "gpg-agent", env=h.env)  # started here, not on first use by a busy machine
     if fmt == "openpgp":
@@ -77,7 +79,7 @@ def make_home(tmp: Path, name: str, fmt: str, valid: tuple[str, str] | None = No
         return h
     (h.home / "gpgsm.conf").write_text("disable-crl-checks\n")  # a self-signed root publishes no CRL
     params = h.home / "certificate.params"
-    params.write_text(f"Key-Type: RSA\nKey-Length: 2048\nKey-Usage: sign, cert\nName-DN: CN={name},O=Example\n"
+    params.write_text(f"Key-Type: RSA\nKey-Length: 2048\nKey-Usage: sign, cert\nName-DN: CN={cn or name},O=Example\n"
                       f"Name-Email: {h.email}\nSerial: random\n"  # a serial: self-signed, not a request
                       + (f"Not-Before: {valid[0]}\nNot-After: {valid[1]}\n" if valid else ""))
     cert = h.home / "certificate.pem"

@@ -262,10 +262,10 @@ def gpg_homes(tmp_path):
     """Makes GnuPG homes with one key each (tests/signing_keys.py); their agents end with the test."""
     homes = []
 
-    def make(name: str, fmt: str, valid: tuple[str, str] | None = None):
+    def make(name: str, fmt: str, valid: tuple[str, str] | None = None, cn: str = ""):
         if not available(fmt):
             pytest.skip(f"{PROGRAMS[fmt]} is not installed (make sysdeps)")
-        homes.append(make_home(tmp_path, name, fmt, valid))
+        homes.append(make_home(tmp_path, name, fmt, valid, cn))
         return homes[-1]
 
     yield make
@@ -334,6 +334,36 @@ def test_an_image_signed_while_its_x509_certificate_was_valid_is_expired_after(t
     sh("git", "config", "--unset", "gpg.x509.program", cwd=root)
     out = pf("verify", oid, cwd=root, env=old.env, check=False)
     assert out.returncode == 1 and out.stdout == f"{oid[:12]} untrusted: expired by {old.signer}\n", out.stdout
+
+
+def test_an_x509_signer_is_named_by_certificate_fingerprint_not_by_a_subject_another_can_carry(tmp_path, gpg_homes):
+    alice, mallory = gpg_homes("alice", "x509"), gpg_homes("mallory", "x509", cn="alice")
+    assert mallory.signer == alice.signer  # the same subject, another key
+    root = user(tmp_path, "alice", alice.email, fmt="x509")
+    mine = snap(root, {"a.txt": "1"}, env=alice.env)
+    theirs_repo = user(tmp_path, "mallory", mallory.email, fmt="x509")
+    theirs = snap(theirs_repo, {"a.txt": "evil"}, env=mallory.env)
+    sh("git", "fetch", "-q", theirs_repo, f"{theirs}:refs/pf/heads/theirs", cwd=root)
+    alice.import_key(mallory.export())  # alice trusts mallory's root too (a CA she trusts for other things)
+    trustlist = alice.home / "trustlist.txt"
+    trustlist.write_text(trustlist.read_text() + f"{mallory.fingerprint()} S\n")
+    sh("gpgconf", "--reload", "gpg-agent", env=alice.env)
+    sh("git", "config", "pf.verify", "require", cwd=root)
+    out = pf("verify", theirs, cwd=root, env=alice.env)  # by subject, mallory passes as alice
+    assert out.stdout.startswith(f"{theirs[:12]} trusted: good signature by {alice.signer} (x509)")
+    sh("git", "config", "pf.x509.signer", ":".join(alice.fingerprint()[i:i + 2] for i in range(0, 40, 2)).lower(), cwd=root)
+    out = pf("verify", mine, cwd=root, env=alice.env)
+    assert out.stdout.startswith(f"{mine[:12]} trusted: good signature by {alice.signer} (x509)")
+    out = pf("checkout", theirs, "--into", tmp_path / "x", cwd=root, env=alice.env, check=False)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 3 and len(lines) == 1, out.stderr
+    assert f"is not trusted: untrusted key by {alice.signer} (certificate {mallory.fingerprint()} is not one of " \
+           "pf.x509.signer)" in lines[0] and not (tmp_path / "x").exists()
+    pf("checkout", mine, "--into", tmp_path / "mine", cwd=root, env=alice.env)
+    sh("git", "config", "pf.x509.signer", "alice", cwd=root)
+    out = pf("verify", mine, cwd=root, env=alice.env, check=False)
+    assert out.returncode == 2 and out.stderr.strip() == \
+        "git pf: error: pf.x509.signer 'alice' is not a certificate fingerprint (40 hex digits)", out.stderr
 
 
 def test_a_step_that_cannot_be_signed_mid_run_is_lost_and_the_agent_goes_on(tmp_path, keys):

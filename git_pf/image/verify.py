@@ -8,7 +8,9 @@ when every policy is off. Under ``require`` an image is trusted when its own
 commit carries a good signature by a trusted key (SSH: a key of
 ``gpg.ssh.allowedSignersFile``, checked with ``ssh-keygen -Y verify``;
 OpenPGP / X.509: ``gpg`` / ``gpgsm --verify`` at ``gpg.minTrustLevel``,
-default marginal), or, when it is unsigned or signed by a key not trusted,
+default marginal; X.509, where ``pf.x509.signer`` names certificates by
+fingerprint, only one of those: a subject is a name any certificate can
+carry), or, when it is unsigned or signed by a key not trusted,
 when a descendant on the same first-parent line is (a commit id covers its
 ancestors). A bad signature is never covered. Trusted commit ids are cached
 in ``$GIT_DIR/pf/verified/`` under a key of the trust settings (the allowed
@@ -71,6 +73,22 @@ class Verdict:
     def to_json(self) -> dict:
         return {"status": self.status, "signer": self.signer, "format": self.format, "trusted": self.trusted,
                 "via": self.via, "detail": self.detail}
+
+
+def x509_signers(cfg: pygit2.Config) -> frozenset[str]:
+    """The certificate fingerprints ``pf.x509.signer`` names (SHA-1, 40 hex digits, colons and
+    spaces allowed, as gpgsm prints them); UsageError for a value that is none."""
+    try:
+        values = list(cfg.get_multivar("pf.x509.signer"))
+    except (KeyError, pygit2.GitError):
+        values = []
+    out = set()
+    for value in values:
+        fpr = value.replace(":", "").replace(" ", "").upper()
+        if len(fpr) != 40 or any(c not in "0123456789ABCDEF" for c in fpr):
+            raise UsageError(f"pf.x509.signer '{value}' is not a certificate fingerprint (40 hex digits)")
+        out.add(fpr)
+    return frozenset(out)
 
 
 # -- the policy ---------------------------------------------------------------------
@@ -242,6 +260,7 @@ class Verifier:
         if level not in _TRUST:
             raise UsageError(f"gpg.minTrustLevel must be one of {', '.join(_TRUST)}, not '{level}'")
         self.min_trust = _TRUST.index(level)
+        self.x509_signers = x509_signers(cfg)
         self.cache_file = Path(git.path) / "pf" / "verified" / self._settings_key()
         self._cached: dict[str, Verdict] | None = None
         self._own: dict[str, Verdict] = {}
@@ -263,6 +282,7 @@ class Verifier:
             except OSError:
                 pass
         h.update(str(self.min_trust).encode())
+        h.update(" ".join(sorted(self.x509_signers)).encode())
         return h.hexdigest()[:24]
 
     def cached(self, oid: str) -> Verdict | None:
@@ -363,7 +383,7 @@ class Verifier:
             f.write(sig)
             f.flush()
             out = _run([program, "--status-fd=1", "--verify", f.name, "-"], payload, program)
-        status, signer, trust = BAD, None, 0
+        status, signer, trust, fingerprint = BAD, None, 0, None
         for line in out.stdout.decode("utf-8", "replace").splitlines():
             words = line.split()
             if len(words) < 2 or words[0] != "[GNUPG:]":
@@ -376,10 +396,15 @@ class Verifier:
                 status, signer = UNKNOWN, signer or (words[2] if len(words) > 2 else None)
             elif tag == "ERROR" and words[2:3] == ["verify.findkey"]:  # gpgsm: the signer's certificate is not known
                 status = UNKNOWN
+            elif tag == "VALIDSIG" and len(words) > 2:  # the signing key's (X.509: certificate's) fingerprint
+                fingerprint = words[2].upper()
             elif tag.startswith("TRUST_") and tag[6:].lower() in _TRUST:
                 trust = _TRUST.index(tag[6:].lower())
         if status == GOOD and (out.returncode != 0 or trust < self.min_trust):
             return Verdict(oid, UNTRUSTED, signer, fmt, detail=f"trust {_TRUST[trust]}")
+        if status == GOOD and fmt == "x509" and self.x509_signers and fingerprint not in self.x509_signers:
+            return Verdict(oid, UNTRUSTED, signer, fmt,
+                           detail=f"certificate {fingerprint or 'unknown'} is not one of pf.x509.signer")
         return Verdict(oid, status, signer, fmt, status == GOOD)
 
     # -- trust: own signature, else a signed descendant on the same line -------------
