@@ -83,7 +83,7 @@ def mapped(store, oid: str, size: int, cached_only: bool = False) -> list | None
     if store.rehash_reads or size < MAP_MIN:
         return None
     try:  # missing, unreadable or not mappable: the decoder's read fetches it or says why
-        fd = os.open(store.path_for(oid), os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(store.file_name(oid), os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     try:

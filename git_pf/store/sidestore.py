@@ -140,10 +140,14 @@ class SideStore(LargeContent):
     def path_for(self, oid: str) -> Path:
         return self.root / oid[:2] / oid[2:]
 
+    def file_name(self, oid: str) -> str:
+        """``path_for`` as a string, made without ``pathlib``: a push asks it of every chunk of
+        a large file."""
+        return f"{self.root}/{oid[:2]}/{oid[2:]}"
+
     def has(self, oid: str) -> bool:
         pending = self._pending
-        # a string path, not ``path_for``'s Path: a push asks this of every chunk of a large file
-        return (pending is not None and oid in pending) or os.path.isfile(f"{self.root}/{oid[:2]}/{oid[2:]}") or \
+        return (pending is not None and oid in pending) or os.path.isfile(self.file_name(oid)) or \
             (self.held is not None and self.held.has(oid))
 
     def _readable_path(self, oid: str) -> Path:
