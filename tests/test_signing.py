@@ -4,6 +4,7 @@ bare repositories."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from git_pf.testing.fakellm import FakeLLM
 
 from conftest import git_fsck_clean
 from runs_helpers import SCRIPT, record, report, step_ids
-from signing_keys import PROGRAMS, available, make_home
+from signing_keys import PROGRAMS, CertificateAuthority, available, make_home
 from test_integrations_claude_code import claude, project  # noqa: F401  (fixtures)
 from transport_helpers import bare, pf, sh
 
@@ -364,6 +365,32 @@ def test_an_x509_signer_is_named_by_certificate_fingerprint_not_by_a_subject_ano
     out = pf("verify", mine, cwd=root, env=alice.env, check=False)
     assert out.returncode == 2 and out.stderr.strip() == \
         "git pf: error: pf.x509.signer 'alice' is not a certificate fingerprint (40 hex digits)", out.stderr
+
+
+def test_an_image_signed_by_a_revoked_x509_certificate_is_refused_with_one_line(tmp_path):
+    for tool in ("gpgsm", "dirmngr", "openssl"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed (make sysdeps)")
+    ca = CertificateAuthority(tmp_path / "ca")
+    alice = ca.issue(tmp_path, "alice", 0x4321)
+    try:
+        ca.publish(alice)  # a CRL that lists nothing yet
+        root = user(tmp_path, "alice", alice.fingerprint(), fmt="x509")
+        oid = snap(root, {"a.txt": "1"}, env=alice.env)
+        sh("git", "config", "pf.verify", "require", cwd=root)
+        out = pf("verify", oid, cwd=root, env=alice.env)
+        assert out.stdout.startswith(f"{oid[:12]} trusted: good signature by {alice.signer} (x509)")
+        ca.revoke("alice")
+        ca.publish(alice)  # the trusted verdict cached before does not outlive the new CRL
+        out = pf("verify", oid, cwd=root, env=alice.env, check=False)
+        assert out.returncode == 1 and out.stdout == f"{oid[:12]} untrusted: revoked by {alice.signer}\n", out.stdout
+        out = pf("checkout", oid, "--into", tmp_path / "x", cwd=root, env=alice.env, check=False)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 3 and len(lines) == 1 and f"is not trusted: revoked by {alice.signer}" in lines[0], \
+            out.stderr
+        assert not (tmp_path / "x").exists()
+    finally:
+        alice.close()
 
 
 def test_a_step_that_cannot_be_signed_mid_run_is_lost_and_the_agent_goes_on(tmp_path, keys):

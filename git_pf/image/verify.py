@@ -42,6 +42,7 @@ GOOD, UNSIGNED, BAD, UNKNOWN, EXPIRED, UNTRUSTED, REVOKED = (
     "good", "unsigned", "bad signature", "unknown key", "expired", "untrusted key", "revoked")
 _TRUST = ("undefined", "never", "marginal", "fully", "ultimate")
 _PROGRAMS = {"openpgp": "gpg", "ssh": "ssh-keygen", "x509": "gpgsm"}
+_CERT_REVOKED = "94"  # libgpg-error's GPG_ERR_CERT_REVOKED, as gpgsm's TRUST_NEVER line gives it
 
 
 class Untrusted(DataError):
@@ -275,8 +276,8 @@ class Verifier:
             except OSError:
                 h.update(b"-")
         home = Path(os.environ.get("GNUPGHOME") or os.path.expanduser("~/.gnupg"))
-        # the keyrings, gpg's trust database and gpgsm's trusted roots
-        for name in ("pubring.kbx", "pubring.gpg", "trustdb.gpg", "trustlist.txt"):
+        # the keyrings, gpg's trust database, gpgsm's trusted roots and dirmngr's CRLs
+        for name in ("pubring.kbx", "pubring.gpg", "trustdb.gpg", "trustlist.txt", "crls.d/DIR.txt"):
             try:
                 h.update(b"%s %d" % (name.encode(), (home / name).stat().st_mtime_ns))
             except OSError:
@@ -383,7 +384,7 @@ class Verifier:
             f.write(sig)
             f.flush()
             out = _run([program, "--status-fd=1", "--verify", f.name, "-"], payload, program)
-        status, signer, trust, fingerprint = BAD, None, 0, None
+        status, signer, trust, fingerprint, revoked = BAD, None, 0, None, False
         for line in out.stdout.decode("utf-8", "replace").splitlines():
             words = line.split()
             if len(words) < 2 or words[0] != "[GNUPG:]":
@@ -400,6 +401,9 @@ class Verifier:
                 fingerprint = words[2].upper()
             elif tag.startswith("TRUST_") and tag[6:].lower() in _TRUST:
                 trust = _TRUST.index(tag[6:].lower())
+                revoked = tag == "TRUST_NEVER" and words[2:3] == [_CERT_REVOKED]  # gpgsm: a CRL lists it
+        if status == GOOD and revoked:
+            return Verdict(oid, REVOKED, signer, fmt)
         if status == GOOD and (out.returncode != 0 or trust < self.min_trust):
             return Verdict(oid, UNTRUSTED, signer, fmt, detail=f"trust {_TRUST[trust]}")
         if status == GOOD and fmt == "x509" and self.x509_signers and fingerprint not in self.x509_signers:
