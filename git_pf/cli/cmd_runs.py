@@ -94,14 +94,22 @@ def replay(
     if keep_world and (mount is not None or fs_root is not None):
         raise UsageError("--keep-world is for the temporary world: --fs-root DIR stays anyway, a --mount is discarded")
     repo = open_repo()
+    worlds = _world_cache(repo) if mount is None and fs_root is None and not keep_world else None
     with _mounted(repo, rev, mount, list(cmd), not no_isolate) as world:
         report = do_replay(repo, rev, list(cmd), realtime=realtime, ignore=ignore, allow_effects=allow_effects,
                            fs_root=fs_root, world=world, keep_world=keep_world, world_check=not no_world_check,
-                           isolate=not no_isolate)
+                           isolate=not no_isolate, worlds=worlds)
     emit(as_json, report.to_json(), lambda: report.problem() or say(report.summary()))
     if report.problem():
         say(f"error: {report.problem()}")
     raise typer.Exit(report.code)
+
+
+def _world_cache(repo):
+    """The repository's cache of worlds (docs/record.md, "The world cache"), or None when it is off."""
+    from ..executors.worlds import WorldCache
+
+    return WorldCache.of(repo)
 
 
 @contextmanager
@@ -144,8 +152,10 @@ def run_cmd(
     from ..runs.runon import prefix_where, run
 
     ignore, _ = match_rules(ignore_field, mask, profile)
-    result, prefix = run(open_repo(), branch, list(cmd), upstreams=upstream, fs_root=fs_root, ignore=ignore,
-                         resume_world=resume_world, world_check=not no_world_check, isolate=not no_isolate)
+    repo = open_repo()
+    result, prefix = run(repo, branch, list(cmd), upstreams=upstream, fs_root=fs_root, ignore=ignore,
+                         resume_world=resume_world, world_check=not no_world_check, isolate=not no_isolate,
+                         worlds=_world_cache(repo) if fs_root is None else None)
     if prefix.mismatch is not None or prefix.world is not None:
         problem = prefix.mismatch or prefix.world
         emit(as_json, dict(result.to_json(), mismatch=prefix.mismatch and prefix.mismatch.to_json(),

@@ -192,9 +192,12 @@ def gc(
     as_json: bool = JsonOpt,
 ) -> None:
     """Remove side-store objects that no image (ref, remote-tracking ref, running mount) reaches."""
+    from ..executors.worlds import WorldCache
     from ..transport import gc as gc_mod
 
-    result = gc_mod.gc(open_repo(), dry_run, prune)
+    repo = open_repo()
+    result = gc_mod.gc(repo, dry_run, prune)
+    worlds = 0 if dry_run else WorldCache.clear(repo)  # docs/record.md, "The world cache"
 
     def human() -> None:
         if result.unknown_indexes:
@@ -204,9 +207,9 @@ def gc(
         for oid in result.removed if dry_run else ():
             typer.echo(oid)
         typer.echo(f"{verb} {len(result.removed)} objects ({_size(result.removed_bytes)}); kept {result.kept}, "
-                   f"spared {result.spared_recent} recent")
+                   f"spared {result.spared_recent} recent" + (f"; removed {worlds} cached worlds" if worlds else ""))
 
-    emit(as_json, result.to_json(), human)
+    emit(as_json, dict(result.to_json(), worlds_removed=worlds), human)
 
 
 @app.command("pre-push", hidden=True)

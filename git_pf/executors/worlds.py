@@ -19,9 +19,13 @@ process the item left running would change the next item's world: the caller end
 """
 from __future__ import annotations
 
+import hashlib
+import marshal
 import os
+import secrets
 import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -90,9 +94,10 @@ class ReusedWorld:
     """A world directory for items run one after another: ``enter(image)`` gives the directory
     holding ``image``'s world, exactly as a checkout writes it; ``close()`` removes it."""
 
-    def __init__(self, repo):
+    def __init__(self, repo, home: Path | None = None):
         self.repo = repo
-        self.tmp: Path | None = None
+        self.home = home  # a directory of the caller's that holds the world (WorldCache's); None: a temporary one
+        self.tmp: Path | None = home
         self.key = None  # the world's tree and attrs blob, of what ``known`` records
         self.known: dict[bytes, _Path] | None = None
         self.tree: str | None = None  # the image tree the world was checked out of
@@ -130,8 +135,7 @@ class ReusedWorld:
         if moved:
             self.moved += 1
         else:
-            self.close()
-            self.tmp = Path(tempfile.mkdtemp(prefix="pf-fanout-"))
+            self._empty()
             fresh_world(self.repo, image, self.world)
             self.key, self.tree = key, info.tree
             try:
@@ -141,6 +145,23 @@ class ReusedWorld:
         if self.known is not None:
             self._mark()
         return self.world
+
+    def _empty(self) -> None:
+        """An empty directory for a fresh checkout: a new temporary one, or ``home`` emptied."""
+        if self.home is None:
+            self.close()
+            self.tmp = Path(tempfile.mkdtemp(prefix="pf-fanout-"))
+            return
+        self.forget()
+        self.known = self.key = self.tree = self.plan = None
+        for e in os.scandir(self.home):
+            remove_tree(e.path) if e.is_dir(follow_symlinks=False) else os.unlink(e.path)
+
+    def forget(self) -> None:
+        """Drop the stat cache of the world's directory (its path is about to change or go)."""
+        from ..layers.world.statcache import StatCache
+
+        StatCache.forget(self.repo.git_dir, os.fsencode(os.path.realpath(self.world)))
 
     def _mark(self) -> None:
         """End the recording: a path whose ctime is the mark's (the same clock tick) is racy."""
@@ -232,3 +253,194 @@ class ReusedWorld:
         if self.plan is None:
             self.plan = validate_image(self.repo.git, self.tree)
         return self.plan
+
+
+def _state(known: dict[bytes, _Path]) -> dict[bytes, tuple]:
+    return {rel: tuple(p) for rel, p in known.items()}
+
+
+class WorldCache:
+    """Worlds kept between commands (docs/record.md, "The world cache"): ``take(image, check)``
+    gives a ReusedWorld holding ``image``'s world, brought back from a cached one when one of
+    its tree is there (taken by renaming it, so no two commands ever share one), else checked
+    out; ``keep(worlds)`` puts it back, its record written before it is renamed into the cache.
+    At most ``size`` worlds are kept; the oldest go first."""
+
+    def __init__(self, repo, size: int):
+        self.repo = repo
+        self.size = size
+        self.root = cache_dir(repo)
+
+    @classmethod
+    def of(cls, repo) -> "WorldCache | None":
+        """The repository's cache, or None when ``pf.worldCache.maxWorlds`` is 0 (or false) or its
+        directory is not this user's own."""
+        size = max_worlds(repo)
+        if size == 0:
+            return None
+        cache = cls(repo, size)
+        return cache if _own_dir(cache.root.parent) and _own_dir(cache.root) else None
+
+    def _key(self, image: str) -> str:
+        git = self.repo.git
+        tree = bytes.fromhex(img.read_image(git, image).tree)
+        key = [lookup(git, tree, path) for path in (img.WORLD_FS, img.WORLD_ATTRS)]
+        return hashlib.sha256(repr(key).encode()).hexdigest()[:32]
+
+    def take(self, image: str, check):
+        """``(worlds, check(world directory))``: a ReusedWorld in a directory of its own, the world's
+        directory there (empty, or a cached world) named to ``check`` before anything is written
+        (what it raises removes the directory), then ``worlds.enter(image)`` makes it the world."""
+        key = self._key(image)
+        live = self.root / f"{_LIVE}{os.getpid()}.{secrets.token_hex(6)}"
+        state = None
+        for entry in sorted(self.root.glob(f"{key}.*"), reverse=True):  # newest first
+            try:
+                os.rename(entry, live)  # atomic: another command that renames it first has it
+            except OSError:
+                continue
+            state = _load(live / _RECORD)
+            _unlink(live / _RECORD)
+            break
+        else:
+            os.mkdir(live, 0o700)
+        worlds = ReusedWorld(self.repo, home=live)
+        if state is not None:
+            worlds.key, worlds.tree, worlds.known = state
+        else:
+            _empty_dir(live)
+        os.makedirs(worlds.world, exist_ok=True)
+        try:
+            return worlds, check(worlds.world)
+        except BaseException:
+            remove_tree(live)
+            raise
+
+    def keep(self, worlds: ReusedWorld) -> None:
+        """Put ``worlds``'s directory into the cache (or remove it, when it has no record)."""
+        live = worlds.home
+        worlds.forget()
+        if worlds.known is None or worlds.key is None:
+            remove_tree(live)
+            return
+        part = live / (_RECORD + ".part")
+        with open(part, "wb") as f:
+            f.write(marshal.dumps((_FORMAT, worlds.key, worlds.tree, _state(worlds.known))))
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(part, live / _RECORD)  # the record is whole or absent
+        os.rename(live, self.root / f"{self._key_of(worlds)}.{time.time_ns():020d}.{secrets.token_hex(4)}")
+        self.trim(self.size)
+
+    def _key_of(self, worlds: ReusedWorld) -> str:
+        return hashlib.sha256(repr(list(worlds.key)).encode()).hexdigest()[:32]
+
+    def drop(self, worlds: ReusedWorld) -> None:
+        """Remove ``worlds``'s directory (a command that failed: nothing of it is kept)."""
+        worlds.forget()
+        remove_tree(worlds.home)
+
+    @staticmethod
+    def clear(repo) -> int:
+        """Remove every cached world of ``repo`` (``git pf gc``), whatever the settings; those in use stay."""
+        return trim(cache_dir(repo), 0)
+
+    def trim(self, size: int) -> int:
+        """Keep the ``size`` newest cached worlds; remove the rest, and the directories of commands
+        that are gone. How many were removed."""
+        return trim(self.root, size)
+
+
+_LIVE, _RECORD, _FORMAT = "live.", ".record", 1
+
+
+def cache_dir(repo) -> Path:
+    """Where the repository's cached worlds are: in the temporary directory, one directory per user
+    and repository (a world inside the git directory could not be captured: docs/world.md)."""
+    git_dir = os.path.realpath(repo.git_dir)
+    return (Path(tempfile.gettempdir()) / f"pf-worlds-{os.getuid()}"
+            / hashlib.sha256(os.fsencode(git_dir)).hexdigest()[:24])
+
+
+def max_worlds(repo) -> int:
+    """``pf.worldCache.maxWorlds``: how many worlds the cache keeps (default 2; 0 or false: none)."""
+    from ..core import config
+    from ..core.errors import UsageError
+
+    value = config.get_str(repo.git, "pf.worldCache.maxWorlds")
+    if value is None:
+        return DEFAULT_WORLDS
+    if value.strip().lower() in ("false", "no", "off"):
+        return 0
+    try:
+        size = int(value)
+    except ValueError:
+        size = -1
+    if size < 0:
+        raise UsageError("pf.worldCache.maxWorlds must be a number of worlds (0 or false: no cache)")
+    return size
+
+
+DEFAULT_WORLDS = 2
+
+
+def _own_dir(path: Path) -> bool:
+    """Make ``path`` when absent; whether it is a directory of this user that no one else may enter."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return False
+    st = os.lstat(path)
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and st.st_mode & 0o077 == 0
+
+
+def _load(path: Path):
+    """A cached world's record, or None (absent, damaged, of another format)."""
+    try:
+        fmt, key, tree, known = marshal.loads(path.read_bytes())
+        if fmt != _FORMAT:
+            return None
+        return tuple(key), tree, {rel: _Path(*p) for rel, p in known.items()}
+    except (OSError, ValueError, EOFError, TypeError):
+        return None
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _empty_dir(path: Path) -> None:
+    for e in os.scandir(path):
+        remove_tree(e.path) if e.is_dir(follow_symlinks=False) else os.unlink(e.path)
+
+
+def trim(root: Path, size: int) -> int:
+    """Keep the ``size`` newest cached worlds under ``root``; remove the others and every directory
+    of a command that is gone (a ``live.<pid>.`` one whose process is not running)."""
+    from ..core.liveness import pid_alive
+
+    if not root.is_dir():
+        return 0
+    removed = 0
+    kept = sorted((e for e in os.scandir(root) if not e.name.startswith(_LIVE)),
+                  key=lambda e: e.name.split(".")[1] if e.name.count(".") >= 2 else "", reverse=True)
+    gone = kept[size:]
+    for e in os.scandir(root):
+        if e.name.startswith(_LIVE):
+            pid = e.name[len(_LIVE):].split(".")[0]
+            if not pid.isdigit() or not pid_alive(int(pid)):
+                gone.append(e)
+    for e in gone:
+        dead = root / f"{_LIVE}dead.{secrets.token_hex(6)}"
+        try:
+            os.rename(e.path, dead)  # no command takes it while it goes
+        except OSError:
+            continue
+        remove_tree(dead)
+        removed += 1
+    return removed

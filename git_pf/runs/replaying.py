@@ -18,6 +18,7 @@ import shutil
 import sys
 import tempfile
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +77,7 @@ class ReplayReport:
     kept: bool = False  # the world is a temporary directory left behind (--keep-world)
     world_divergence: object | None = None  # a stepworld.WorldDivergence
     world_checked: bool = True  # False under --no-world-check
+    world_reused: bool = False  # the world was a cached one brought back to a fresh checkout
 
     @property
     def bit_exact(self) -> bool:
@@ -114,6 +116,7 @@ class ReplayReport:
                 "effects": {"replayed": self.effects[0], "of": self.effects[1]},
                 "mismatch": self.mismatch.to_json() if self.mismatch else None,
                 "divergence": self.divergence, "world_checked": self.world_checked,
+                "world_reused": self.world_reused,
                 "world_divergence": self.world_divergence.to_json() if self.world_divergence else None}
 
 
@@ -200,6 +203,24 @@ def new_world_dir(check) -> tuple[Path, tuple]:
         raise
 
 
+@contextmanager
+def cached_world(worlds, image: str, check):
+    """``(world, place, reused)`` for the block: ``image``'s world taken from the cache ``worlds``
+    (brought back to a fresh checkout, or checked out) where ``check`` (``isolation``'s) is asked
+    first (``reused``: a cached world brought back, not checked out); given back to the cache
+    when the block ends, removed when it raises. The child must
+    run in a process group of its own, killed when it exits: nothing it left running may write
+    to the world once it is cached."""
+    held, place = worlds.take(image, check)
+    try:
+        world = held.enter(image)
+        yield world, place, held.moved > 0
+    except BaseException:
+        worlds.drop(held)
+        raise
+    worlds.keep(held)
+
+
 def isolated_cmd(cmd: list[str], world: Path, place: tuple, env: dict, scratch: Path) -> list[str]:
     """CMD wrapped to see ``world`` at the recorded path, the git directories its links name
     private (``child.isolated``, ``place`` from ``isolation``; ``scratch``: an empty directory
@@ -242,13 +263,14 @@ def another_agent(replayer: Replayer, first: dict, rev: str, diverged: dict | No
 
 def replay(repo, rev: str, cmd: list[str], *, realtime: bool = False, ignore: tuple = (),
            allow_effects: bool = False, fs_root: Path | None = None, world: Path | None = None,
-           keep_world: bool = False, world_check: bool = True, isolate: bool = True) -> ReplayReport:
+           keep_world: bool = False, world_check: bool = True, isolate: bool = True, worlds=None) -> ReplayReport:
     """Replay the run REV ends to ``cmd``. The world is checked out into ``fs_root`` (or a temporary
     directory, removed when the replay ends, whatever its outcome, unless ``keep_world``) unless
     ``world`` is given: a directory that already holds step 0's world (a mount). ``world_check``:
     the world must be each step's as recorded (``--no-world-check`` turns it off). ``isolate``: the
     child sees the world at the path the run was recorded in, and the git directories the world
-    links to as private overlays (``child.isolated``)."""
+    links to as private overlays (``child.isolated``). ``worlds``: a cache of worlds
+    (``executors.worlds.WorldCache``) the temporary world is taken from and given back to."""
     from . import child
 
     plan = plan_of(repo, rev)
@@ -259,6 +281,12 @@ def replay(repo, rev: str, cmd: list[str], *, realtime: bool = False, ignore: tu
         place = check(world if world is not None else fs_root)
         world = Path(world).resolve() if world is not None else fresh_world(repo, plan.first, fs_root)
         return _replay(repo, plan, rev, cmd, world, realtime, ignore, allow_effects, world_check, place)
+    if worlds is not None and not keep_world:
+        with cached_world(worlds, plan.first, check) as (world, place, reused):
+            report = _replay(repo, plan, rev, cmd, world, realtime, ignore, allow_effects, world_check, place,
+                             group=True)
+        report.world, report.world_reused = None, reused
+        return report
     temp, place = new_world_dir(check)
     try:
         report = _replay(repo, plan, rev, cmd, fresh_world(repo, plan.first, temp), realtime, ignore,
@@ -306,7 +334,7 @@ def remove_tree(path: Path) -> None:
 
 
 def _replay(repo, plan, rev: str, cmd: list[str], world: Path, realtime: bool, ignore: tuple,
-            allow_effects: bool, world_check: bool, place: tuple) -> ReplayReport:
+            allow_effects: bool, world_check: bool, place: tuple, group: bool = False) -> ReplayReport:
     from .stepworld import WorldCheck, world_tree
 
     stop = threading.Event()
@@ -314,7 +342,7 @@ def _replay(repo, plan, rev: str, cmd: list[str], world: Path, realtime: bool, i
     replayer = Replayer(plan.entries, ignore, realtime, stop, checker)
     try:
         code, watcher = _drive(plan, cmd, world, replayer, stop, allow_effects, ledger_blobs(repo.git, plan.ledger),
-                               place)
+                               place, group)
         if checker is not None and plan.end is not None and replayer.world is None and replayer.mismatch is None \
                 and watcher.diverged is None and replayer.served == replayer.total:
             last = plan.end.get("step", 0)
@@ -346,9 +374,10 @@ def _replay(repo, plan, rev: str, cmd: list[str], world: Path, realtime: bool, i
 
 
 def _drive(plan, cmd: list[str], world: Path, replayer: Replayer, stop: threading.Event,
-           allow_effects: bool, blobs: dict[str, str], place: tuple) -> tuple[int, Watcher]:
+           allow_effects: bool, blobs: dict[str, str], place: tuple, group: bool = False) -> tuple[int, Watcher]:
     """Run the child against ``replayer`` (seeing the world at the recorded ``place``, ``isolation``'s);
-    its exit code and the channel's watcher."""
+    its exit code and the channel's watcher. ``group``: the child in a process group of its own,
+    killed when it exits."""
     from . import inject
     from .channel import write_replay_file
     from .proxy import Proxy
@@ -363,6 +392,6 @@ def _drive(plan, cmd: list[str], world: Path, replayer: Replayer, stop: threadin
         with Proxy(replayer) as proxy:
             env = inject.child_env(world_env(dict(os.environ), proxy, world), mode="replay", channel=channel,
                                    replay_file=replay_file)
-            code = drive(isolated_cmd(cmd, world, place, env, Path(tmp)), env, None, stop, watcher.tick)
+            code = drive(isolated_cmd(cmd, world, place, env, Path(tmp)), env, None, stop, watcher.tick, group=group)
         watcher.tick()
     return code, watcher

@@ -65,7 +65,8 @@ class RunWorld:
 def run(repo, branch: str, cmd: list[str], *, upstreams: list[str] = (), fs_root: Path | None = None,
         inject: bool = True, world: Path | None = None, stop: threading.Event | None = None,
         sticky: list[dict] = (), on_live=None, output=None, resume_world: bool = False,
-        world_check: bool = True, ignore=(), isolate: bool = True, group: bool = False) -> tuple[RunResult, object]:
+        world_check: bool = True, ignore=(), isolate: bool = True, group: bool = False,
+        worlds=None) -> tuple[RunResult, object]:
     """Run CMD from BRANCH's tip on; the result and the prefix replayer (its ``mismatch``, its
     world divergence ``world`` and the ``fork_step``).
 
@@ -76,14 +77,13 @@ def run(repo, branch: str, cmd: list[str], *, upstreams: list[str] = (), fs_root
     match them (the sticky tail). ``on_live(entry)``: each exchange the upstream answered.
     ``output``: where the child's stdout and stderr go (default: ours). ``ignore``: matching rules
     (``matching.Rules`` or ``--ignore-field`` paths) besides those stored with the run. ``group``: CMD in a
-    process group of its own, killed when it exits (a blame trial's, whose world the next one reuses)."""
-    from . import child, inject as inject_mod
-    from .channel import write_replay_file
+    process group of its own, killed when it exits (a blame trial's, whose world the next one reuses).
+    ``worlds``: a cache of worlds (``executors.worlds.WorldCache``) the start world is taken from and
+    given back to when neither ``world`` nor ``fs_root`` is given (CMD then in a group of its own)."""
+    from . import child
     from .forward import Upstreams
-    from ..layers.trace import messages as trace
-    from .replaying import fresh_world, isolated_cmd, isolation, ledger_blobs, new_world_dir, plan_of
-    from .steps import StepWriter, check_target, target_tip
-    from .stepworld import WorldCheck
+    from .replaying import cached_world, fresh_world, isolation, new_world_dir, plan_of
+    from .steps import check_target, target_tip
 
     git = repo.git
     check_target(branch)
@@ -95,11 +95,29 @@ def run(repo, branch: str, cmd: list[str], *, upstreams: list[str] = (), fs_root
     start = plan.start_image if resume_world else plan.first
     # refused here, before anything is written (a temporary world's directory made first, to check there)
     check = lambda at: isolation(git, plan.first, start, isolate, at)
+    if world is None and fs_root is None and worlds is not None:
+        with cached_world(worlds, start, check) as (world, place, _):
+            return _run(repo, plan, branch, cmd, ups, world, place, inject, stop, sticky, on_live, output,
+                        resume_world, world_check, ignore, True)
     if world is None and fs_root is None:
         fs_root, place = new_world_dir(check)
     else:
         place = check(world if world is not None else fs_root)
     world = Path(world).resolve() if world is not None else fresh_world(repo, start, fs_root)
+    return _run(repo, plan, branch, cmd, ups, world, place, inject, stop, sticky, on_live, output, resume_world,
+                world_check, ignore, group)
+
+
+def _run(repo, plan, branch: str, cmd: list[str], ups, world: Path, place: tuple, inject: bool, stop, sticky,
+         on_live, output, resume_world: bool, world_check: bool, ignore, group: bool) -> tuple[RunResult, object]:
+    from . import inject as inject_mod
+    from .channel import write_replay_file
+    from ..layers.trace import messages as trace
+    from .replaying import isolated_cmd, ledger_blobs
+    from .steps import StepWriter
+    from .stepworld import WorldCheck
+
+    git = repo.git
     last = max(plan.entries, key=lambda e: e["step"])
     stop = stop or threading.Event()
     checker = WorldCheck(repo, world, plan.tip) if world_check and not resume_world else None
