@@ -29,8 +29,14 @@ def run(*args, cwd, env=None, **kw) -> subprocess.CompletedProcess:
 
 
 def served(repo) -> tuple[int, int]:
-    """The server's pid and how many commands it has served (a server runs)."""
-    s = wait_for(lambda: (lambda s: s if s["running"] else None)(status(repo)), "a server")
+    """The server's pid and how many commands it has served (one is started where none runs:
+    a change of git-pf's files stops a server)."""
+    def ready():
+        state = status(repo)
+        if not state["running"]:
+            run("log", "-n", "1", cwd=repo)
+        return state if state["running"] else None
+    s = wait_for(ready, "a server")
     return s["pid"], s["served"]
 
 
@@ -58,7 +64,7 @@ def pushing(tmp_path):
     assert run("snapshot", "--fs-root", sb, "-q", "-m", "first", cwd=repo).returncode == 0
     remote = bare(tmp_path / "r.git")
     sh("git", "remote", "add", "origin", remote, cwd=repo)
-    wait_for(lambda: status(repo)["running"], "a server")
+    served(repo)
     yield repo, sb, remote
     run("server", "stop", cwd=repo)
 

@@ -1187,8 +1187,7 @@ def _command(server: Server, conn, fds, request: Request, report_w: int, hint, p
             os._exit(0)
         signal.signal(signal.SIGINT, signal.SIG_IGN if request.sigint_ignored else signal.default_int_handler)
         os.chdir(request.cwd)
-        os.environ.clear()
-        os.environ.update(request.env)
+        _take_environment(request.env)
         os.umask(request.umask)
         for i, fd in enumerate(fds):
             os.dup2(fd, i)
@@ -1245,6 +1244,16 @@ def _command(server: Server, conn, fds, request: Request, report_w: int, hint, p
             pass
         code = 70
     _finish(conn, report_w, code & 0xFF)
+
+
+def _take_environment(env: dict) -> None:
+    """Make ``os.environ`` exactly ``env``, touching only what differs (most of a client's
+    environment is the server's: each change is a ``putenv`` or ``unsetenv``)."""
+    for name in [k for k in os.environ if k not in env]:
+        del os.environ[name]
+    for name, value in env.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
 
 
 def _finish(conn, report_w: int, code: int) -> None:
