@@ -201,24 +201,32 @@ def _tree_at(repo: Repo, image: str, path: str) -> bytes:
     return repo.git.revparse_single(f"{image}:world/fs{path}").id.raw
 
 
-def test_a_result_subtree_that_theirs_holds_is_not_read_and_one_no_side_holds_is(tmp_path):
+@pytest.mark.parametrize("by_git", [True, False])
+def test_a_result_subtree_that_theirs_holds_is_not_read_and_one_no_side_holds_is(tmp_path, by_git):
     """git's merged world is checked against both sides: a directory only theirs changed is
     theirs' tree (marked by its snapshot), so it is not read; a directory both sides changed is
-    a tree neither side has, and it is read and checked."""
+    a tree neither side has, and it is read and checked. A world merged path-wise without git
+    (no deletion where both sides changed: ``merge.pathwise``) is built of both sides' checked
+    entries, so nothing of it is read, and it is marked sound."""
     sb = tmp_path / "sb"
     repo, ours, theirs = _setup(tmp_path)
     (sb / "extra").mkdir()  # a directory only theirs has
     (sb / "extra/a.py").write_text("# theirs alone\n")
     (sb / "pkg/sub/deep/new.py").write_text("# theirs adds\n")
+    if by_git:  # a deletion in a directory both sides changed: git merges
+        (sb / "pkg/sub/deep/m06.py").unlink()
     theirs = repo.snapshot(sb, name="side", message="theirs again").image.id
     safepath.forget_sound_trees()  # as a fresh process: only the snapshots' marks on disk
     result = repo.merge("side", into="main")
     assert result.status == "merged"
     merged = result.image.id
-    assert _tree_at(repo, merged, "/pkg/sub/deep") not in {_tree_at(repo, s, "/pkg/sub/deep") for s in (ours, theirs)}
-    assert _tree_at(repo, merged, "/pkg/sub/deep") in safepath._SHAPES  # neither side has it: read and checked
+    deep = _tree_at(repo, merged, "/pkg/sub/deep")
+    assert deep not in {_tree_at(repo, s, "/pkg/sub/deep") for s in (ours, theirs)}
+    assert (deep in safepath._SHAPES) == by_git  # neither side has it: read and checked, or built of theirs'
     assert _tree_at(repo, merged, "/extra") == _tree_at(repo, theirs, "/extra")
     assert _tree_at(repo, merged, "/extra") not in safepath._SHAPES  # theirs' tree: its mark vouched for it
+    assert _tree_at(repo, merged, "").hex() in _marks(repo)
+    assert (result.layers[0].detail["ours"] is not None) == by_git
 
 
 def test_a_result_tree_no_side_holds_is_still_refused_and_an_unchecked_side_vouches_for_nothing(tmp_path):

@@ -20,7 +20,8 @@ from . import gitmerge
 from ...merge.layer import LayerResult, MergeContext, check_merged_tree
 from . import SUMMARY_FIELDS
 from ...merge.tree3 import AMBIGUOUS, blob, entry, pick
-from ...merge import treeplan
+from ...merge import pathwise, treeplan
+from ...image import safepath
 
 
 
@@ -37,19 +38,22 @@ class WorldMerger:
         pair = lambda image: (entry(git, image, img.WORLD_FS), entry(git, image, img.WORLD_ATTRS))  # noqa: E731
         found = {pair(b) for b in ctx.bases} or {(None, None)}
         base = found.pop() if len(found) == 1 else AMBIGUOUS
-        theirs = pair(ctx.theirs)
-        choice = pick(base, pair(ctx.ours), theirs)
-        proc = stand = None
-        if choice == "both":
+        ours, theirs = pair(ctx.ours), pair(ctx.theirs)
+        choice = pick(base, ours, theirs)
+        proc = stand = fast = None
+        if choice == "both" and len(ctx.bases) <= 1:  # where git's result is known without git: no process
+            fast = _pathwise(git, base[0], ours[0], theirs[0])
+        if choice == "both" and fast is None:
             try:
                 stand = gitmerge.stand_ins(git, ctx.ours.id, ctx.theirs.id, [b.id for b in ctx.bases])
                 proc = gitmerge.start_merge_tree(ctx.repo.git_dir, *stand, unrelated=not ctx.bases)
             except BaseException:
                 ctx.check_sides()  # a world libgit2 cannot parse (for a stand-in commit): named as the checks name it
                 raise
-        self._started = (choice, theirs, stand, proc)
+        self._started = (choice, theirs, stand, proc, fast)
         try:
-            ctx.check_sides()  # while git merges; before anything here reads a world
+            ctx.check_sides()  # while git merges; before anything here uses a world (the path-wise walk
+            # only reads trees, and what it wrote is used only once both sides passed)
         except BaseException:
             self.cancel()
             raise
@@ -65,7 +69,7 @@ class WorldMerger:
     def merge(self, ctx: MergeContext) -> LayerResult:
         if self._started is None:
             self.start(ctx)
-        choice, theirs, stand, proc = self._started
+        choice, theirs, stand, proc, fast = self._started
         self._started = None
         if choice in ("unchanged", "same", "ours"):
             return LayerResult("world", True, report={"resolution": choice}, trailer=f"world {choice}")
@@ -73,6 +77,8 @@ class WorldMerger:
             summary = _fields(ctx.theirs.manifest.get("layers", {}).get("world"))
             return LayerResult("world", True, {img.WORLD_FS: theirs[0], img.WORLD_ATTRS: theirs[1]}, summary,
                                {"resolution": "theirs"}, trailer="world theirs")
+        if fast is not None:
+            return _three_way(ctx, None, gitmerge.TreeMerge(fast[0].hex(), True), _prepare(ctx), fast[1])
         try:
             prepared = _prepare(ctx)  # what needs no answer from git, while git merges
         except BaseException:
@@ -80,6 +86,16 @@ class WorldMerger:
             proc.communicate()
             raise
         return _three_way(ctx, stand, gitmerge.finish(proc), prepared)
+
+
+def _pathwise(git, base, ours, theirs) -> tuple[bytes, list] | None:
+    """git's merged world and the changes from ours' to it, merged path-wise in this process where
+    that is provably git's result (``merge.pathwise``); None: git merges."""
+    if ours is None or theirs is None or ours[0] != MODE_TREE or theirs[0] != MODE_TREE:
+        return None
+    if base is not None and base[0] != MODE_TREE:
+        return None
+    return pathwise.merge(git, base[1] if base else None, ours[1], theirs[1])
 
 
 def _fields(summary: dict | None) -> dict | None:
@@ -111,17 +127,22 @@ def _prepare(ctx: MergeContext) -> tuple[list[dict], set[bytes]]:
     return attrs, set().union(*(_pointer_oids(git, s, a) for s, a in zip(sides, attrs)))
 
 
-def _three_way(ctx: MergeContext, stand: tuple[str, str], tm: gitmerge.TreeMerge, prepared) -> LayerResult:
+def _three_way(ctx: MergeContext, stand: tuple[str, str] | None, tm: gitmerge.TreeMerge, prepared,
+               changed=None) -> LayerResult:
+    """The world layer's result from git's merged world ``tm``; ``changed``: the changes from
+    ours' world to it, when the merge was made here (``_pathwise``; ``stand`` None)."""
     git = ctx.repo.git
-    ours_c, theirs_c = stand
     attrs, pointer_oids = prepared
-    ours_world = entry(git, ctx.ours, img.WORLD_FS)
-    if ours_world is not None:  # before the check: it compares git's trees with ours' read here
-        changed = treeplan.changes(git, ours_world[1], bytes.fromhex(tm.tree))
+    if changed is not None:
+        _vouch(ctx, tm.tree)
     else:
-        changed = treeplan.diff(git, None, bytes.fromhex(tm.tree))
-    if tm.clean:
-        check_merged_tree(ctx, tm.tree)
+        ours_world = entry(git, ctx.ours, img.WORLD_FS)
+        if ours_world is not None:  # before the check: it compares git's trees with ours' read here
+            changed = treeplan.changes(git, ours_world[1], bytes.fromhex(tm.tree))
+        else:
+            changed = treeplan.diff(git, None, bytes.fromhex(tm.tree))
+        if tm.clean:
+            check_merged_tree(ctx, tm.tree)
     conflicts = _git_conflicts(tm, attrs, pointer_oids)
     pointers = {p for p, e in attrs[0].items() if e.pointer}
     flagged = {p for a in attrs for p, e in a.items() if e.pointer}
@@ -147,9 +168,25 @@ def _three_way(ctx: MergeContext, stand: tuple[str, str], tm: gitmerge.TreeMerge
     report = {"resolution": "conflict" if conflicts else "merged", "changed": len(changed), "conflicts": conflicts}
     trailer = f"world merged changed={len(changed)}"
     result = LayerResult("world", not conflicts, changes, summary, report, [c["message"] for c in conflicts], trailer)
+    if stand is None and conflicts:  # an attrs conflict of a world merged here: --checkout runs git
+        stand = gitmerge.stand_ins(git, ctx.ours.id, ctx.theirs.id, [b.id for b in ctx.bases])
+    ours_c, theirs_c = stand or (None, None)
     result.detail = {"ours": ours_c, "theirs": theirs_c, "unrelated": not ctx.bases, "merge": tm,
                      "attrs": merged_attrs, "pointer_oids": pointer_oids}
     return result
+
+
+def _vouch(ctx: MergeContext, tree: str) -> None:
+    """Mark sound a world merged here from two sound worlds: each of its directories is one of
+    theirs or ours as it is, or holds, once each and in git's order, entries of theirs' and ours'
+    directories at the same path, so it passes every check a tree of them passed. Where a side
+    is not known sound (it always is once ``check_sides`` ran), the world is checked instead."""
+    git = ctx.repo.git
+    sides = [img.subtree(git, side.tree, img.WORLD_FS) for side in (ctx.ours, ctx.theirs)]
+    if all(s and safepath.is_sound(git, s) for s in sides):
+        safepath.mark_sound(git, bytes.fromhex(tree))
+    else:
+        check_merged_tree(ctx, tree)
 
 
 def _at(git, image, path: bytes):
