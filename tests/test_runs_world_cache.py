@@ -156,3 +156,35 @@ def test_gc_removes_the_cached_worlds(repo, run_pf, tmp_path):
     assert out["worlds_removed"] == 1 and _cached(tmp_path) == []
     second = _replay(run_pf, root, tmp_path, tmp_path / "two.json")
     assert report(second.stdout)["world_reused"] is False
+
+
+def test_a_run_from_a_fork_takes_the_world_a_replay_left(repo, run_pf, tmp_path):
+    root = _recorded(repo, run_pf, tmp_path)
+    (tmp_path / "tmp").mkdir()
+    _replay(run_pf, root, tmp_path, tmp_path / "one.json", MESS="1")
+    (tmp_path / "reply.txt").write_text("Changed my mind.")
+    run_pf("fork", "run", "--at-step", "2", "--response", tmp_path / "reply.txt", "--name", "alt", cwd=root)
+    env = dict(TESTS=str(TESTS), OUT=str(tmp_path / "two.json"), TMPDIR=str(tmp_path / "tmp"))
+    run_pf("run", "alt", "--upstream", "http://127.0.0.1:9", "--no-world-check", "--json", "--", sys.executable, "-c",
+           CHILD, cwd=root, env=env)
+    one, two = (json.loads((tmp_path / n).read_text()) for n in ("one.json", "two.json"))
+    assert two["ino"] == one["ino"]  # the replay's world, taken from the cache
+    assert two["listing"] == _fresh(run_pf, root, tmp_path)
+    assert len(_cached(tmp_path)) == 1
+
+
+def test_a_damaged_record_or_a_killed_commands_world_is_never_trusted(repo, run_pf, tmp_path):
+    root = _recorded(repo, run_pf, tmp_path)
+    (tmp_path / "tmp").mkdir()
+    _replay(run_pf, root, tmp_path, tmp_path / "one.json", MESS="1")
+    [entry] = (tmp_path / "tmp").glob("pf-worlds-*/*/*")
+    record_file = entry / ".record"
+    record_file.write_bytes(record_file.read_bytes()[:-7])  # cut short
+    killed = entry.parent / "live.999999999.0a0b"  # a command killed while its world was taken
+    (killed / "world").mkdir(parents=True)
+    (killed / ".record").write_bytes(record_file.read_bytes())
+    two = _replay(run_pf, root, tmp_path, tmp_path / "two.json")
+    assert report(two.stdout)["world_reused"] is False  # checked out afresh
+    assert json.loads((tmp_path / "two.json").read_text())["listing"] == _fresh(run_pf, root, tmp_path)
+    assert not killed.exists()
+    assert len(_cached(tmp_path)) == 1

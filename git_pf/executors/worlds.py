@@ -16,6 +16,11 @@ nothing else, or the world is checked out afresh in a new directory; so is a wor
 tree, or one that cannot be walked. The directory beside the world (``tmp``) is emptied too. A
 process the item left running would change the next item's world: the caller ends them first
 (``fanout`` kills CMD's process group when CMD exits).
+
+``WorldCache`` keeps such directories between commands (``replay`` and ``run``; docs/record.md,
+"The world cache"): a directory with its record is renamed into the cache when a command ends, and
+the next command that needs a world of the same tree renames it out (only one can) and moves it
+back to a fresh checkout as above.
 """
 from __future__ import annotations
 
