@@ -11,8 +11,10 @@ the image, the thread and the value, and nothing named in it is imported or call
 captured into each checkpoint's image (the world layer). The saver runs in the user's process for
 as long as the graph does, so what it keeps is bounded: it works on a repository handle of its own
 (never the caller's ``pygit2.Repository``), whose libgit2 object cache and open packs it drops
-every ``_FRESH_AFTER`` writes, its packs merged as a recording's are; libgit2's process-wide
-settings are left as the user has them. Needs the ``langgraph`` extra;
+every ``_FRESH_AFTER`` writes, its packs merged as a recording's are; a thread's index holds its
+newest checkpoints only (``langgraph_store.Thread``: older ones are read from git when asked
+for); and it works on one thread of its own (``_run``); libgit2's process-wide settings are left
+as the user has them. Needs the ``langgraph`` extra;
 writes git objects, side-store objects (the world) and refs under ``refs/pf/heads/lg/`` only.
 """
 from __future__ import annotations
