@@ -28,6 +28,7 @@ from . import treeplan
 from .treeplan import Change
 
 _ENTRY = re.compile(rb"(40000|100644|100755|120000) ([^\0]+)\0(.{20})", re.S)
+_CANONICAL = re.compile(rb"(?:(?:40000|100644|100755|120000) [^\0]+\0.{20})*", re.S)
 _TREE = pygit2.enums.ObjectType.TREE
 _DIR = b"40000"
 _PACK_ABOVE = 4  # more new trees than this go into one pack, fewer are written loose
@@ -37,23 +38,21 @@ class Declined(Exception):
     """The merge needs git (the module's docstring)."""
 
 
-def _entries(git, oid: bytes | None, ours: bool = False) -> dict[bytes, tuple[bytes, bytes]]:
-    """``name -> (mode bytes, raw oid)`` of tree ``oid`` (None: empty); Declined unless every
-    entry has one of git's canonical modes and the entries tile the whole tree. Ours' trees are
-    read through ``safepath.counterpart_shape`` (what the listing of changes reads again)."""
-    if oid is None:
+def _shape(git, oid: bytes):
+    """Tree ``oid`` as ``safepath.counterpart_shape`` reads it (its bytes, where each entry ends,
+    which are subtrees; remembered, so the listing of changes reads it no more); Declined unless
+    every entry has one of git's canonical modes and the entries tile the whole tree."""
+    shape = safepath.counterpart_shape(git, oid)
+    if shape is None or not _CANONICAL.fullmatch(shape.data):
+        raise Declined
+    return shape
+
+
+def _entries(shape) -> dict[bytes, tuple[bytes, bytes]]:
+    """``name -> (mode bytes, raw oid)`` of a tree (None: empty); Declined if a name is there twice."""
+    if shape is None:
         return {}
-    if ours:
-        shape = safepath.counterpart_shape(git, oid)
-        data = shape.data if shape is not None else None
-    else:
-        kind, data = git.odb.read(pygit2.Oid(raw=oid))
-        data = data if kind == _TREE else None
-    if data is None:
-        raise Declined
-    found = _ENTRY.findall(data)
-    if sum(len(m) + len(n) for m, n, _ in found) + 22 * len(found) != len(data):
-        raise Declined
+    found = _ENTRY.findall(shape.data)
     out = {n: (m, o) for m, n, o in found}
     if len(out) != len(found):
         raise Declined
@@ -98,7 +97,15 @@ def _walk(git, base, ours, theirs, out: list[Change], made: list) -> None:
             out.extend(item[1]())
             continue
         b_oid, o_oid, t_oid, path, parent = item
-        b, o, t = _entries(git, b_oid), _entries(git, o_oid, ours=True), _entries(git, t_oid)
+        sb, so, st = (_shape(git, x) if x is not None else None for x in (b_oid, o_oid, t_oid))
+        index = len(made)
+        if parent is not None:
+            parent[1].append((parent[0], index))
+        found = _ids_only(git, sb, so, st, path, made)
+        if found is not None:
+            stack.append(iter(found))
+            continue
+        b, o, t = _entries(sb), _entries(so), _entries(st)
         keyed = []
         for name in b.keys() | o.keys() | t.keys():
             be, oe, te = b.get(name), o.get(name), t.get(name)
@@ -108,10 +115,7 @@ def _walk(git, base, ours, theirs, out: list[Change], made: list) -> None:
             keyed.append((name + b"/" if True in kinds else name, name, be, oe, te))
         keyed.sort()
         data, holes, todo = bytearray(), [], []
-        index = len(made)
         made.append((data, holes))
-        if parent is not None:
-            parent[1].append((parent[0], index))
         for _, name, be, oe, te in keyed:
             if te == be or (oe == te and oe is not None and oe[0] != _DIR):
                 take = oe
@@ -139,3 +143,38 @@ def _walk(git, base, ours, theirs, out: list[Change], made: list) -> None:
                 else:
                     todo.append(("list", lambda o=oe[1], t=te[1], p=path + name + b"/": treeplan.changes(git, o, t, p)))
         stack.append(iter(todo))
+
+
+def _ids_only(git, sb, so, st, path: bytes, made: list) -> list | None:
+    """A directory both sides changed where ours' and theirs' trees hold the base's entries
+    (names, modes, order) and differ only in object ids, merged from the bytes alone: ours'
+    tree with theirs' ids where only theirs changed; its bytes go to ``made``; what the walk
+    does next (changes, directories to merge, in order). None: other entries (``_walk`` merges
+    them name by name)."""
+    if sb is None:
+        return None
+    do, dt = sb.differing(so.data), sb.differing(st.data)
+    if do is None or dt is None:
+        return None
+    data, holes, todo, trees = bytearray(so.data), [], [], {k for k, _ in sb.trees}
+    made.append((data, holes))
+    mine = set(do)
+    for k in sorted(mine.union(dt)):
+        b_id, o_id, t_id = sb.oid(sb.data, k), so.oid(so.data, k), sb.oid(st.data, k)
+        if k in mine and (k not in dt or (o_id == t_id and k not in trees)):
+            continue  # ours' (or both alike, a non-tree): ours' bytes hold it
+        end = sb.ends[k]
+        mode, _, name = sb.data[sb.ends[k - 1] if k else 0: end - 21].partition(b" ")
+        if k in trees:
+            if k in mine:  # changed by both (even alike: git merges it again)
+                todo.append((b_id, o_id, t_id, path + name + b"/", (end - 20, holes)))
+            else:
+                data[end - 20:end] = t_id
+                todo.append(("list", lambda o=o_id, t=t_id, p=path + name + b"/": treeplan.changes(git, o, t, p)))
+        elif k in mine:
+            raise Declined  # a file changed differently by both
+        else:
+            data[end - 20:end] = t_id
+            m = int(mode, 8)
+            todo.append((path + name, (m, o_id), (m, t_id)))
+    return todo
