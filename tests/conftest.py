@@ -40,7 +40,9 @@ def git_fsck_clean(repo_dir: Path) -> None:
 def repo(tmp_path):
     """A fresh git-pf repository at tmp_path/repo; ``git fsck --full`` must be clean afterwards."""
     from git_pf import Repo
+    from git_pf.executors.worlds import WorldCache
 
     r, _ = Repo.init(tmp_path / "repo")
     yield r
+    WorldCache.clear(r)  # the worlds its replays and runs kept (docs/record.md, "The world cache")
     git_fsck_clean(tmp_path / "repo")

@@ -347,8 +347,15 @@ class WorldCache:
 
     @staticmethod
     def clear(repo) -> int:
-        """Remove every cached world of ``repo`` (``git pf gc``), whatever the settings; those in use stay."""
-        return trim(cache_dir(repo), 0)
+        """Remove every cached world of ``repo`` (``git pf gc``), whatever the settings; those in use stay
+        (and the repository's directory in the cache, once empty)."""
+        root = cache_dir(repo)
+        removed = trim(root, 0)
+        try:
+            os.rmdir(root)
+        except OSError:  # absent, or a command's world is in it
+            pass
+        return removed
 
     def trim(self, size: int) -> int:
         """Keep the ``size`` newest cached worlds; remove the rest, and the directories of commands
