@@ -8,7 +8,9 @@ that matters (a rename pairs a deleted source with an added target; one matters 
 other side changed the source or added under a vanished directory, and either puts a deletion
 in a directory both changed), merges no content and reports no conflict: its result takes,
 path by path, the side that changed an entry, reuses as they are the directories only one side
-changed, and writes the directories both changed with git's modes. ``merge`` computes exactly
+changed, and writes the directories both changed (alike too: git merges those again) with git's
+modes. A directory whose sides hold the base's entries with other ids only is merged from the
+bytes, visiting only the entries whose ids changed (``_ids_only``). ``merge`` computes exactly
 that, or declines (None) so the caller runs git: a deletion, a type change or a path changed
 differently by both in a directory both changed, an entry whose mode git would rewrite
 (``100664``, a zero-padded ``040000``) or cannot hold in a world (a gitlink) there, or bytes
@@ -29,7 +31,6 @@ from .treeplan import Change
 
 _ENTRY = re.compile(rb"(40000|100644|100755|120000) ([^\0]+)\0(.{20})", re.S)
 _CANONICAL = re.compile(rb"(?:(?:40000|100644|100755|120000) [^\0]+\0.{20})*", re.S)
-_TREE = pygit2.enums.ObjectType.TREE
 _DIR = b"40000"
 _PACK_ABOVE = 4  # more new trees than this go into one pack, fewer are written loose
 
