@@ -1269,6 +1269,9 @@ def _finish(conn, report_w: int, code: int) -> None:
     os.closerange(keep + 1, 1 << 20)
     try:
         _send(conn, [b"exit", str(code).encode()])
+        # this process's exit (freeing its memory) would take a CPU from the client reading its
+        # status: it comes once the client has hung up
+        select.select([conn], [], [], LINGER_S)
     except BaseException:
         pass
     os._exit(code)
