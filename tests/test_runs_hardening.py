@@ -45,6 +45,7 @@ def test_replay_removes_its_temporary_world_unless_kept(repo, run_pf, tmp_path):
     root, tmp = repo.git_dir.parent, tmp_path / "tmp"
     tmp.mkdir()
     _record_once(run_pf, root, tmp_path)
+    subprocess.run(["git", "config", "pf.worldCache.maxWorlds", "0"], cwd=root, check=True)  # no world kept
     env = {"TMPDIR": str(tmp)}
     played = run_pf("replay", "r", "--json", "--", sys.executable, "-c", ASK_ONCE, cwd=root, env=env)
     out = _report(played.stdout)
@@ -67,6 +68,7 @@ def test_an_interrupted_replay_removes_its_temporary_world(repo, run_pf, tmp_pat
     root, tmp, ready = repo.git_dir.parent, tmp_path / "tmp", tmp_path / "ready"
     tmp.mkdir()
     _record_once(run_pf, root, tmp_path)
+    subprocess.run(["git", "config", "pf.worldCache.maxWorlds", "0"], cwd=root, check=True)  # no world kept
     for sig in (signal.SIGTERM, signal.SIGINT):
         ready.unlink(missing_ok=True)
         env = dict(os.environ, TMPDIR=str(tmp), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from git_pf.testing.fakellm import FakeLLM
 from runs_helpers import SCRIPT, record, report, step_ids
+from world_helpers import gone
 
 TESTS = Path(__file__).resolve().parent
 
@@ -34,6 +37,9 @@ if os.environ.get("BOTH"):  # wait until the other replay's child is running too
         time.sleep(0.02)
 if os.environ.get("MESS"):
     os.chdir(w)
+    import subprocess
+    left = subprocess.Popen(["sh", "-c", "sleep 300; echo late > late.txt"])  # left running
+    open(out + ".pid", "w").write(str(left.pid))
     open("new.txt", "w").write("new")
     open("junk.log", "w").write("ignored by the world's .gitignore")
     open("same.txt", "w").write("SAME")  # the same size
@@ -100,6 +106,11 @@ def test_a_second_replay_takes_the_cached_world_back_to_a_fresh_checkout(repo, r
     first = _replay(run_pf, root, tmp_path, tmp_path / "one.json", MESS="1")
     assert report(first.stdout)["world_reused"] is False and report(first.stdout)["world"] is None
     assert len(_cached(tmp_path)) == 1  # the world the first replay's agent messed up is kept
+    pid = int((tmp_path / "one.json.pid").read_text())
+    end = time.monotonic() + 10  # a killed process is reaped by init a moment later
+    while not gone(pid) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert gone(pid)  # what the agent left running cannot write to the kept world
     second = _replay(run_pf, root, tmp_path, tmp_path / "two.json")
     assert report(second.stdout)["world_reused"] is True
     one, two = (json.loads((tmp_path / n).read_text()) for n in ("one.json", "two.json"))
@@ -188,3 +199,22 @@ def test_a_damaged_record_or_a_killed_commands_world_is_never_trusted(repo, run_
     assert json.loads((tmp_path / "two.json").read_text())["listing"] == _fresh(run_pf, root, tmp_path)
     assert not killed.exists()
     assert len(_cached(tmp_path)) == 1
+
+
+def test_an_interrupted_replay_keeps_nothing_of_its_world(repo, run_pf, tmp_path):
+    root = _recorded(repo, run_pf, tmp_path)
+    (tmp_path / "tmp").mkdir()
+    _replay(run_pf, root, tmp_path, tmp_path / "zero.json")  # one world in the cache
+    out = tmp_path / "one.json"
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", TESTS=str(TESTS),
+               TMPDIR=str(tmp_path / "tmp"), OUT=str(out), BOTH=str(tmp_path / "never"))
+    proc = subprocess.Popen(["git-pf", "replay", "run", "--no-world-check", "--", sys.executable, "-c", CHILD],
+                            cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    end = time.monotonic() + 60
+    while not Path(str(out) + ".started").exists() and proc.poll() is None and time.monotonic() < end:
+        time.sleep(0.02)
+    assert _cached(tmp_path)[0].split("/")[-1].startswith("live.")  # the cached world, taken
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert _cached(tmp_path) == []

@@ -278,13 +278,9 @@ class WorldCache:
 
     @classmethod
     def of(cls, repo) -> "WorldCache | None":
-        """The repository's cache, or None when ``pf.worldCache.maxWorlds`` is 0 (or false) or its
-        directory is not this user's own."""
+        """The repository's cache, or None when ``pf.worldCache.maxWorlds`` is 0 (or false)."""
         size = max_worlds(repo)
-        if size == 0:
-            return None
-        cache = cls(repo, size)
-        return cache if _own_dir(cache.root.parent) and _own_dir(cache.root) else None
+        return cls(repo, size) if size > 0 else None
 
     def _key(self, image: str) -> str:
         git = self.repo.git
@@ -295,7 +291,17 @@ class WorldCache:
     def take(self, image: str, check):
         """``(worlds, check(world directory))``: a ReusedWorld in a directory of its own, the world's
         directory there (empty, or a cached world) named to ``check`` before anything is written
-        (what it raises removes the directory), then ``worlds.enter(image)`` makes it the world."""
+        (what it raises removes the directory, and the cache's when empty), then
+        ``worlds.enter(image)`` makes it the world. When the cache's directory is not this user's
+        own, the ReusedWorld's is a new temporary one (``keep`` then removes it)."""
+        if not (_own_dir(self.root.parent) and _own_dir(self.root)):
+            worlds = ReusedWorld(self.repo, home=Path(tempfile.mkdtemp(prefix="pf-world-")))
+            os.mkdir(worlds.world)
+            try:
+                return worlds, check(worlds.world)
+            except BaseException:
+                remove_tree(worlds.tmp)
+                raise
         key = self._key(image)
         live = self.root / f"{_LIVE}{os.getpid()}.{secrets.token_hex(6)}"
         state = None
@@ -319,22 +325,34 @@ class WorldCache:
             return worlds, check(worlds.world)
         except BaseException:
             remove_tree(live)
+            for d in (self.root, self.root.parent):  # made for this command: nothing of it stays
+                try:
+                    os.rmdir(d)
+                except OSError:
+                    pass
             raise
 
     def keep(self, worlds: ReusedWorld) -> None:
         """Put ``worlds``'s directory into the cache (or remove it, when it has no record)."""
         live = worlds.home
         worlds.forget()
+        if live.parent != self.root:  # a temporary directory (``take``)
+            worlds.close()
+            return
         if worlds.known is None or worlds.key is None:
             remove_tree(live)
             return
         part = live / (_RECORD + ".part")
-        with open(part, "wb") as f:
-            f.write(marshal.dumps((_FORMAT, worlds.key, worlds.tree, _state(worlds.known))))
-            f.flush()
-            os.fsync(f.fileno())
-        os.rename(part, live / _RECORD)  # the record is whole or absent
-        os.rename(live, self.root / f"{self._key_of(worlds)}.{time.time_ns():020d}.{secrets.token_hex(4)}")
+        try:
+            with open(part, "wb") as f:
+                f.write(marshal.dumps((_FORMAT, worlds.key, worlds.tree, _state(worlds.known))))
+                f.flush()
+                os.fsync(f.fileno())
+            os.rename(part, live / _RECORD)  # the record is whole or absent
+            os.rename(live, self.root / f"{self._key_of(worlds)}.{time.time_ns():020d}.{secrets.token_hex(4)}")
+        except OSError:  # a full disk, the cache removed under us: the world is not kept
+            remove_tree(live)
+            return
         self.trim(self.size)
 
     def _key_of(self, worlds: ReusedWorld) -> str:
@@ -343,7 +361,7 @@ class WorldCache:
     def drop(self, worlds: ReusedWorld) -> None:
         """Remove ``worlds``'s directory (a command that failed: nothing of it is kept)."""
         worlds.forget()
-        remove_tree(worlds.home)
+        remove_tree(worlds.tmp)
 
     @staticmethod
     def clear(repo) -> int:
