@@ -18,6 +18,19 @@ from git_pf.runs import child
 from git_pf.testing.fakellm import FakeLLM
 from runs_helpers import git, report
 
+
+@pytest.fixture(autouse=True)
+def _no_cached_worlds_left(tmp_path):
+    """The worlds kept for the repositories a test makes itself (docs/record.md, "The world cache")
+    go when it ends, as the ``repo`` fixture's do."""
+    yield
+    from types import SimpleNamespace
+
+    from git_pf.executors.worlds import WorldCache
+
+    for git_dir in tmp_path.rglob(".git"):
+        WorldCache.clear(SimpleNamespace(git_dir=git_dir))
+
 pytestmark = pytest.mark.skipif(not child.namespaces_available(), reason="no private mount namespace here")
 
 # Three exchanges; between them the agent commits in its world and says, outside it, what its git saw.
