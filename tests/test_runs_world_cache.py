@@ -35,11 +35,13 @@ if os.environ.get("BOTH"):  # wait until the other replay's child is running too
     end = time.monotonic() + 60
     while not os.path.exists(other + ".started") and time.monotonic() < end:
         time.sleep(0.02)
+if os.environ.get("LEAVE"):  # a process left running, its output closed
+    import subprocess
+    left = subprocess.Popen(["sh", "-c", "sleep 300; echo late > late.txt"], cwd=w, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    open(out + ".pid", "w").write(str(left.pid))
 if os.environ.get("MESS"):
     os.chdir(w)
-    import subprocess
-    left = subprocess.Popen(["sh", "-c", "sleep 300; echo late > late.txt"])  # left running
-    open(out + ".pid", "w").write(str(left.pid))
     open("new.txt", "w").write("new")
     open("junk.log", "w").write("ignored by the world's .gitignore")
     open("same.txt", "w").write("SAME")  # the same size
@@ -103,7 +105,7 @@ def _cached(tmp_path) -> list[str]:
 def test_a_second_replay_takes_the_cached_world_back_to_a_fresh_checkout(repo, run_pf, tmp_path):
     root = _recorded(repo, run_pf, tmp_path)
     (tmp_path / "tmp").mkdir()
-    first = _replay(run_pf, root, tmp_path, tmp_path / "one.json", MESS="1")
+    first = _replay(run_pf, root, tmp_path, tmp_path / "one.json", MESS="1", LEAVE="1")
     assert report(first.stdout)["world_reused"] is False and report(first.stdout)["world"] is None
     assert len(_cached(tmp_path)) == 1  # the world the first replay's agent messed up is kept
     pid = int((tmp_path / "one.json.pid").read_text())
